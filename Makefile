@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+# ncclshim: `make` builds build/lib/libnccl.so.2 and the tools; `make test` runs every test;
+# `make run` runs the benchmark on 4 local ranks. Each target names what is missing.
+
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?=
+# The genuine nccl.h: NCCL_HOME first, else the CUDA toolkit's.
+NCCL_INC := $(firstword $(foreach d,$(if $(NCCL_HOME),$(NCCL_HOME)/include) $(CUDA_HOME)/include,\
+              $(if $(wildcard $(d)/nccl.h),$(d))))
+NCCL_LIBDIR := $(firstword $(foreach d,$(if $(NCCL_HOME),$(NCCL_HOME)/lib) $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib,\
+              $(if $(wildcard $(d)/libnccl.so.2),$(d))))
+PREFIX ?= /usr/local
+BUILD ?= build
+SANITIZE ?=
+NRANKS ?= 4
+
+CC ?= gcc
+SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer)
+CPPFLAGS := -I. -Inccl_shim -I$(NCCL_INC) -I$(CUDA_HOME)/include -D_GNU_SOURCE
+CFLAGS := -std=gnu11 -O2 -g -fPIC -Wall -Wextra -Werror -Wno-deprecated-declarations $(SAN_FLAGS)
+LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden
+LDFLAGS := $(SAN_FLAGS)
+LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
+
+LIB_SRCS := $(wildcard nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB := $(BUILD)/lib/libnccl.so.2
+INTERNAL := $(BUILD)/lib/libncclshim_internal.a
+
+UNIT_SRCS := $(wildcard test/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:test/unit/%.c=$(BUILD)/test/unit/%)
+MP_SRCS := $(filter-out test/mp/dropin.c,$(wildcard test/mp/*.c))
+MP_BINS := $(MP_SRCS:test/mp/%.c=$(BUILD)/test/mp/%)
+BENCH_SRCS := $(wildcard tools/bench/*.c)
+BENCH := $(BUILD)/bin/nccl_perf
+BENCH_COLLS := all_reduce
+LAUNCHER := $(BUILD)/bin/ncclshim-launch
+
+# A consumer of the library links it like NCCL, and finds it next door at run time.
+CONSUMER_LDFLAGS := $(LDFLAGS) -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,'$$ORIGIN/../../lib'
+
+.PHONY: all lib tools check-deps deps test test-unit test-mp test-abi test-dropin test-asan run install clean
+all: lib tools
+
+# --- dependencies ---------------------------------------------------------------------------
+check-deps:
+	@test -n "$(NCCL_INC)" || { echo "nccl.h not found: set NCCL_HOME or CUDA_HOME (default /usr/local/cuda)"; exit 1; }
+	@test -f /usr/include/ucp/api/ucp.h || { echo "UCX headers missing: apt-get install libucx-dev"; exit 1; }
+
+deps:
+	@tools/deps.sh $(DEPS_FOR)
+
+# --- the library ----------------------------------------------------------------------------
+lib: check-deps $(LIB)
+
+$(BUILD)/obj/%.o: %.c | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(LIB_CFLAGS) -MMD -MP -c $< -o $@
+
+# Element loops are the hot path: let the compiler vectorize them.
+$(BUILD)/obj/kernels/%.o: kernels/%.c | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(LIB_CFLAGS) -O3 -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJS) nccl_shim/exports.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=nccl_shim/exports.map \
+	    -Wl,--no-undefined $(LDFLAGS) -o $@ $(LIB_OBJS) $(LIB_LDLIBS)
+	ln -sf libnccl.so.2 $(BUILD)/lib/libnccl.so
+
+$(INTERNAL): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# --- tools ----------------------------------------------------------------------------------
+tools: $(LAUNCHER) $(BENCH) $(BENCH_COLLS:%=$(BUILD)/bin/%_perf)
+
+$(LAUNCHER): tools/launcher/launcher.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $<
+
+$(BENCH): $(BENCH_SRCS) $(wildcard tools/bench/*.h) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(CONSUMER_LDFLAGS) -lnccl -lm
+
+# nccl-tests names: all_reduce_perf runs the all-reduce benchmark, as the binary name says.
+$(BUILD)/bin/%_perf: $(BENCH)
+	ln -sf nccl_perf $@
+
+# --- tests ----------------------------------------------------------------------------------
+$(BUILD)/test/unit/%: test/unit/%.c $(wildcard test/sim/*.c test/sim/*.h) $(INTERNAL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itest -o $@ $< $(wildcard test/sim/*.c) $(INTERNAL) $(LDFLAGS) -lcriterion $(LIB_LDLIBS)
+
+$(BUILD)/test/mp/%: test/mp/%.c $(wildcard test/mp/*.h) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itest -o $@ $< $(CONSUMER_LDFLAGS) -lnccl -lm
+
+# The drop-in program is built against the genuine library, exactly as a user's would be.
+$(BUILD)/test/dropin/dropin: test/mp/dropin.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(NCCL_LIBDIR) -lnccl
+
+test: DEPS_FOR = test
+test: deps
+	@$(MAKE) --no-print-directory test-unit test-abi test-mp test-dropin test-asan
+
+test-unit: $(UNIT_BINS)
+	@test/run_unit.sh $(UNIT_BINS)
+
+test-abi: $(LIB)
+	@test/abi_check.sh $(NCCL_LIBDIR)/libnccl.so.2 $(LIB)
+
+test-mp: $(MP_BINS) $(LAUNCHER) tools
+	@BUILD=$(BUILD) test/mp/run.sh
+
+test-dropin: $(BUILD)/test/dropin/dropin $(LIB) $(LAUNCHER)
+	@BUILD=$(BUILD) NCCL_LIBDIR=$(NCCL_LIBDIR) test/mp/dropin.sh
+
+# The multi-process tests again, library and programs built with AddressSanitizer.
+test-asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address lib tools $(MP_SRCS:test/mp/%.c=build/asan/test/mp/%)
+	@BUILD=build/asan MP_QUICK=1 test/mp/run.sh
+
+# --- main job -------------------------------------------------------------------------------
+run: DEPS_FOR = build
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(LAUNCHER) -n $(NRANKS) $(BUILD)/bin/all_reduce_perf -b 8 -e 64M -f 4 -c 1 -w 2 -n 10
+
+install: $(LIB)
+	install -d $(DESTDIR)$(PREFIX)/lib
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libnccl.so.2
+	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/libnccl.so
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Schedules: what an algorithm produces. A builder is a pure function from (collective, count,
+ * element size, rank, nranks, root, in-place, chunk) to an ordered list of steps: send a byte
+ * range to a peer, receive a byte range from a peer, reduce two ranges into a third, copy.
+ * Each step names the earlier steps it waits for. No I/O, no UCX, no CUDA: the executor
+ * (nccl_shim/exec.c) runs schedules on the transport and kernels, and tests run them in
+ * memory.
+ *
+ * Message matching is positional: the k-th send from rank a to rank b in a's schedule pairs
+ * with the k-th receive from a in b's schedule, and both must have the same length. Builders
+ * keep that order; the executor numbers messages that way to form tags.
+ */
+#ifndef ALG_ALG_H
+#define ALG_ALG_H
+
+#include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The buffers a step may address. SCRATCH is allocated by the executor, sched->scratch_bytes. */
+enum alg_buf {
+    ALG_BUF_SEND,
+    ALG_BUF_RECV,
+    ALG_BUF_SCRATCH,
+    ALG_BUF_COUNT
+};
+
+struct alg_range {
+    uint8_t buf; /* enum alg_buf */
+    size_t off;  /* bytes */
+    size_t len;  /* bytes */
+};
+
+enum alg_step_kind {
+    ALG_STEP_SEND,   /* src[0] -> peer */
+    ALG_STEP_RECV,   /* peer -> dst */
+    ALG_STEP_REDUCE, /* dst = src[0] op src[1] */
+    ALG_STEP_COPY,   /* dst = src[0], with the op's pre/post when flagged */
+};
+
+/* Reduce/copy flags: which operands are raw user input (the op's pre-multiply applies) and
+ * whether this is an element's last reduction (the op's post-divide applies). */
+enum alg_flags {
+    ALG_PRE_A = 1u << 0,
+    ALG_PRE_B = 1u << 1,
+    ALG_POST = 1u << 2,
+};
+
+#define ALG_MAX_DEPS 3
+
+struct alg_step {
+    uint8_t kind; /* enum alg_step_kind */
+    uint8_t flags;
+    uint8_t ndeps;
+    int peer;
+    struct alg_range dst;
+    struct alg_range src[2];
+    int deps[ALG_MAX_DEPS];
+};
+
+struct alg_sched {
+    struct alg_step *steps;
+    int nsteps;
+    int capacity;
+    size_t scratch_bytes;
+    bool out_of_memory; /* sticky: builders append unchecked, alg_sched_finish reports it */
+};
+
+/* The collectives a schedule can serve. */
+enum alg_coll {
+    ALG_COLL_ALLREDUCE,
+    ALG_COLL_BARRIER, /* internal: no data; every rank waits for every other */
+    ALG_COLL_COUNT
+};
+
+/* What a builder sees of an operation. */
+struct alg_args {
+    enum alg_coll coll;
+    size_t count;      /* elements, as the NCCL call counts them */
+    size_t elem_size;  /* bytes per element */
+    int rank;
+    int nranks;
+    int root;
+    bool in_place;
+    size_t chunk_bytes; /* pipeline chunk; builders round it to whole elements */
+    int slots;          /* scratch chunks a rank may receive ahead of its reductions */
+};
+
+typedef ncclResult_t (*alg_builder_t)(const struct alg_args *args, struct alg_sched *sched);
+
+/* Schedule building. Each append returns the new step's index; deps of -1 mean "none".
+ * Allocation failure is remembered and reported by alg_sched_finish. */
+void alg_sched_init(struct alg_sched *sched);
+void alg_sched_free(struct alg_sched *sched);
+ncclResult_t alg_sched_finish(struct alg_sched *sched);
+
+int alg_send(struct alg_sched *sched, int peer, struct alg_range src, int dep0, int dep1);
+int alg_recv(struct alg_sched *sched, int peer, struct alg_range dst, int dep0, int dep1);
+int alg_reduce(struct alg_sched *sched, struct alg_range dst, struct alg_range a,
+               struct alg_range b, unsigned flags, int dep0, int dep1, int dep2);
+int alg_copy(struct alg_sched *sched, struct alg_range dst, struct alg_range src,
+             unsigned flags, int dep0, int dep1);
+
+static inline struct alg_range
+alg_range_make(enum alg_buf buf, size_t off, size_t len)
+{
+    struct alg_range r = {(uint8_t)buf, off, len};
+    return r;
+}
+
+/* Splits `count` elements into n blocks as evenly as possible: the first count % n blocks
+ * hold one extra element. Block i starts at element *first_out and holds *len_out. */
+static inline void
+alg_block(size_t count, int n, int i, size_t *first_out, size_t *len_out)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n, idx = (size_t)i;
+    *first_out = idx * base + (idx < extra ? idx : extra);
+    *len_out = base + (idx < extra ? 1 : 0);
+}
+
+/* Non-negative modulo, for rank arithmetic around a ring. */
+static inline int
+alg_mod(int a, int n)
+{
+    int r = a % n;
+    return r < 0 ? r + n : r;
+}
+
+/* Builders, one per (algorithm, collective). */
+ncclResult_t alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched);
+ncclResult_t alg_dissemination_barrier(const struct alg_args *args, struct alg_sched *sched);
+
+/* One row of the algorithm table (select.c): a name users can force, the collective it
+ * serves, and its builder. */
+struct alg_algorithm {
+    const char *name;
+    enum alg_coll coll;
+    alg_builder_t build;
+};
+
+/* The algorithm to run for args, or NULL if none serves that collective. */
+const struct alg_algorithm *alg_select(const struct alg_args *args);
+/* The table, for tests that iterate every algorithm. */
+const struct alg_algorithm *alg_table(int *count_out);
+
+#endif

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Ring all-reduce: a reduce-scatter ring followed by an all-gather ring, pipelined in chunks.
+ *
+ * The buffer is cut into n blocks (the first count % n blocks hold one extra element, so any
+ * count works, including count < n where some blocks are empty). Rank r sends to r+1 and
+ * receives from r-1.
+ *   reduce-scatter, steps s = 0..n-2: send block r-s, receive block r-s-1 into a scratch slot,
+ *       reduce it with our own input into recvbuff. After step n-2 rank r holds the complete
+ *       result of block r+1.
+ *   all-gather, steps t = 0..n-2: send block r+1-t (the finished one, then each one just
+ *       received), receive block r-t straight into recvbuff.
+ * Each rank sends 2(n-1)/n of the buffer in all, the bandwidth optimum.
+ *
+ * Every block is further cut into the same number of chunks, and the whole sequence above runs
+ * once per chunk, chunk-major, so chunk c+1 is on the wire while chunk c is being reduced.
+ * Received partial sums land in one of `slots` scratch chunks; a receive waits for the
+ * reduction that last used its slot, which bounds scratch memory to slots chunks.
+ *
+ * Reductions mark raw inputs for the op's pre-multiply (our own block always; the peer's only
+ * at s = 0, when it sends its raw block) and the last reduction of a block for the op's
+ * post-divide. In place (sendbuff == recvbuff) the all-gather receive of a block must wait
+ * until our reduce-scatter send of that block completed, since it overwrites it; the schedule
+ * always carries that dependency.
+ */
+#include "alg.h"
+
+#include <stdlib.h>
+
+/* The part of block `block` that chunk `chunk` of `nchunks` covers, as a byte range. */
+static struct alg_range
+ring_chunk(const struct alg_args *args, enum alg_buf buf, int block, int chunk, int nchunks)
+{
+    size_t block_first, block_len, chunk_first, chunk_len;
+
+    alg_block(args->count, args->nranks, block, &block_first, &block_len);
+    alg_block(block_len, nchunks, chunk, &chunk_first, &chunk_len);
+    return alg_range_make(buf, (block_first + chunk_first) * args->elem_size,
+                          chunk_len * args->elem_size);
+}
+
+ncclResult_t
+alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched)
+{
+    const int n = args->nranks, rank = args->rank;
+    const int next = alg_mod(rank + 1, n), prev = alg_mod(rank - 1, n);
+
+    if (args->count == 0) {
+        return alg_sched_finish(sched);
+    }
+    if (n == 1) {
+        size_t bytes = args->count * args->elem_size;
+        alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
+                 alg_range_make(ALG_BUF_SEND, 0, bytes), ALG_PRE_A | ALG_POST, -1, -1);
+        return alg_sched_finish(sched);
+    }
+
+    /* Chunks: enough that the largest block's chunks fit chunk_bytes. */
+    const size_t max_block = (args->count + (size_t)n - 1) / (size_t)n;
+    size_t chunk_elems = args->chunk_bytes / args->elem_size;
+    chunk_elems = chunk_elems > 0 ? chunk_elems : 1;
+    const int nchunks = (int)((max_block + chunk_elems - 1) / chunk_elems);
+    const size_t slot_bytes = ((max_block + (size_t)nchunks - 1) / (size_t)nchunks) *
+                              args->elem_size;
+    const int slots = args->slots > 0 ? args->slots : 1;
+    sched->scratch_bytes = slot_bytes * (size_t)slots;
+
+    /* slot_user: the reduction that last read each slot; rs_send: this chunk's sends. */
+    int *slot_user = malloc(((size_t)slots + (size_t)n) * sizeof(int));
+    if (slot_user == NULL) {
+        sched->out_of_memory = true;
+        return alg_sched_finish(sched);
+    }
+    int *rs_send = slot_user + slots;
+    for (int i = 0; i < slots; i++) {
+        slot_user[i] = -1;
+    }
+    unsigned long nrecv = 0;
+
+    for (int c = 0; c < nchunks; c++) {
+        int last = -1; /* the step that produced what the next send carries */
+        for (int s = 0; s < n - 1; s++) {
+            const int send_block = alg_mod(rank - s, n), recv_block = alg_mod(rank - s - 1, n);
+            struct alg_range own = ring_chunk(args, ALG_BUF_SEND, recv_block, c, nchunks);
+            struct alg_range out = ring_chunk(args, ALG_BUF_RECV, recv_block, c, nchunks);
+            const int slot = (int)(nrecv++ % (unsigned long)slots);
+            struct alg_range scratch =
+                alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, own.len);
+            unsigned flags = ALG_PRE_A | (s == 0 ? ALG_PRE_B : 0) | (s == n - 2 ? ALG_POST : 0);
+
+            rs_send[s] = alg_send(sched, next,
+                                  ring_chunk(args, s == 0 ? ALG_BUF_SEND : ALG_BUF_RECV,
+                                             send_block, c, nchunks),
+                                  last, -1);
+            int rx = alg_recv(sched, prev, scratch, slot_user[slot], -1);
+            last = alg_reduce(sched, out, own, scratch, flags, rx, -1, -1);
+            slot_user[slot] = last;
+        }
+        for (int t = 0; t < n - 1; t++) {
+            const int send_block = alg_mod(rank + 1 - t, n), recv_block = alg_mod(rank - t, n);
+            alg_send(sched, next, ring_chunk(args, ALG_BUF_RECV, send_block, c, nchunks), last,
+                     -1);
+            last = alg_recv(sched, prev, ring_chunk(args, ALG_BUF_RECV, recv_block, c, nchunks),
+                            rs_send[t], -1);
+        }
+    }
+    free(slot_user);
+    return alg_sched_finish(sched);
+}

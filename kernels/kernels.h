@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Reduce and copy on host memory, one call per operation. The executor (nccl_shim/exec.c) is
+ * the only caller. Element semantics live in reduce_ops.h, written once for C and CUDA, so
+ * the device kernels (later) compute bit-identical results.
+ *
+ * A reduction is dst[i] = post(pre(a[i]) OP pre(b[i])), where pre() applies only to the
+ * operands flagged KR_PRE_A / KR_PRE_B (a rank's own raw input, or a peer's raw input) and
+ * post() only with KR_POST (the last reduction of an element). With b == NULL it is
+ * dst[i] = post(pre(a[i])), which is how a one-rank all-reduce still scales by PreMulSum.
+ *   - KR_SUM/PROD/MAX/MIN: pre and post are the identity.
+ *   - KR_PREMULSUM: pre(x) = x * scalar, rounded to the element type; then sum. NCCL uses it
+ *     for ncclRedOpCreatePreMulSum and for ncclAvg on floating types (scalar = 1/nranks).
+ *   - KR_SUMPOSTDIV: sum, then post(x) = x / divisor. NCCL's ncclAvg on integer types.
+ * Every low-precision type (float16, bfloat16, fp8) computes each operation in float and
+ * rounds to nearest-even after it, which equals the correctly rounded result CUDA gives.
+ * dst may alias a or b exactly (in-place); partial overlap is not allowed.
+ */
+#ifndef KR_KERNELS_H
+#define KR_KERNELS_H
+
+#include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum kr_op_kind {
+    KR_SUM,
+    KR_PROD,
+    KR_MAX,
+    KR_MIN,
+    KR_PREMULSUM,
+    KR_SUMPOSTDIV,
+};
+
+struct kr_redop {
+    enum kr_op_kind kind;
+    ncclDataType_t type;
+    /* KR_PREMULSUM: the scalar, stored as one element of `type` (little-endian bytes). */
+    uint8_t scalar[8];
+    /* KR_SUMPOSTDIV: the divisor (nranks). */
+    uint64_t divisor;
+};
+
+enum kr_flags {
+    KR_PRE_A = 1u << 0,
+    KR_PRE_B = 1u << 1,
+    KR_POST = 1u << 2,
+};
+
+/* Bytes per element of an NCCL datatype, 0 for an invalid one. */
+size_t kr_type_size(ncclDataType_t type);
+/* NCCL's name for a datatype ("float", "half", ...) as nccl-tests prints it; "?" if invalid. */
+const char *kr_type_name(ncclDataType_t type);
+bool kr_type_is_float(ncclDataType_t type);
+
+/* See the contract above. count is in elements. */
+void kr_reduce_host(void *dst, const void *a, const void *b, size_t count,
+                    const struct kr_redop *op, unsigned flags);
+void kr_copy_host(void *dst, const void *src, size_t bytes);
+
+/* Element conversions with CUDA's rounding (round to nearest even; fp8 saturates to the
+ * largest finite value as __NV_SATFINITE does; NaN stays NaN). Exposed for tests and tools. */
+float kr_half_to_float(uint16_t h);
+uint16_t kr_float_to_half(float f);
+float kr_bf16_to_float(uint16_t b);
+uint16_t kr_float_to_bf16(float f);
+float kr_e4m3_to_float(uint8_t v);
+uint8_t kr_float_to_e4m3(float f);
+float kr_e5m2_to_float(uint8_t v);
+uint8_t kr_float_to_e5m2(float f);
+
+/* Stores `value` as one element of `type` into out[0..7] (rounded as above; integers truncate
+ * toward zero). Used to build PreMulSum scalars and by test data generators. */
+void kr_scalar_from_double(ncclDataType_t type, double value, uint8_t out[8]);
+/* Reads one element of `type` as a double. */
+double kr_scalar_to_double(ncclDataType_t type, const void *elem);
+
+#endif

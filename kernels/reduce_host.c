@@ -1,0 +1,463 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Reduce and copy on host memory, for the executor (nccl_shim/exec.c) and the simulator, plus
+ * the element conversions and scalar helpers that kernels.h exports.
+ *
+ * kr_reduce_host turns (op kind, flags, b or not) into one of a few loop shapes, then calls
+ * kr_reduce_loops, where each (type, shape) pair is one plain loop over reduce_ops.h that GCC
+ * vectorizes. The library ships as one binary for every x86-64, so kr_reduce_loops is compiled
+ * three times by target_clones and the dynamic loader picks the best at startup: x86-64-v4
+ * (AVX-512 with BW for byte and word lanes), x86-64-v3 (AVX2) and the SSE2 baseline.
+ */
+
+/*
+ * Two code-generation choices that must not depend on the build's flags:
+ * - fp-contract=off: results are those of the element operations, each rounded; a product
+ *   feeding a sum must not become an FMA, which GNU C allows by default and v3/v4 provide.
+ * - no-trapping-math: kr_reduce_host masks every floating-point exception (kr_fenv_enter), so
+ *   no operation can trap, and GCC may if-convert the float conversions of the narrow types'
+ *   selects. With trapping math assumed, those loops stay scalar. Values are unaffected.
+ */
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
+
+#include "kernels.h"
+
+#include <assert.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+#include "reduce_ops.h"
+
+#if defined(__x86_64__) && !defined(__clang__)
+#define KR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KR_CLONES
+#endif
+
+/* --- loop shapes ---------------------------------------------------------------------------- */
+
+/* What one call computes per element, with pre and post already resolved from kind and flags.
+ * A sum with pre on b alone runs as KR_SHAPE_SUM_PRE1 with a and b swapped (sums commute). */
+enum kr_shape {
+    KR_SHAPE_COPY,     /* dst = a */
+    KR_SHAPE_SUM,      /* dst = a + b */
+    KR_SHAPE_PROD,     /* dst = a * b */
+    KR_SHAPE_MAX,      /* dst = max(a, b) */
+    KR_SHAPE_MIN,      /* dst = min(a, b) */
+    KR_SHAPE_SUM_PRE1, /* dst = pre(a) + b */
+    KR_SHAPE_SUM_PRE2, /* dst = pre(a) + pre(b) */
+    KR_SHAPE_SUM_POST, /* dst = post(a + b) */
+    KR_SHAPE_PRE,      /* dst = pre(a) */
+    KR_SHAPE_POST,     /* dst = post(a) */
+};
+
+static enum kr_shape
+kr_shape_of(enum kr_op_kind kind, bool binary, unsigned flags, bool *swap_out)
+{
+    bool pre_a = kind == KR_PREMULSUM && (flags & KR_PRE_A);
+    bool pre_b = kind == KR_PREMULSUM && binary && (flags & KR_PRE_B);
+    bool post = kind == KR_SUMPOSTDIV && (flags & KR_POST);
+
+    *swap_out = pre_b && !pre_a;
+    if (!binary) {
+        return pre_a ? KR_SHAPE_PRE : post ? KR_SHAPE_POST : KR_SHAPE_COPY;
+    }
+    switch (kind) {
+    case KR_PROD:
+        return KR_SHAPE_PROD;
+    case KR_MAX:
+        return KR_SHAPE_MAX;
+    case KR_MIN:
+        return KR_SHAPE_MIN;
+    case KR_SUM:
+    case KR_PREMULSUM:
+    case KR_SUMPOSTDIV:
+        break;
+    }
+    if (pre_a && pre_b) {
+        return KR_SHAPE_SUM_PRE2;
+    }
+    if (pre_a || pre_b) {
+        return KR_SHAPE_SUM_PRE1;
+    }
+    return post ? KR_SHAPE_SUM_POST : KR_SHAPE_SUM;
+}
+
+/*
+ * kr_reduce_<type>: one loop per shape, inlined into each clone of kr_reduce_loops so that it
+ * is vectorized for that clone's ISA. No restrict: dst may equal a or b, and GCC's run-time
+ * alias check lets equal pointers take the vector path (a partial overlap, which the contract
+ * excludes, would run the scalar loop and still be wrong only in the way overlap is).
+ */
+#define KR_LOOP(EXPR)                                                                           \
+    for (size_t i = 0; i < n; i++) {                                                            \
+        dst[i] = (EXPR);                                                                        \
+    }                                                                                           \
+    break
+
+#define KR_DEFINE_REDUCE(N, T)                                                                  \
+    KR_CLONES static void                                                                       \
+    kr_reduce_##N(T *dst, const T *a, const T *b, size_t n, const struct kr_redop *op,          \
+                  enum kr_shape shape)                                                          \
+    {                                                                                           \
+        uint64_t d = op->divisor;                                                               \
+        T scalar;                                                                               \
+        memcpy(&scalar, op->scalar, sizeof(scalar));                                            \
+        __typeof__(kr_premul_scalar_##N(scalar)) s = kr_premul_scalar_##N(scalar);              \
+        switch (shape) {                                                                        \
+        case KR_SHAPE_SUM:                                                                      \
+            KR_LOOP(kr_sum_##N(a[i], b[i]));                                                    \
+        case KR_SHAPE_PROD:                                                                     \
+            KR_LOOP(kr_prod_##N(a[i], b[i]));                                                   \
+        case KR_SHAPE_MAX:                                                                      \
+            KR_LOOP(kr_max_##N(a[i], b[i]));                                                    \
+        case KR_SHAPE_MIN:                                                                      \
+            KR_LOOP(kr_min_##N(a[i], b[i]));                                                    \
+        case KR_SHAPE_SUM_PRE1:                                                                 \
+            KR_LOOP(kr_sum_##N(kr_premul_##N(a[i], s), b[i]));                                  \
+        case KR_SHAPE_SUM_PRE2:                                                                 \
+            KR_LOOP(kr_sum_##N(kr_premul_##N(a[i], s), kr_premul_##N(b[i], s)));                \
+        case KR_SHAPE_SUM_POST:                                                                 \
+            KR_LOOP(kr_postdiv_##N(kr_sum_##N(a[i], b[i]), d));                                 \
+        case KR_SHAPE_PRE:                                                                      \
+            KR_LOOP(kr_premul_##N(a[i], s));                                                    \
+        case KR_SHAPE_POST:                                                                     \
+            KR_LOOP(kr_postdiv_##N(a[i], d));                                                   \
+        case KR_SHAPE_COPY:                                                                     \
+            break;                                                                              \
+        }                                                                                       \
+    }
+
+KR_DEFINE_REDUCE(i8, int8_t)
+KR_DEFINE_REDUCE(u8, uint8_t)
+KR_DEFINE_REDUCE(i32, int32_t)
+KR_DEFINE_REDUCE(u32, uint32_t)
+KR_DEFINE_REDUCE(i64, int64_t)
+KR_DEFINE_REDUCE(u64, uint64_t)
+KR_DEFINE_REDUCE(f16, uint16_t)
+KR_DEFINE_REDUCE(f32, float)
+KR_DEFINE_REDUCE(f64, double)
+KR_DEFINE_REDUCE(bf16, uint16_t)
+KR_DEFINE_REDUCE(e4m3, uint8_t)
+KR_DEFINE_REDUCE(e5m2, uint8_t)
+#undef KR_DEFINE_REDUCE
+#undef KR_LOOP
+
+static void
+kr_reduce_loops(void *dst, const void *a, const void *b, size_t n, const struct kr_redop *op,
+                enum kr_shape shape)
+{
+    switch (op->type) {
+    case ncclInt8:
+        kr_reduce_i8(dst, a, b, n, op, shape);
+        break;
+    case ncclUint8:
+        kr_reduce_u8(dst, a, b, n, op, shape);
+        break;
+    case ncclInt32:
+        kr_reduce_i32(dst, a, b, n, op, shape);
+        break;
+    case ncclUint32:
+        kr_reduce_u32(dst, a, b, n, op, shape);
+        break;
+    case ncclInt64:
+        kr_reduce_i64(dst, a, b, n, op, shape);
+        break;
+    case ncclUint64:
+        kr_reduce_u64(dst, a, b, n, op, shape);
+        break;
+    case ncclFloat16:
+        kr_reduce_f16(dst, a, b, n, op, shape);
+        break;
+    case ncclFloat32:
+        kr_reduce_f32(dst, a, b, n, op, shape);
+        break;
+    case ncclFloat64:
+        kr_reduce_f64(dst, a, b, n, op, shape);
+        break;
+    case ncclBfloat16:
+        kr_reduce_bf16(dst, a, b, n, op, shape);
+        break;
+    case ncclFloat8e4m3:
+        kr_reduce_e4m3(dst, a, b, n, op, shape);
+        break;
+    case ncclFloat8e5m2:
+        kr_reduce_e5m2(dst, a, b, n, op, shape);
+        break;
+    default:
+        assert(!"kr_reduce_host: invalid datatype");
+    }
+}
+
+/* --- floating-point environment ------------------------------------------------------------- */
+
+/*
+ * The loops need IEEE defaults: round to nearest even, subnormals kept, as on the GPU. A caller
+ * may have changed them: programs linked with -ffast-math set flush-to-zero at startup, and so
+ * does PyTorch's set_flush_denormal; either would flush bfloat16, float and double subnormals.
+ * The SSE control register is per thread, so set the defaults for the call, restore after.
+ */
+#define KR_MXCSR_DEFAULT 0x1f80u /* all exceptions masked, nearest, no FTZ/DAZ */
+#define KR_MXCSR_FLAGS 0x3fu     /* sticky exception flags, not part of the mode */
+
+static unsigned
+kr_fenv_enter(void)
+{
+#if defined(__x86_64__)
+    unsigned saved = _mm_getcsr();
+    if ((saved & ~KR_MXCSR_FLAGS) != KR_MXCSR_DEFAULT) {
+        _mm_setcsr(KR_MXCSR_DEFAULT);
+    }
+    return saved;
+#else
+    return 0;
+#endif
+}
+
+static void
+kr_fenv_leave(unsigned saved)
+{
+#if defined(__x86_64__)
+    if ((saved & ~KR_MXCSR_FLAGS) != KR_MXCSR_DEFAULT) {
+        _mm_setcsr(saved);
+    }
+#else
+    (void)saved;
+#endif
+}
+
+/* --- reduce and copy ------------------------------------------------------------------------ */
+
+void
+kr_reduce_host(void *dst, const void *a, const void *b, size_t count,
+               const struct kr_redop *op, unsigned flags)
+{
+    size_t size = kr_type_size(op->type);
+    bool swap;
+    enum kr_shape shape = kr_shape_of(op->kind, b != NULL, flags, &swap);
+
+    assert(size != 0);
+    assert(op->kind != KR_SUMPOSTDIV || op->divisor >= 1);
+    /* The vectorizer may peel to align on the element size: a lesser alignment would fault. */
+    assert(((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) % size == 0);
+    if (count == 0) {
+        return;
+    }
+    if (shape == KR_SHAPE_COPY) {
+        kr_copy_host(dst, a, count * size);
+        return;
+    }
+    if (swap) {
+        const void *t = a;
+        a = b;
+        b = t;
+    }
+    unsigned env = kr_fenv_enter();
+    kr_reduce_loops(dst, a, b, count, op, shape);
+    kr_fenv_leave(env);
+}
+
+void
+kr_copy_host(void *dst, const void *src, size_t bytes)
+{
+    /* memcpy may not be handed the same buffer twice; an in-place copy has nothing to do. */
+    if (dst != src && bytes != 0) {
+        memcpy(dst, src, bytes);
+    }
+}
+
+/* --- conversions ---------------------------------------------------------------------------- */
+
+float
+kr_half_to_float(uint16_t h)
+{
+    return kr_f16_to_f32(h);
+}
+
+uint16_t
+kr_float_to_half(float f)
+{
+    return kr_f32_to_f16(f);
+}
+
+float
+kr_bf16_to_float(uint16_t b)
+{
+    return kr_bf16_to_f32(b);
+}
+
+uint16_t
+kr_float_to_bf16(float f)
+{
+    return kr_f32_to_bf16(f);
+}
+
+float
+kr_e4m3_to_float(uint8_t v)
+{
+    return kr_e4m3_to_f32(v);
+}
+
+uint8_t
+kr_float_to_e4m3(float f)
+{
+    return kr_f32_to_e4m3(f);
+}
+
+float
+kr_e5m2_to_float(uint8_t v)
+{
+    return kr_e5m2_to_f32(v);
+}
+
+uint8_t
+kr_float_to_e5m2(float f)
+{
+    return kr_f32_to_e5m2(f);
+}
+
+/* --- scalars -------------------------------------------------------------------------------- */
+
+/*
+ * A double rounded to float with round-to-odd: an inexact result gets an odd last bit. Rounding
+ * that float again to nearest-even in a format at least two bits narrower (float16, bfloat16,
+ * fp8) gives the double's correctly rounded value, where plain double -> float -> format could
+ * round twice the wrong way (a value just above a halfway point landing on it).
+ */
+static float
+kr_f32_round_odd(double v)
+{
+    float f = (float)v;
+    uint32_t u = kr_f32_bits(f);
+
+    if ((double)f != v && v == v && (u & 1u) == 0) {
+        /* Step one unit toward v: in magnitude away from zero if v is the larger, else back
+         * (infinity steps back to the largest finite float). */
+        double mag_v = v < 0 ? -v : v;
+        double mag_f = f < 0 ? -(double)f : (double)f;
+        u = mag_v > mag_f ? u + 1u : u - 1u;
+        f = kr_f32_from_bits(u);
+    }
+    return f;
+}
+
+/* Truncates toward zero and saturates to [lo, hi]; NaN gives 0. */
+static int64_t
+kr_double_to_int(double v, double lo, double hi)
+{
+    if (v != v) {
+        return 0;
+    }
+    v = v < lo ? lo : v > hi ? hi : v;
+    return (int64_t)v;
+}
+
+void
+kr_scalar_from_double(ncclDataType_t type, double value, uint8_t out[8])
+{
+    union {
+        int8_t i8;
+        uint8_t u8;
+        int32_t i32;
+        uint32_t u32;
+        int64_t i64;
+        uint64_t u64;
+        uint16_t u16;
+        float f32;
+        double f64;
+    } v = {.u64 = 0};
+    unsigned env = kr_fenv_enter();
+
+    switch (type) {
+    case ncclInt8:
+        v.i8 = (int8_t)kr_double_to_int(value, INT8_MIN, INT8_MAX);
+        break;
+    case ncclUint8:
+        v.u8 = (uint8_t)kr_double_to_int(value, 0, UINT8_MAX);
+        break;
+    case ncclInt32:
+        v.i32 = (int32_t)kr_double_to_int(value, INT32_MIN, INT32_MAX);
+        break;
+    case ncclUint32:
+        v.u32 = (uint32_t)kr_double_to_int(value, 0, UINT32_MAX);
+        break;
+    case ncclInt64:
+        /* INT64_MAX is not a double: 2^63 and beyond saturate before the conversion. */
+        v.i64 = value >= 0x1p63 ? INT64_MAX : kr_double_to_int(value, -0x1p63, 0x1p63);
+        break;
+    case ncclUint64:
+        v.u64 = value >= 0x1p64 ? UINT64_MAX : value > 0 ? (uint64_t)value : 0;
+        break;
+    case ncclFloat16:
+        v.u16 = kr_f32_to_f16(kr_f32_round_odd(value));
+        break;
+    case ncclFloat32:
+        v.f32 = (float)value;
+        break;
+    case ncclFloat64:
+        v.f64 = value;
+        break;
+    case ncclBfloat16:
+        v.u16 = kr_f32_to_bf16(kr_f32_round_odd(value));
+        break;
+    case ncclFloat8e4m3:
+        v.u8 = kr_f32_to_e4m3(kr_f32_round_odd(value));
+        break;
+    case ncclFloat8e5m2:
+        v.u8 = kr_f32_to_e5m2(kr_f32_round_odd(value));
+        break;
+    default:
+        assert(!"kr_scalar_from_double: invalid datatype");
+    }
+    kr_fenv_leave(env);
+    memcpy(out, &v, 8);
+}
+
+double
+kr_scalar_to_double(ncclDataType_t type, const void *elem)
+{
+    union {
+        int8_t i8;
+        uint8_t u8;
+        int32_t i32;
+        uint32_t u32;
+        int64_t i64;
+        uint64_t u64;
+        uint16_t u16;
+        float f32;
+        double f64;
+    } v;
+
+    memcpy(&v, elem, kr_type_size(type));
+    switch (type) {
+    case ncclInt8:
+        return v.i8;
+    case ncclUint8:
+        return v.u8;
+    case ncclInt32:
+        return v.i32;
+    case ncclUint32:
+        return v.u32;
+    case ncclInt64:
+        return (double)v.i64;
+    case ncclUint64:
+        return (double)v.u64;
+    case ncclFloat16:
+        return kr_f16_to_f32(v.u16);
+    case ncclFloat32:
+        return v.f32;
+    case ncclFloat64:
+        return v.f64;
+    case ncclBfloat16:
+        return kr_bf16_to_f32(v.u16);
+    case ncclFloat8e4m3:
+        return kr_e4m3_to_f32(v.u8);
+    case ncclFloat8e5m2:
+        return kr_e5m2_to_f32(v.u8);
+    default:
+        assert(!"kr_scalar_to_double: invalid datatype");
+        return 0;
+    }
+}

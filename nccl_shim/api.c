@@ -1,0 +1,698 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Every exported function of the NCCL ABI (device-side API entry points are in api_device.c)
+ * and its pncclX profiling alias: argument checks, one log line, then hand-off to comm.c,
+ * group.c or the bootstrap. Definitions are checked against the genuine nccl.h prototypes by
+ * the compiler. Each call starts by clearing the thread's last-error text, so
+ * ncclGetLastError describes the most recent failing call.
+ */
+#include <nccl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "device.h"
+#include "group.h"
+#include "op.h"
+#include "tag.h"
+
+#include "api.h"
+
+#define NCCL_CONFIG_MAGIC 0xcafebeef
+
+/* --- version, ids, errors -------------------------------------------------------------------*/
+
+SHIM_API ncclResult_t
+ncclGetVersion(int *version)
+{
+    shim_error_clear();
+    if (version == NULL) {
+        WARN("ncclGetVersion: version is NULL");
+        return ncclInvalidArgument;
+    }
+    shim_log_banner();
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclGetVersion)
+
+SHIM_API ncclResult_t
+ncclGetUniqueId(ncclUniqueId *unique_id)
+{
+    shim_error_clear();
+    if (unique_id == NULL) {
+        WARN("ncclGetUniqueId: uniqueId is NULL");
+        return ncclInvalidArgument;
+    }
+    shim_log_banner();
+    return shim_bootstrap_get_unique_id(unique_id);
+}
+SHIM_ALIAS(ncclGetUniqueId)
+
+SHIM_API const char *
+ncclGetErrorString(ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the ncclshim developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
+    }
+}
+SHIM_ALIAS(ncclGetErrorString)
+
+SHIM_API const char *
+ncclGetLastError(ncclComm_t comm)
+{
+    /* comm is only a hint; a stale handle must not be dereferenced. */
+    return shim_error_last(comm != NULL && shim_comm_check(comm, "") == ncclSuccess ? comm : NULL);
+}
+SHIM_ALIAS(ncclGetLastError)
+
+SHIM_API void
+ncclResetDebugInit(void)
+{
+    shim_log_reset();
+}
+SHIM_ALIAS(ncclResetDebugInit)
+
+/* Exported by the genuine library though absent from nccl.h. */
+SHIM_API void ncclResetDebugInitInternal(void);
+SHIM_API void
+ncclResetDebugInitInternal(void)
+{
+    shim_log_reset();
+}
+
+/* --- communicators --------------------------------------------------------------------------*/
+
+/* Reads a user's ncclConfig_t as NCCL does: size, magic and version say which fields exist;
+ * fields newer than the version are ignored; values we have no use for are accepted. */
+static ncclResult_t
+shim_api_read_config(const ncclConfig_t *config, bool *blocking_out)
+{
+    *blocking_out = true;
+    if (config == NULL) {
+        return ncclSuccess;
+    }
+    if (config->magic != NCCL_CONFIG_MAGIC) {
+        WARN("ncclConfig_t has magic 0x%x, not 0x%x: initialize it with NCCL_CONFIG_INITIALIZER",
+             config->magic, NCCL_CONFIG_MAGIC);
+        return ncclInvalidArgument;
+    }
+    if (config->version < NCCL_VERSION(2, 14, 0) ||
+        config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
+        WARN("ncclConfig_t version %u / size %zu is older than any NCCL that had configs",
+             config->version, config->size);
+        return ncclInvalidArgument;
+    }
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
+        *blocking_out = config->blocking != 0;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t
+shim_api_init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *id, int rank,
+                   const ncclConfig_t *config, const char *api)
+{
+    struct shim_comm_args args = {.nranks = nranks, .rank = rank, .id = *id};
+    ncclResult_t res;
+
+    if (comm == NULL) {
+        WARN("%s: comm is NULL", api);
+        return ncclInvalidArgument;
+    }
+    if (nranks < 1 || nranks > SHIM_TAG_MAX_RANKS) {
+        WARN("%s: nranks %d is out of range 1..%d", api, nranks, SHIM_TAG_MAX_RANKS);
+        return ncclInvalidArgument;
+    }
+    if (rank < 0 || rank >= nranks) {
+        WARN("%s: rank %d is out of range for nranks %d", api, rank, nranks);
+        return ncclInvalidArgument;
+    }
+    SHIM_CHECK(shim_api_read_config(config, &args.blocking));
+    args.cuda_dev = shim_device_current();
+    INFO(SHIM_INIT, "%s: comm %p rank %d nranks %d cudaDev %d blocking %d", api, (void *)comm,
+         rank, nranks, args.cuda_dev, (int)args.blocking);
+
+    bool grouped = shim_group_active();
+    bool blocking = args.blocking;
+    if (grouped) {
+        /* Inside a group every rank of a clique must join at once: ncclGroupEnd waits. */
+        args.blocking = false;
+    }
+    res = shim_comm_init(&args, comm);
+    if (res == ncclInProgress && grouped) {
+        SHIM_CHECK(shim_group_add_init(*comm));
+        return blocking ? ncclSuccess : ncclInProgress;
+    }
+    return res;
+}
+
+SHIM_API ncclResult_t
+ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                       ncclConfig_t *config)
+{
+    shim_error_clear();
+    return shim_api_init_rank(comm, nranks, &commId, rank, config, "ncclCommInitRankConfig");
+}
+SHIM_ALIAS(ncclCommInitRankConfig)
+
+SHIM_API ncclResult_t
+ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    shim_error_clear();
+    return shim_api_init_rank(comm, nranks, &commId, rank, NULL, "ncclCommInitRank");
+}
+SHIM_ALIAS(ncclCommInitRank)
+
+SHIM_API ncclResult_t
+ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                         ncclUniqueId *commIds, ncclConfig_t *config)
+{
+    shim_error_clear();
+    if (nId < 1 || commIds == NULL) {
+        WARN("ncclCommInitRankScalable: need at least one unique id (nId %d, commIds %p)", nId,
+             (void *)commIds);
+        return ncclInvalidArgument;
+    }
+    /* Every rank passes the same ids in the same order, and our root serves any number of
+     * ranks, so the first id alone is a complete rendezvous. */
+    return shim_api_init_rank(newcomm, nranks, &commIds[0], myrank, config,
+                              "ncclCommInitRankScalable");
+}
+SHIM_ALIAS(ncclCommInitRankScalable)
+
+SHIM_API ncclResult_t
+ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    shim_error_clear();
+    if (comms == NULL || ndev < 1) {
+        WARN("ncclCommInitAll: comms %p, ndev %d: need an array of ndev >= 1 handles",
+             (void *)comms, ndev);
+        return ncclInvalidArgument;
+    }
+    shim_log_banner();
+    return shim_comm_init_all(comms, ndev, devlist);
+}
+SHIM_ALIAS(ncclCommInitAll)
+
+SHIM_API ncclResult_t
+ncclCommFinalize(ncclComm_t comm)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommFinalize"));
+    shim_comm_bind(comm);
+    ncclResult_t res = shim_comm_finalize(comm);
+    shim_comm_bind(NULL);
+    return res;
+}
+SHIM_ALIAS(ncclCommFinalize)
+
+SHIM_API ncclResult_t
+ncclCommDestroy(ncclComm_t comm)
+{
+    shim_error_clear();
+    if (comm == NULL) {
+        return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
+    }
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommDestroy"));
+    shim_comm_bind(comm);
+    return shim_comm_destroy(comm); /* unbinds */
+}
+SHIM_ALIAS(ncclCommDestroy)
+
+SHIM_API ncclResult_t
+ncclCommAbort(ncclComm_t comm)
+{
+    shim_error_clear();
+    if (comm == NULL) {
+        return ncclSuccess;
+    }
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommAbort"));
+    shim_comm_bind(comm);
+    return shim_comm_abort(comm); /* unbinds */
+}
+SHIM_ALIAS(ncclCommAbort)
+
+SHIM_API ncclResult_t
+ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommGetAsyncError"));
+    if (asyncError == NULL) {
+        WARN("ncclCommGetAsyncError: asyncError is NULL");
+        return ncclInvalidArgument;
+    }
+    *asyncError = shim_comm_async_error(comm);
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclCommGetAsyncError)
+
+/* The three queries share their checks. */
+static ncclResult_t
+shim_api_query(const ncclComm_t comm, const int *out, const char *api)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, api));
+    if (out == NULL) {
+        WARN("%s: output pointer is NULL", api);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+SHIM_API ncclResult_t
+ncclCommCount(const ncclComm_t comm, int *count)
+{
+    SHIM_CHECK(shim_api_query(comm, count, "ncclCommCount"));
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclCommCount)
+
+SHIM_API ncclResult_t
+ncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    SHIM_CHECK(shim_api_query(comm, device, "ncclCommCuDevice"));
+    *device = comm->cuda_dev;
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclCommCuDevice)
+
+SHIM_API ncclResult_t
+ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    SHIM_CHECK(shim_api_query(comm, rank, "ncclCommUserRank"));
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclCommUserRank)
+
+/* What this version does not do yet: a clear ncclInvalidUsage, never a missing symbol. */
+static ncclResult_t
+shim_api_unsupported(const char *api)
+{
+    shim_error_clear();
+    WARN("%s is not supported by ncclshim yet", api);
+    return ncclInvalidUsage;
+}
+
+SHIM_API ncclResult_t
+ncclCommRevoke(ncclComm_t comm, int revokeFlags)
+{
+    (void)comm, (void)revokeFlags;
+    return shim_api_unsupported("ncclCommRevoke");
+}
+SHIM_ALIAS(ncclCommRevoke)
+
+SHIM_API ncclResult_t
+ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    (void)comm, (void)color, (void)key, (void)newcomm, (void)config;
+    return shim_api_unsupported("ncclCommSplit");
+}
+SHIM_ALIAS(ncclCommSplit)
+
+SHIM_API ncclResult_t
+ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+               ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
+{
+    (void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm, (void)config;
+    (void)shrinkFlags;
+    return shim_api_unsupported("ncclCommShrink");
+}
+SHIM_ALIAS(ncclCommShrink)
+
+SHIM_API ncclResult_t
+ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                       int winFlags)
+{
+    (void)comm, (void)buff, (void)size, (void)win, (void)winFlags;
+    return shim_api_unsupported("ncclCommWindowRegister (symmetric memory)");
+}
+SHIM_ALIAS(ncclCommWindowRegister)
+
+SHIM_API ncclResult_t
+ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
+{
+    (void)comm, (void)win;
+    return shim_api_unsupported("ncclCommWindowDeregister (symmetric memory)");
+}
+SHIM_ALIAS(ncclCommWindowDeregister)
+
+SHIM_API ncclResult_t
+ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
+{
+    (void)simInfo;
+    return shim_api_unsupported("ncclGroupSimulateEnd");
+}
+SHIM_ALIAS(ncclGroupSimulateEnd)
+
+/* Registration is a performance hint in NCCL; we send from and receive into user buffers
+ * as they are, so a handle that remembers nothing is the whole implementation. */
+SHIM_API ncclResult_t
+ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommRegister"));
+    if (handle == NULL || (buff == NULL && size > 0)) {
+        WARN("ncclCommRegister: buff %p size %zu handle %p", buff, size, (void *)handle);
+        return ncclInvalidArgument;
+    }
+    *handle = comm; /* any non-NULL value; ncclCommDeregister only checks it */
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclCommRegister)
+
+SHIM_API ncclResult_t
+ncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommDeregister"));
+    if (handle != comm) {
+        WARN("ncclCommDeregister: handle %p was not registered on comm %p", handle,
+             (void *)comm);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclCommDeregister)
+
+/* ncclMemAlloc: device memory in NCCL. Without a driver the buffers our host path works on
+ * are plain page-aligned host memory. */
+SHIM_API ncclResult_t
+ncclMemAlloc(void **ptr, size_t size)
+{
+    shim_error_clear();
+    if (ptr == NULL) {
+        WARN("ncclMemAlloc: ptr is NULL");
+        return ncclInvalidArgument;
+    }
+    if (shim_device_driver_present()) {
+        return shim_api_unsupported("ncclMemAlloc of device memory");
+    }
+    if (posix_memalign(ptr, 4096, size ? size : 1) != 0) {
+        WARN("ncclMemAlloc: cannot allocate %zu bytes of host memory", size);
+        return ncclSystemError;
+    }
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclMemAlloc)
+
+SHIM_API ncclResult_t
+ncclMemFree(void *ptr)
+{
+    shim_error_clear();
+    if (shim_device_driver_present()) {
+        return shim_api_unsupported("ncclMemFree of device memory");
+    }
+    free(ptr);
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclMemFree)
+
+/* --- reduction operators --------------------------------------------------------------------*/
+
+SHIM_API ncclResult_t
+ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                         ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    struct kr_redop redop = {.kind = KR_PREMULSUM, .type = datatype};
+
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclRedOpCreatePreMulSum"));
+    if (op == NULL || scalar == NULL) {
+        WARN("ncclRedOpCreatePreMulSum: op %p and scalar %p must not be NULL", (void *)op,
+             scalar);
+        return ncclInvalidArgument;
+    }
+    if (kr_type_size(datatype) == 0) {
+        WARN("ncclRedOpCreatePreMulSum: invalid datatype %d", (int)datatype);
+        return ncclInvalidArgument;
+    }
+    if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice) {
+        WARN("ncclRedOpCreatePreMulSum: invalid residence %d", (int)residence);
+        return ncclInvalidArgument;
+    }
+    const void *deferred = NULL;
+    if (residence == ncclScalarHostImmediate) {
+        memcpy(redop.scalar, scalar, kr_type_size(datatype));
+    } else if (shim_device_is_device_ptr(scalar)) {
+        return shim_api_unsupported("a PreMulSum scalar in device memory");
+    } else {
+        deferred = scalar; /* read when each collective starts, as NCCL reads it then */
+    }
+    return shim_comm_redop_create(comm, &redop, deferred, op);
+}
+SHIM_ALIAS(ncclRedOpCreatePreMulSum)
+
+SHIM_API ncclResult_t
+ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclRedOpDestroy"));
+    if ((int)op < (int)ncclNumOps) {
+        WARN("ncclRedOpDestroy: op %d is built in and cannot be destroyed", (int)op);
+        return ncclInvalidArgument;
+    }
+    return shim_comm_redop_destroy(comm, op);
+}
+SHIM_ALIAS(ncclRedOpDestroy)
+
+/* --- collectives ----------------------------------------------------------------------------*/
+
+static bool
+shim_coll_reduces(enum shim_coll coll)
+{
+    return coll == SHIM_COLL_ALLREDUCE || coll == SHIM_COLL_REDUCE ||
+           coll == SHIM_COLL_REDUCESCATTER;
+}
+
+static bool
+shim_coll_rooted(enum shim_coll coll)
+{
+    return coll == SHIM_COLL_BROADCAST || coll == SHIM_COLL_REDUCE ||
+           coll == SHIM_COLL_GATHER || coll == SHIM_COLL_SCATTER || coll == SHIM_COLL_SEND ||
+           coll == SHIM_COLL_RECV;
+}
+
+/* Checks that hold for every collective and point-to-point call. */
+static ncclResult_t
+shim_api_check_op(struct shim_op *op, const char *api)
+{
+    struct ncclComm *comm = op->comm;
+    size_t elem_size = kr_type_size(op->datatype);
+
+    SHIM_CHECK(shim_comm_check_ready(comm, api));
+    if (elem_size == 0) {
+        WARN("%s: invalid datatype %d", api, (int)op->datatype);
+        return ncclInvalidArgument;
+    }
+    if (op->count > SIZE_MAX / elem_size / (size_t)comm->nranks) {
+        WARN("%s: count %zu of %s overflows the address space", api, op->count,
+             kr_type_name(op->datatype));
+        return ncclInvalidArgument;
+    }
+    if (shim_coll_reduces(op->coll)) {
+        SHIM_CHECK(shim_comm_redop_resolve(comm, op->user_op, op->datatype, &op->redop));
+    } else {
+        op->redop = (struct kr_redop){.kind = KR_SUM, .type = op->datatype}; /* copies only */
+    }
+    if (shim_coll_rooted(op->coll) && (op->root < 0 || op->root >= comm->nranks)) {
+        WARN("%s: %s %d is out of range for %d ranks", api,
+             op->coll == SHIM_COLL_SEND || op->coll == SHIM_COLL_RECV ? "peer" : "root",
+             op->root, comm->nranks);
+        return ncclInvalidArgument;
+    }
+    if (op->count > 0 && (op->sendbuff == NULL || op->recvbuff == NULL)) {
+        WARN("%s: sendbuff %p or recvbuff %p is NULL with count %zu", api, op->sendbuff,
+             op->recvbuff, op->count);
+        return ncclInvalidArgument;
+    }
+    if (shim_device_is_device_ptr(op->sendbuff) || shim_device_is_device_ptr(op->recvbuff)) {
+        WARN("%s: device memory is not supported by ncclshim yet; pass host buffers", api);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+/* Every collective: checks, the NCCL-style log line, then the group (or a group of one). */
+static ncclResult_t
+shim_api_collective(struct shim_op *op, const char *api)
+{
+    ncclResult_t res;
+
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(op->comm, api));
+    shim_comm_bind(op->comm);
+    SHIM_CHECK_GOTO(shim_api_check_op(op, api), res, out);
+    INFO(SHIM_COLL, "%s: opCount %x sendbuff %p recvbuff %p count %zu datatype %d op %d "
+         "root %d comm %p [nranks=%d] stream %p", shim_coll_name(op->coll), op->comm->seq,
+         op->sendbuff, op->recvbuff, op->count, (int)op->datatype, (int)op->user_op, op->root,
+         (void *)op->comm, op->comm->nranks, (void *)op->stream);
+    res = shim_group_enqueue(op);
+out:
+    if (SHIM_FAILED(res)) {
+        shim_group_fail(res);
+    }
+    shim_comm_bind(NULL);
+    return res;
+}
+
+SHIM_API ncclResult_t
+ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+              ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_ALLREDUCE, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
+                           .user_op = op, .root = -1, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclAllReduce");
+}
+SHIM_ALIAS(ncclAllReduce)
+
+SHIM_API ncclResult_t
+ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+           ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_REDUCE, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
+                           .user_op = op, .root = root, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclReduce");
+}
+SHIM_ALIAS(ncclReduce)
+
+SHIM_API ncclResult_t
+ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+              int root, ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_BROADCAST, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
+                           .root = root, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclBroadcast");
+}
+SHIM_ALIAS(ncclBroadcast)
+
+SHIM_API ncclResult_t
+ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+          cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_BROADCAST, .sendbuff = buff, .recvbuff = buff,
+                           .count = count, .datatype = datatype, .root = root,
+                           .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclBcast");
+}
+SHIM_ALIAS(ncclBcast)
+
+SHIM_API ncclResult_t
+ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                  ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_REDUCESCATTER, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = recvcount, .datatype = datatype,
+                           .user_op = op, .root = -1, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclReduceScatter");
+}
+SHIM_ALIAS(ncclReduceScatter)
+
+SHIM_API ncclResult_t
+ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+              ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_ALLGATHER, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = sendcount, .datatype = datatype,
+                           .root = -1, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclAllGather");
+}
+SHIM_ALIAS(ncclAllGather)
+
+SHIM_API ncclResult_t
+ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+             ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_ALLTOALL, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
+                           .root = -1, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclAlltoAll");
+}
+SHIM_ALIAS(ncclAlltoAll)
+
+SHIM_API ncclResult_t
+ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+           int root, ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_GATHER, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
+                           .root = root, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclGather");
+}
+SHIM_ALIAS(ncclGather)
+
+SHIM_API ncclResult_t
+ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+            int root, ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_SCATTER, .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
+                           .root = root, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclScatter");
+}
+SHIM_ALIAS(ncclScatter)
+
+SHIM_API ncclResult_t
+ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_SEND, .sendbuff = sendbuff,
+                           .recvbuff = (void *)sendbuff, .count = count, .datatype = datatype,
+                           .root = peer, .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclSend");
+}
+SHIM_ALIAS(ncclSend)
+
+SHIM_API ncclResult_t
+ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream)
+{
+    struct shim_op desc = {.coll = SHIM_COLL_RECV, .sendbuff = recvbuff, .recvbuff = recvbuff,
+                           .count = count, .datatype = datatype, .root = peer,
+                           .stream = stream, .comm = comm};
+    return shim_api_collective(&desc, "ncclRecv");
+}
+SHIM_ALIAS(ncclRecv)
+
+/* --- groups ---------------------------------------------------------------------------------*/
+
+SHIM_API ncclResult_t
+ncclGroupStart(void)
+{
+    shim_error_clear();
+    return shim_group_start();
+}
+SHIM_ALIAS(ncclGroupStart)
+
+SHIM_API ncclResult_t
+ncclGroupEnd(void)
+{
+    /* No shim_error_clear: a call that failed inside the group keeps its message. */
+    return shim_group_end();
+}
+SHIM_ALIAS(ncclGroupEnd)

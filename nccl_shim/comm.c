@@ -1,0 +1,542 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Communicator lifecycle: init (blocking, non-blocking on a thread of its own, and several at
+ * once for ncclCommInitAll), finalize, destroy, abort; the registry that tells a live
+ * communicator from a destroyed one; errors; the scratch cache; PreMulSum operators.
+ *
+ * Init is: create the transport worker, trade worker addresses through the bootstrap root,
+ * connect to every peer. Every later exchange between ranks goes over the transport.
+ */
+#include "comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "check.h"
+#include "device.h"
+#include "env.h"
+#include "exec.h"
+#include "transports/transport.h"
+
+/* Live communicators, so a destroyed or made-up handle is an error and not a crash. */
+static pthread_mutex_t shim_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm *shim_comm_registry;
+
+static __thread struct ncclComm *shim_comm_bound;
+
+static void
+shim_comm_register(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&shim_comm_registry_lock);
+    comm->next_live = shim_comm_registry;
+    shim_comm_registry = comm;
+    pthread_mutex_unlock(&shim_comm_registry_lock);
+}
+
+static void
+shim_comm_unregister(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&shim_comm_registry_lock);
+    for (struct ncclComm **link = &shim_comm_registry; *link != NULL;
+         link = &(*link)->next_live) {
+        if (*link == comm) {
+            *link = comm->next_live;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shim_comm_registry_lock);
+}
+
+static bool
+shim_comm_is_live(const struct ncclComm *comm)
+{
+    bool live = false;
+
+    pthread_mutex_lock(&shim_comm_registry_lock);
+    for (const struct ncclComm *c = shim_comm_registry; c != NULL && !live; c = c->next_live) {
+        live = c == comm;
+    }
+    pthread_mutex_unlock(&shim_comm_registry_lock);
+    return live;
+}
+
+void
+shim_comm_bind(struct ncclComm *comm)
+{
+    shim_comm_bound = comm;
+    shim_error_bind_comm(comm);
+}
+
+int
+shim_comm_current_dev(void)
+{
+    return shim_comm_bound != NULL ? shim_comm_bound->cuda_dev : -1;
+}
+
+ncclResult_t
+shim_comm_check(const struct ncclComm *comm, const char *api)
+{
+    if (comm == NULL) {
+        WARN("%s: communicator is NULL", api);
+        return ncclInvalidArgument;
+    }
+    if (!shim_comm_is_live(comm)) {
+        WARN("%s: communicator %p is not a live communicator (destroyed, or never created)",
+             api, (const void *)comm);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+/* Waits for a non-blocking init's thread, once. */
+static void
+shim_comm_join_init(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (comm->init_thread_live) {
+        pthread_join(comm->init_thread, NULL);
+        comm->init_thread_live = false;
+    }
+    pthread_mutex_unlock(&comm->lock);
+}
+
+ncclResult_t
+shim_comm_check_ready(struct ncclComm *comm, const char *api)
+{
+    SHIM_CHECK(shim_comm_check(comm, api));
+    enum shim_comm_state state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+    if (state == SHIM_COMM_INITIALIZING) {
+        /* A collective on a communicator still joining: wait for the join, as NCCL would
+         * order it behind init. */
+        shim_comm_join_init(comm);
+        state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+    }
+    switch (state) {
+    case SHIM_COMM_READY:
+        return ncclSuccess;
+    case SHIM_COMM_FINALIZED:
+        WARN("%s: communicator %p was finalized", api, (void *)comm);
+        return ncclInvalidUsage;
+    default:
+        WARN("%s: communicator %p has failed (%s); only ncclCommAbort/Destroy remain", api,
+             (void *)comm, ncclGetErrorString(comm->async_error));
+        return ncclInvalidUsage;
+    }
+}
+
+ncclResult_t
+shim_comm_async_error(struct ncclComm *comm)
+{
+    if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == SHIM_COMM_INITIALIZING) {
+        return ncclInProgress;
+    }
+    shim_comm_join_init(comm);
+    return __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+}
+
+ncclResult_t
+shim_comm_wait_init(struct ncclComm *comm)
+{
+    shim_comm_join_init(comm);
+    return __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+}
+
+void
+shim_comm_set_async_error(struct ncclComm *comm, ncclResult_t res)
+{
+    ncclResult_t none = ncclSuccess;
+    __atomic_compare_exchange_n(&comm->async_error, &none, res, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+    __atomic_store_n(&comm->state, SHIM_COMM_FAILED, __ATOMIC_RELEASE);
+}
+
+void
+shim_comm_set_last_error(struct ncclComm *comm, const char *text)
+{
+    pthread_mutex_lock(&comm->lock);
+    snprintf(comm->last_error, sizeof(comm->last_error), "%s", text);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+const char *
+shim_comm_last_error(const struct ncclComm *comm)
+{
+    return comm->last_error;
+}
+
+/* Worker, address exchange through the bootstrap root, endpoints to every peer. */
+static ncclResult_t
+shim_comm_connect(struct ncclComm *comm, const ncclUniqueId *id)
+{
+    struct shim_bootstrap_table *table;
+    const void *addr, **addrs;
+    size_t len;
+    ncclResult_t res;
+
+    SHIM_CHECK(tp_worker_create(&comm->tp));
+    SHIM_CHECK(tp_worker_address(comm->tp, &addr, &len));
+    int timeout_ms = (int)shim_env_int(SHIM_ENV_BOOTSTRAP_TIMEOUT) * 1000;
+    SHIM_CHECK(shim_bootstrap_exchange(id, comm->rank, comm->nranks, addr, len, timeout_ms,
+                                       &table));
+    /* Ids from NCCL_COMM_ID repeat across communicators; the root's session does not. */
+    comm->id_hash ^= table->session;
+    comm->tag_base = (uint8_t)(comm->id_hash >> 56);
+    SHIM_CHECK_GOTO(shim_calloc(&addrs, (size_t)comm->nranks), res, out_table);
+    for (int r = 0; r < comm->nranks; r++) {
+        addrs[r] = table->data + table->offsets[r];
+    }
+    res = tp_worker_connect(comm->tp, comm->nranks, comm->rank, addrs, table->lens);
+    free(addrs);
+out_table:
+    shim_bootstrap_table_free(table);
+    return res;
+}
+
+static ncclResult_t
+shim_comm_init_body(struct ncclComm *comm, const ncclUniqueId *id)
+{
+    shim_comm_bind(comm);
+    shim_log_banner();
+    ncclResult_t res = shim_comm_connect(comm, id);
+    if (res == ncclSuccess) {
+        __atomic_store_n(&comm->state, SHIM_COMM_READY, __ATOMIC_RELEASE);
+        INFO(SHIM_INIT, "comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)comm,
+             comm->rank, comm->nranks, comm->cuda_dev);
+    } else {
+        shim_comm_set_async_error(comm, res);
+    }
+    shim_comm_bind(NULL);
+    return res;
+}
+
+struct shim_comm_init_job {
+    struct ncclComm *comm;
+    ncclUniqueId id;
+};
+
+static void *
+shim_comm_init_thread(void *arg)
+{
+    struct shim_comm_init_job *job = arg;
+    shim_comm_init_body(job->comm, &job->id);
+    free(job);
+    return NULL;
+}
+
+static ncclResult_t
+shim_comm_alloc(const struct shim_comm_args *args, struct ncclComm **comm_out)
+{
+    struct ncclComm *comm;
+    uint64_t id_hash;
+
+    SHIM_CHECK(shim_bootstrap_id_hash(&args->id, &id_hash));
+    SHIM_CHECK(shim_calloc(&comm, 1));
+    comm->id_hash = id_hash;
+    comm->magic = SHIM_COMM_MAGIC;
+    comm->rank = args->rank;
+    comm->nranks = args->nranks;
+    comm->cuda_dev = args->cuda_dev;
+    comm->blocking = args->blocking;
+    comm->state = SHIM_COMM_INITIALIZING;
+    comm->chunk_bytes = (size_t)shim_env_int(SHIM_ENV_CHUNK_BYTES);
+    comm->ring_slots = (int)shim_env_int(SHIM_ENV_RING_SLOTS);
+    if (comm->chunk_bytes == 0 || comm->ring_slots < 1 || comm->ring_slots > 64) {
+        WARN("NCCLSHIM_CHUNK_BYTES must be > 0 and NCCLSHIM_RING_SLOTS in 1..64 (got %zu, %d)",
+             comm->chunk_bytes, comm->ring_slots);
+        free(comm);
+        return ncclInvalidArgument;
+    }
+    pthread_mutex_init(&comm->lock, NULL);
+    *comm_out = comm;
+    return ncclSuccess;
+}
+
+static void
+shim_comm_free(struct ncclComm *comm)
+{
+    shim_comm_unregister(comm);
+    if (comm->tp != NULL) {
+        tp_worker_destroy(comm->tp);
+    }
+    free(comm->scratch);
+    pthread_mutex_destroy(&comm->lock);
+    comm->magic = SHIM_COMM_DEAD;
+    free(comm);
+}
+
+ncclResult_t
+shim_comm_init(const struct shim_comm_args *args, struct ncclComm **comm_out)
+{
+    struct ncclComm *comm;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_comm_alloc(args, &comm));
+    shim_comm_register(comm);
+    if (args->blocking) {
+        SHIM_CHECK_GOTO(shim_comm_init_body(comm, &args->id), res, err_free);
+        *comm_out = comm;
+        return ncclSuccess;
+    }
+
+    struct shim_comm_init_job *job;
+    SHIM_CHECK_GOTO(shim_calloc(&job, 1), res, err_free);
+    job->comm = comm;
+    job->id = args->id;
+    if (pthread_create(&comm->init_thread, NULL, shim_comm_init_thread, job) != 0) {
+        WARN("rank %d: cannot start the init thread: %s", args->rank, strerror(errno));
+        free(job);
+        res = ncclSystemError;
+        goto err_free;
+    }
+    comm->init_thread_live = true;
+    *comm_out = comm;
+    return ncclInProgress;
+
+err_free:
+    shim_comm_free(comm);
+    return res;
+}
+
+struct shim_comm_init_all_job {
+    struct shim_comm_args args;
+    struct ncclComm *comm;
+    ncclResult_t res;
+};
+
+static void *
+shim_comm_init_all_thread(void *arg)
+{
+    struct shim_comm_init_all_job *job = arg;
+    job->res = shim_comm_init(&job->args, &job->comm);
+    return NULL;
+}
+
+ncclResult_t
+shim_comm_init_all(struct ncclComm **comms, int ncomms, const int *devlist)
+{
+    struct shim_comm_init_all_job *jobs;
+    pthread_t *threads;
+    ncclUniqueId id;
+    ncclResult_t res = ncclSuccess;
+    int started = 0;
+
+    SHIM_CHECK(shim_bootstrap_private_id(&id));
+    SHIM_CHECK(shim_calloc(&jobs, (size_t)ncomms));
+    SHIM_CHECK_GOTO(shim_calloc(&threads, (size_t)ncomms), res, out_jobs);
+    /* Every rank joins the rendezvous at once, so each needs a thread of its own. */
+    for (; started < ncomms; started++) {
+        struct shim_comm_init_all_job *job = &jobs[started];
+        job->args = (struct shim_comm_args){.nranks = ncomms, .rank = started, .id = id,
+                                            .blocking = true,
+                                            .cuda_dev = devlist ? devlist[started] : started};
+        if (pthread_create(&threads[started], NULL, shim_comm_init_all_thread, job) != 0) {
+            WARN("ncclCommInitAll: cannot start thread %d: %s", started, strerror(errno));
+            res = ncclSystemError;
+            break;
+        }
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(threads[i], NULL);
+        if (res == ncclSuccess && jobs[i].res != ncclSuccess) {
+            res = jobs[i].res;
+        }
+    }
+    for (int i = 0; i < started; i++) {
+        if (res == ncclSuccess) {
+            comms[i] = jobs[i].comm;
+        } else if (jobs[i].res == ncclSuccess) {
+            shim_comm_abort(jobs[i].comm);
+        }
+    }
+    free(threads);
+out_jobs:
+    free(jobs);
+    return res;
+}
+
+/* Runs one internal op to completion on the calling thread. */
+static ncclResult_t
+shim_comm_run_op(const struct shim_op *op)
+{
+    struct shim_exec *exec;
+
+    SHIM_CHECK(shim_exec_create(op, &exec));
+    ncclResult_t res = shim_exec_run(&exec, 1);
+    shim_exec_destroy(exec);
+    return res;
+}
+
+ncclResult_t
+shim_comm_finalize(struct ncclComm *comm)
+{
+    struct shim_op barrier = {
+        .coll = SHIM_COLL_BARRIER, .datatype = ncclInt8, .root = -1, .comm = comm};
+
+    SHIM_CHECK(shim_comm_check_ready(comm, "ncclCommFinalize"));
+    SHIM_CHECK(shim_comm_run_op(&barrier));
+    __atomic_store_n(&comm->state, SHIM_COMM_FINALIZED, __ATOMIC_RELEASE);
+    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Finalize COMPLETE", (void *)comm, comm->rank,
+         comm->nranks);
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_comm_destroy(struct ncclComm *comm)
+{
+    ncclResult_t res = ncclSuccess;
+
+    shim_comm_join_init(comm);
+    if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == SHIM_COMM_READY) {
+        /* Destroy without finalize: agree with the peers first, as NCCL does, so none is
+         * still waiting on us. A failure here is reported, and teardown goes on. */
+        res = shim_comm_finalize(comm);
+    }
+    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Destroy COMPLETE", (void *)comm, comm->rank,
+         comm->nranks);
+    shim_comm_bind(NULL);
+    shim_comm_free(comm);
+    return res;
+}
+
+ncclResult_t
+shim_comm_abort(struct ncclComm *comm)
+{
+    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    shim_comm_join_init(comm);
+    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void *)comm, comm->rank,
+         comm->nranks);
+    shim_comm_bind(NULL);
+    shim_comm_free(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_comm_scratch_get(struct ncclComm *comm, size_t bytes, void **buf_out)
+{
+    if (bytes == 0) {
+        *buf_out = NULL;
+        return ncclSuccess;
+    }
+    if (comm->scratch != NULL && comm->scratch_bytes >= bytes) {
+        *buf_out = comm->scratch;
+        comm->scratch = NULL;
+        return ncclSuccess;
+    }
+    void *buf = malloc(bytes);
+    if (buf == NULL) {
+        WARN("rank %d: out of memory allocating %zu bytes of scratch", comm->rank, bytes);
+        return ncclSystemError;
+    }
+    *buf_out = buf;
+    return ncclSuccess;
+}
+
+void
+shim_comm_scratch_put(struct ncclComm *comm, void *buf, size_t bytes)
+{
+    if (buf == NULL) {
+        return;
+    }
+    if (comm->scratch == NULL || comm->scratch_bytes < bytes) {
+        free(comm->scratch);
+        comm->scratch = buf;
+        comm->scratch_bytes = bytes;
+    } else {
+        free(buf);
+    }
+}
+
+ncclResult_t
+shim_comm_redop_create(struct ncclComm *comm, const struct kr_redop *redop,
+                       const void *scalar_ptr, ncclRedOp_t *op_out)
+{
+    for (int i = 0; i < SHIM_MAX_USER_OPS; i++) {
+        if (!comm->user_ops[i].in_use) {
+            comm->user_ops[i] = (struct shim_user_op){true, *redop, scalar_ptr};
+            *op_out = (ncclRedOp_t)(ncclNumOps + i);
+            return ncclSuccess;
+        }
+    }
+    WARN("ncclRedOpCreatePreMulSum: communicator %p already has %d operators; destroy some",
+         (void *)comm, SHIM_MAX_USER_OPS);
+    return ncclInvalidUsage;
+}
+
+static struct shim_user_op *
+shim_comm_user_op(struct ncclComm *comm, ncclRedOp_t op)
+{
+    int index = (int)op - (int)ncclNumOps;
+    if (index < 0 || index >= SHIM_MAX_USER_OPS || !comm->user_ops[index].in_use) {
+        return NULL;
+    }
+    return &comm->user_ops[index];
+}
+
+ncclResult_t
+shim_comm_redop_destroy(struct ncclComm *comm, ncclRedOp_t op)
+{
+    struct shim_user_op *user = shim_comm_user_op(comm, op);
+    if (user == NULL) {
+        WARN("ncclRedOpDestroy: op %d was not created on communicator %p (or was destroyed)",
+             (int)op, (void *)comm);
+        return ncclInvalidArgument;
+    }
+    user->in_use = false;
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_comm_redop_resolve(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t datatype,
+                        struct kr_redop *redop_out)
+{
+    struct kr_redop redop = {.type = datatype};
+
+    switch (op) {
+    case ncclSum:
+        redop.kind = KR_SUM;
+        break;
+    case ncclProd:
+        redop.kind = KR_PROD;
+        break;
+    case ncclMax:
+        redop.kind = KR_MAX;
+        break;
+    case ncclMin:
+        redop.kind = KR_MIN;
+        break;
+    case ncclAvg:
+        /* NCCL's numerics: floating types pre-multiply each input by float(1/n) rounded to
+         * the type; integers sum, then divide. */
+        if (kr_type_is_float(datatype)) {
+            redop.kind = KR_PREMULSUM;
+            double scale = datatype == ncclFloat64 ? 1.0 / comm->nranks
+                                                   : (double)(float)(1.0 / comm->nranks);
+            kr_scalar_from_double(datatype, scale, redop.scalar);
+        } else {
+            redop.kind = KR_SUMPOSTDIV;
+            redop.divisor = (uint64_t)comm->nranks;
+        }
+        break;
+    default: {
+        struct shim_user_op *user = shim_comm_user_op(comm, op);
+        if (user == NULL) {
+            WARN("reduction op %d is neither built in nor created on communicator %p",
+                 (int)op, (void *)comm);
+            return ncclInvalidArgument;
+        }
+        if (user->redop.type != datatype) {
+            WARN("reduction op %d was created for datatype %s but the call uses %s", (int)op,
+                 kr_type_name(user->redop.type), kr_type_name(datatype));
+            return ncclInvalidArgument;
+        }
+        redop = user->redop;
+        if (user->scalar_ptr != NULL) {
+            memcpy(redop.scalar, user->scalar_ptr, kr_type_size(datatype));
+        }
+    }
+    }
+    *redop_out = redop;
+    return ncclSuccess;
+}

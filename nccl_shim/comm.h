@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The communicator: its ranks, its transport worker, its state and errors, and the
+ * reduction operators created on it. comm.c holds the lifecycle (init, finalize, destroy,
+ * abort); struct ncclComm is what ncclComm_t points to.
+ */
+#ifndef SHIM_COMM_H
+#define SHIM_COMM_H
+
+#include <nccl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+#define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
+#define SHIM_COMM_DEAD 0xdeadc0de0000deadULL
+#define SHIM_MAX_USER_OPS 64
+
+enum shim_comm_state {
+    SHIM_COMM_INITIALIZING, /* non-blocking init still running */
+    SHIM_COMM_READY,
+    SHIM_COMM_FINALIZED,
+    SHIM_COMM_FAILED,       /* init failed or a peer failed: only destroy/abort remain */
+};
+
+/* A PreMulSum operator made by ncclRedOpCreatePreMulSum. With ncclScalarDevice residence the
+ * scalar is read when each collective starts, from scalar_ptr; otherwise it was copied. */
+struct shim_user_op {
+    bool in_use;
+    struct kr_redop redop;
+    const void *scalar_ptr;
+};
+
+struct ncclComm {
+    uint64_t magic;
+    int rank;
+    int nranks;
+    int cuda_dev;
+    uint64_t id_hash;        /* equal on every rank: from the unique id */
+    uint8_t tag_base;        /* the communicator's bits in every message tag */
+    uint32_t seq;            /* collective sequence number, equal across ranks */
+    struct tp_worker *tp;
+    size_t chunk_bytes;      /* NCCLSHIM_CHUNK_BYTES, read at init */
+    int ring_slots;          /* NCCLSHIM_RING_SLOTS */
+    void *scratch;           /* one cached scratch buffer, reused across ops */
+    size_t scratch_bytes;
+    bool blocking;
+    enum shim_comm_state state;  /* atomic: the init thread writes it */
+    ncclResult_t async_error;    /* atomic */
+    volatile int abort_flag;
+    pthread_t init_thread;
+    bool init_thread_live;
+    struct shim_user_op user_ops[SHIM_MAX_USER_OPS];
+    char last_error[1024];
+    pthread_mutex_t lock;       /* guards last_error and the init thread's join */
+    struct ncclComm *next_live; /* the registry of live communicators (comm.c) */
+};
+
+struct shim_comm_args {
+    int nranks;
+    int rank;
+    ncclUniqueId id;
+    bool blocking;
+    int cuda_dev;
+};
+
+/* Creates a communicator. Blocking: returns once every rank joined. Non-blocking: returns
+ * ncclInProgress with *comm_out set at once; ncclCommGetAsyncError reports completion. */
+ncclResult_t shim_comm_init(const struct shim_comm_args *args, struct ncclComm **comm_out);
+/* Flushes and waits until every rank is done with the communicator. */
+ncclResult_t shim_comm_finalize(struct ncclComm *comm);
+/* Releases local resources; finalizes first if the user did not. */
+ncclResult_t shim_comm_destroy(struct ncclComm *comm);
+/* Local teardown without any peer's help; always returns. */
+ncclResult_t shim_comm_abort(struct ncclComm *comm);
+
+/* ncclInvalidArgument with a WARN unless comm is live (not NULL, not destroyed). */
+ncclResult_t shim_comm_check(const struct ncclComm *comm, const char *api);
+/* As shim_comm_check, and also initialised and not failed: usable for collectives. */
+ncclResult_t shim_comm_check_ready(struct ncclComm *comm, const char *api);
+ncclResult_t shim_comm_async_error(struct ncclComm *comm);
+/* Blocks until a non-blocking init finished; returns its result. */
+ncclResult_t shim_comm_wait_init(struct ncclComm *comm);
+void shim_comm_set_async_error(struct ncclComm *comm, ncclResult_t res);
+
+void shim_comm_set_last_error(struct ncclComm *comm, const char *text);
+const char *shim_comm_last_error(const struct ncclComm *comm);
+/* Makes comm the calling thread's current communicator: WARNs also go to its last-error text
+ * and log lines show its device. NULL unbinds. */
+void shim_comm_bind(struct ncclComm *comm);
+/* The CUDA device of the calling thread's current communicator, for log lines; -1 if none. */
+int shim_comm_current_dev(void);
+/* Creates a fresh unique id for ncclCommInitAll (never from NCCL_COMM_ID). */
+ncclResult_t shim_comm_init_all(struct ncclComm **comms, int ncomms, const int *devlist);
+
+/* Scratch for an op's schedule: reuses the communicator's cached buffer when it is free and
+ * large enough, else allocates. put returns it (keeping the larger buffer cached). */
+ncclResult_t shim_comm_scratch_get(struct ncclComm *comm, size_t bytes, void **buf_out);
+void shim_comm_scratch_put(struct ncclComm *comm, void *buf, size_t bytes);
+
+/* PreMulSum operators: ncclRedOpCreatePreMulSum and ncclRedOpDestroy. */
+/* scalar_ptr: NULL when redop->scalar already holds the value (host-immediate residence),
+ * else where to read it at each call (ncclScalarDevice). */
+ncclResult_t shim_comm_redop_create(struct ncclComm *comm, const struct kr_redop *redop,
+                                    const void *scalar_ptr, ncclRedOp_t *op_out);
+ncclResult_t shim_comm_redop_destroy(struct ncclComm *comm, ncclRedOp_t op);
+/* Resolves a user's op for a call with `datatype` into a concrete kernel op. */
+ncclResult_t shim_comm_redop_resolve(struct ncclComm *comm, ncclRedOp_t op,
+                                     ncclDataType_t datatype, struct kr_redop *redop_out);
+
+#endif

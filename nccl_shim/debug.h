@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Logging with NCCL's switches and NCCL's line format. NCCL_DEBUG picks the level (VERSION,
+ * WARN, INFO, TRACE), NCCL_DEBUG_SUBSYS the subsystems (comma list, '^' excludes) and
+ * NCCL_DEBUG_FILE the destination (%h host, %p pid). Every WARN is also kept as the text that
+ * ncclGetLastError returns, whether or not it is printed. The level is tested before anything
+ * is formatted, so a disabled INFO costs one load and one branch.
+ */
+#ifndef SHIM_DEBUG_H
+#define SHIM_DEBUG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum shim_log_level {
+    SHIM_LOG_NONE = 0,
+    SHIM_LOG_VERSION = 1,
+    SHIM_LOG_WARN = 2,
+    SHIM_LOG_INFO = 3,
+    SHIM_LOG_TRACE = 5,
+};
+
+/* NCCL's subsystem bits, so NCCL_DEBUG_SUBSYS lists mean the same thing. */
+enum shim_subsys {
+    SHIM_INIT = 0x1,
+    SHIM_COLL = 0x2,
+    SHIM_P2P = 0x4,
+    SHIM_SHM = 0x8,
+    SHIM_NET = 0x10,
+    SHIM_GRAPH = 0x20,
+    SHIM_TUNING = 0x40,
+    SHIM_ENV = 0x80,
+    SHIM_ALLOC = 0x100,
+    SHIM_CALL = 0x200,
+    SHIM_PROXY = 0x400,
+    SHIM_NVLS = 0x800,
+    SHIM_BOOTSTRAP = 0x1000,
+    SHIM_REG = 0x2000,
+    SHIM_PROFILE = 0x4000,
+    SHIM_RAS = 0x8000,
+    SHIM_ALL = ~0u,
+};
+
+/* Parsed once from the environment; -1 until then. Read directly by the macros below. */
+extern int shim_log_level;
+extern uint32_t shim_log_subsys;
+
+void shim_log_init(void);
+/* Forgets the parsed settings so the next log call reads NCCL_DEBUG* again. */
+void shim_log_reset(void);
+void shim_log(int level, uint32_t subsys, const char *file, int line, const char *func,
+              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static inline bool
+shim_log_enabled(int level, uint32_t subsys)
+{
+    /* Acquire pairs with shim_log_init's release store: the subsystem mask is set first. */
+    int current = __atomic_load_n(&shim_log_level, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(current < 0, 0)) {
+        shim_log_init();
+        current = __atomic_load_n(&shim_log_level, __ATOMIC_ACQUIRE);
+    }
+    return level <= current && (subsys & shim_log_subsys);
+}
+
+/* WARN always runs: it records the last-error text even when NCCL_DEBUG hides the line. */
+#define WARN(...) shim_log(SHIM_LOG_WARN, SHIM_ALL, __FILE__, __LINE__, __func__, __VA_ARGS__)
+#define INFO(subsys, ...)                                                                    \
+    do {                                                                                     \
+        if (shim_log_enabled(SHIM_LOG_INFO, (subsys)))                                       \
+            shim_log(SHIM_LOG_INFO, (subsys), __FILE__, __LINE__, __func__, __VA_ARGS__);    \
+    } while (0)
+#define TRACE(subsys, ...)                                                                   \
+    do {                                                                                     \
+        if (shim_log_enabled(SHIM_LOG_TRACE, (subsys)))                                      \
+            shim_log(SHIM_LOG_TRACE, (subsys), __FILE__, __LINE__, __func__, __VA_ARGS__);   \
+    } while (0)
+
+/* The last-error text. WARN writes it for the calling thread and, when one is bound with
+ * shim_error_bind_comm, for that communicator too (non-blocking init runs on its own thread). */
+struct ncclComm;
+void shim_error_clear(void);
+void shim_error_bind_comm(struct ncclComm *comm);
+const char *shim_error_last(const struct ncclComm *comm);
+
+/* Prints the one banner line naming ncclshim, once per process, at NCCL_DEBUG=VERSION or more. */
+void shim_log_banner(void);
+
+#endif

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The table of every environment variable ncclshim reads. Each entry is read once, on first
+ * use, and logged under NCCL_DEBUG_SUBSYS=ENV when set. To add a tunable: one enum entry in
+ * env.h, one row here, one line in the README.
+ */
+#include "env.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "debug.h"
+
+struct shim_env_var {
+    const char *name;
+    const char *fallback; /* default, as text; NULL: unset */
+    const char *meaning;
+};
+
+static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
+    [SHIM_ENV_NCCL_DEBUG] = {"NCCL_DEBUG", NULL, "log level: VERSION, WARN, INFO, TRACE"},
+    [SHIM_ENV_NCCL_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", "INIT,ENV",
+                                    "subsystems to log, comma list, ^ excludes"},
+    [SHIM_ENV_NCCL_DEBUG_FILE] = {"NCCL_DEBUG_FILE", NULL, "log file; %h host, %p pid"},
+    [SHIM_ENV_NCCL_COMM_ID] = {"NCCL_COMM_ID", NULL,
+                               "host:port of the bootstrap root, instead of the unique id's"},
+    [SHIM_ENV_NCCL_SOCKET_IFNAME] = {"NCCL_SOCKET_IFNAME", NULL,
+                                     "interfaces for the bootstrap: prefixes, ^ excludes, = exact"},
+    [SHIM_ENV_BOOTSTRAP_TIMEOUT] = {"NCCLSHIM_BOOTSTRAP_TIMEOUT", "120",
+                                    "seconds init may wait for the root and the other ranks"},
+    [SHIM_ENV_SPIN_US] = {"NCCLSHIM_SPIN_US", "20",
+                          "microseconds a waiting rank polls before it sleeps on UCX events"},
+    [SHIM_ENV_WAIT_MS] = {"NCCLSHIM_WAIT_MS", "100",
+                          "longest sleep between checks for abort and peer failure"},
+    [SHIM_ENV_CHUNK_BYTES] = {"NCCLSHIM_CHUNK_BYTES", "131072",
+                              "pipeline chunk size of the ring algorithms"},
+    [SHIM_ENV_RING_SLOTS] = {"NCCLSHIM_RING_SLOTS", "4",
+                             "chunks a ring rank may receive ahead of its reductions"},
+};
+
+static pthread_once_t shim_env_once = PTHREAD_ONCE_INIT;
+static const char *shim_env_values[SHIM_ENV_COUNT];
+
+static void
+shim_env_load(void)
+{
+    for (int i = 0; i < SHIM_ENV_COUNT; i++) {
+        const char *value = getenv(shim_env_table[i].name);
+        shim_env_values[i] = value != NULL ? value : shim_env_table[i].fallback;
+    }
+}
+
+const char *
+shim_env_str(enum shim_env_id id)
+{
+    pthread_once(&shim_env_once, shim_env_load);
+    return shim_env_values[id];
+}
+
+const char *
+shim_env_name(enum shim_env_id id)
+{
+    return shim_env_table[id].name;
+}
+
+int64_t
+shim_env_int(enum shim_env_id id)
+{
+    const char *text = shim_env_str(id);
+    const char *fallback = shim_env_table[id].fallback;
+    char *end;
+
+    errno = 0;
+    long long value = strtoll(text != NULL ? text : "0", &end, 0);
+    if (errno != 0 || end == text || *end != '\0') {
+        WARN("%s=%s is not an integer; using %s", shim_env_table[id].name, text, fallback);
+        value = strtoll(fallback != NULL ? fallback : "0", NULL, 0);
+    }
+    return value;
+}

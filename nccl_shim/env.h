@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Every environment variable the library reads, declared once in env.c's table with its
+ * default and meaning (the README's list is that table). NCCL's own variables mean what they
+ * mean in NCCL; ours are NCCLSHIM_*. Values are read on first use and then kept.
+ */
+#ifndef SHIM_ENV_H
+#define SHIM_ENV_H
+
+#include <stdint.h>
+
+enum shim_env_id {
+    SHIM_ENV_NCCL_DEBUG,
+    SHIM_ENV_NCCL_DEBUG_SUBSYS,
+    SHIM_ENV_NCCL_DEBUG_FILE,
+    SHIM_ENV_NCCL_COMM_ID,
+    SHIM_ENV_NCCL_SOCKET_IFNAME,
+    SHIM_ENV_BOOTSTRAP_TIMEOUT,
+    SHIM_ENV_SPIN_US,
+    SHIM_ENV_WAIT_MS,
+    SHIM_ENV_CHUNK_BYTES,
+    SHIM_ENV_RING_SLOTS,
+    SHIM_ENV_COUNT
+};
+
+/* The variable's value, or its default when unset (NULL for a string with no default). */
+const char *shim_env_str(enum shim_env_id id);
+/* Integer variables; a malformed value WARNs once and falls back to the default. */
+int64_t shim_env_int(enum shim_env_id id);
+const char *shim_env_name(enum shim_env_id id);
+
+#endif

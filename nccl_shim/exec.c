@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The executor, the one place that calls both the transport (tp_) and the kernels (kr_).
+ *
+ * An op's schedule is a list of steps with backward dependencies. Each step is PENDING until
+ * its dependencies are DONE, then POSTED (sends and receives, until the transport completes
+ * them) or run at once (reductions and copies on host memory), then DONE. A progress pass
+ * walks the steps from the first one not yet done; since dependencies point backwards, one
+ * pass sees a whole chain of newly ready steps. Nothing in a pass waits.
+ *
+ * Messages are tagged here (nccl_shim/tag.h): a send's index is its position among this
+ * rank's sends to that peer in the schedule, a receive's its position among the receives
+ * from that peer, which is how builders promise the two sides pair up.
+ */
+#include "exec.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algorithms/alg.h"
+#include "check.h"
+#include "comm.h"
+#include "env.h"
+#include "tag.h"
+#include "transports/transport.h"
+
+enum shim_step_state {
+    SHIM_STEP_PENDING,
+    SHIM_STEP_POSTED,
+    SHIM_STEP_DONE,
+};
+
+struct shim_exec {
+    struct shim_op op;
+    struct alg_sched sched;
+    const char *alg_name;
+    uint32_t seq;
+    uint8_t *bufs[ALG_BUF_COUNT];
+    uint8_t *state;          /* enum shim_step_state, per step */
+    uint64_t *tags;          /* per step; sends and receives only */
+    struct tp_request *reqs; /* per step; sends and receives only */
+    int first_pending;       /* every step before it is done */
+    int ndone;
+};
+
+static enum alg_coll
+shim_exec_alg_coll(enum shim_coll coll)
+{
+    switch (coll) {
+    case SHIM_COLL_ALLREDUCE:
+        return ALG_COLL_ALLREDUCE;
+    case SHIM_COLL_BARRIER:
+        return ALG_COLL_BARRIER;
+    default:
+        return ALG_COLL_COUNT;
+    }
+}
+
+/* Numbers every send and receive per peer, in schedule order, to form its tag. */
+static ncclResult_t
+shim_exec_assign_tags(struct shim_exec *exec)
+{
+    const struct ncclComm *comm = exec->op.comm;
+    uint32_t *nsent, *nreceived;
+
+    SHIM_CHECK(shim_calloc(&nsent, 2 * (size_t)comm->nranks));
+    nreceived = nsent + comm->nranks;
+    for (int i = 0; i < exec->sched.nsteps; i++) {
+        const struct alg_step *step = &exec->sched.steps[i];
+        if (step->kind == ALG_STEP_SEND) {
+            exec->tags[i] = shim_tag_make(comm->tag_base, comm->rank, exec->seq,
+                                          nsent[step->peer]++);
+        } else if (step->kind == ALG_STEP_RECV) {
+            exec->tags[i] = shim_tag_make(comm->tag_base, step->peer, exec->seq,
+                                          nreceived[step->peer]++);
+        }
+    }
+    free(nsent);
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
+{
+    struct ncclComm *comm = op->comm;
+    struct shim_exec *exec;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&exec, 1));
+    exec->op = *op;
+    alg_sched_init(&exec->sched);
+
+    struct alg_args args = {
+        .coll = shim_exec_alg_coll(op->coll),
+        .count = op->count,
+        .elem_size = kr_type_size(op->datatype),
+        .rank = comm->rank,
+        .nranks = comm->nranks,
+        .root = op->root,
+        .in_place = op->sendbuff == op->recvbuff,
+        .chunk_bytes = comm->chunk_bytes,
+        .slots = comm->ring_slots,
+    };
+    const struct alg_algorithm *alg = alg_select(&args);
+    if (alg == NULL) {
+        WARN("no algorithm implements %s yet", shim_coll_name(op->coll));
+        res = ncclInvalidUsage;
+        goto err_free;
+    }
+    exec->alg_name = alg->name;
+    SHIM_CHECK_GOTO(alg->build(&args, &exec->sched), res, err_free);
+
+    int nsteps = exec->sched.nsteps;
+    SHIM_CHECK_GOTO(shim_calloc(&exec->state, (size_t)nsteps), res, err_free);
+    SHIM_CHECK_GOTO(shim_calloc(&exec->tags, (size_t)nsteps), res, err_free);
+    SHIM_CHECK_GOTO(shim_calloc(&exec->reqs, (size_t)nsteps), res, err_free);
+    SHIM_CHECK_GOTO(shim_comm_scratch_get(comm, exec->sched.scratch_bytes,
+                                          (void **)&exec->bufs[ALG_BUF_SCRATCH]),
+                    res, err_free);
+    exec->bufs[ALG_BUF_SEND] = (uint8_t *)op->sendbuff;
+    exec->bufs[ALG_BUF_RECV] = op->recvbuff;
+    exec->seq = comm->seq++;
+    SHIM_CHECK_GOTO(shim_exec_assign_tags(exec), res, err_free);
+    TRACE(SHIM_COLL, "%s seq %u: %s, %d steps, %zu scratch bytes", shim_coll_name(op->coll),
+          exec->seq, alg->name, nsteps, exec->sched.scratch_bytes);
+    *exec_out = exec;
+    return ncclSuccess;
+
+err_free:
+    shim_exec_destroy(exec);
+    return res;
+}
+
+void
+shim_exec_destroy(struct shim_exec *exec)
+{
+    if (exec == NULL) {
+        return;
+    }
+    for (int i = 0; exec->state != NULL && i < exec->sched.nsteps; i++) {
+        if (exec->state[i] == SHIM_STEP_POSTED) {
+            tp_request_cancel(exec->op.comm->tp, &exec->reqs[i]);
+        }
+    }
+    shim_comm_scratch_put(exec->op.comm, exec->bufs[ALG_BUF_SCRATCH],
+                          exec->sched.scratch_bytes);
+    free(exec->reqs);
+    free(exec->tags);
+    free(exec->state);
+    alg_sched_free(&exec->sched);
+    free(exec);
+}
+
+bool
+shim_exec_done(const struct shim_exec *exec)
+{
+    return exec->ndone == exec->sched.nsteps;
+}
+
+static void *
+shim_exec_ptr(const struct shim_exec *exec, struct alg_range range)
+{
+    return exec->bufs[range.buf] + range.off;
+}
+
+static unsigned
+shim_exec_kr_flags(unsigned alg_flags)
+{
+    return ((alg_flags & ALG_PRE_A) ? KR_PRE_A : 0) | ((alg_flags & ALG_PRE_B) ? KR_PRE_B : 0) |
+           ((alg_flags & ALG_POST) ? KR_POST : 0);
+}
+
+/* Reductions and copies run to completion here: on host memory they are plain CPU work. */
+void
+shim_exec_compute(uint8_t *const bufs[ALG_BUF_COUNT], const struct alg_step *step,
+                  const struct kr_redop *redop)
+{
+    size_t count = step->dst.len / kr_type_size(redop->type);
+    unsigned flags = shim_exec_kr_flags(step->flags);
+    void *dst = bufs[step->dst.buf] + step->dst.off;
+    const void *a = bufs[step->src[0].buf] + step->src[0].off;
+
+    if (step->kind == ALG_STEP_REDUCE) {
+        const void *b = bufs[step->src[1].buf] + step->src[1].off;
+        kr_reduce_host(dst, a, b, count, redop, flags);
+        return;
+    }
+    /* A copy changes values only where the op scales raw input or divides a final sum. */
+    bool scales = (redop->kind == KR_PREMULSUM && (flags & (KR_PRE_A | KR_PRE_B))) ||
+                  (redop->kind == KR_SUMPOSTDIV && (flags & KR_POST));
+    if (scales) {
+        kr_reduce_host(dst, a, NULL, count, redop, flags);
+    } else if (dst != a) {
+        kr_copy_host(dst, a, step->dst.len);
+    }
+}
+
+static bool
+shim_exec_ready(const struct shim_exec *exec, const struct alg_step *step)
+{
+    for (int d = 0; d < step->ndeps; d++) {
+        if (exec->state[step->deps[d]] != SHIM_STEP_DONE) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Starts a ready step; a step that completes at once is DONE on return. */
+static ncclResult_t
+shim_exec_start(struct shim_exec *exec, int i)
+{
+    const struct alg_step *step = &exec->sched.steps[i];
+    struct tp_worker *tp = exec->op.comm->tp;
+
+    switch (step->kind) {
+    case ALG_STEP_SEND:
+        SHIM_CHECK(tp_send_post(tp, step->peer, shim_exec_ptr(exec, step->src[0]),
+                                step->src[0].len, exec->tags[i], &exec->reqs[i]));
+        exec->state[i] = SHIM_STEP_POSTED;
+        return ncclSuccess;
+    case ALG_STEP_RECV:
+        SHIM_CHECK(tp_recv_post(tp, step->peer, shim_exec_ptr(exec, step->dst), step->dst.len,
+                                exec->tags[i], &exec->reqs[i]));
+        exec->state[i] = SHIM_STEP_POSTED;
+        return ncclSuccess;
+    default:
+        shim_exec_compute(exec->bufs, step, &exec->op.redop);
+        exec->state[i] = SHIM_STEP_DONE;
+        exec->ndone++;
+        return ncclSuccess;
+    }
+}
+
+ncclResult_t
+shim_exec_progress(struct shim_exec *exec, bool *progressed_out)
+{
+    struct tp_worker *tp = exec->op.comm->tp;
+    bool progressed = false;
+
+    for (int i = exec->first_pending; i < exec->sched.nsteps; i++) {
+        if (exec->state[i] == SHIM_STEP_PENDING && shim_exec_ready(exec, &exec->sched.steps[i])) {
+            SHIM_CHECK(shim_exec_start(exec, i));
+            progressed = true;
+        }
+        if (exec->state[i] == SHIM_STEP_POSTED) {
+            bool done;
+            SHIM_CHECK(tp_request_test(tp, &exec->reqs[i], &done));
+            if (done) {
+                exec->state[i] = SHIM_STEP_DONE;
+                exec->ndone++;
+                progressed = true;
+            }
+        }
+        if (i == exec->first_pending && exec->state[i] == SHIM_STEP_DONE) {
+            exec->first_pending++;
+        }
+    }
+    *progressed_out = progressed;
+    return ncclSuccess;
+}
+
+static uint64_t
+shim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The reason a communicator cannot go on, or ncclSuccess: an abort, or a peer that failed. */
+static ncclResult_t
+shim_exec_check_comm(struct ncclComm *comm)
+{
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        WARN("rank %d: communicator %p was aborted during an operation", comm->rank,
+             (void *)comm);
+        return ncclInvalidUsage;
+    }
+    int peer = tp_worker_failed_peer(comm->tp);
+    if (peer >= 0) {
+        WARN("rank %d: connection to peer %d failed during an operation", comm->rank, peer);
+        return ncclRemoteError;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_exec_run(struct shim_exec *const *execs, int nexecs)
+{
+    struct tp_worker **workers;
+    int nworkers = 0, remaining = 0;
+    ncclResult_t res = ncclSuccess;
+    struct ncclComm *failed = NULL;
+
+    SHIM_CHECK(shim_calloc(&workers, (size_t)nexecs));
+    for (int i = 0; i < nexecs; i++) {
+        struct tp_worker *tp = execs[i]->op.comm->tp;
+        int w = 0;
+        while (w < nworkers && workers[w] != tp) {
+            w++;
+        }
+        if (w == nworkers) {
+            workers[nworkers++] = tp;
+        }
+        remaining += !shim_exec_done(execs[i]);
+    }
+
+    const uint64_t spin_ns = (uint64_t)shim_env_int(SHIM_ENV_SPIN_US) * 1000u;
+    const int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
+    uint64_t last_progress = shim_now_ns();
+    while (remaining > 0) {
+        bool progressed = false;
+        for (int w = 0; w < nworkers; w++) {
+            progressed |= tp_worker_progress(workers[w]);
+        }
+        remaining = 0;
+        for (int i = 0; i < nexecs; i++) {
+            bool moved = false;
+            if (shim_exec_done(execs[i])) {
+                continue;
+            }
+            res = shim_exec_progress(execs[i], &moved);
+            if (res == ncclSuccess && !moved) {
+                res = shim_exec_check_comm(execs[i]->op.comm);
+            }
+            if (res != ncclSuccess) {
+                failed = execs[i]->op.comm;
+                goto out;
+            }
+            progressed |= moved;
+            remaining += !shim_exec_done(execs[i]);
+        }
+        if (remaining == 0) {
+            break;
+        }
+        uint64_t now = shim_now_ns();
+        if (progressed) {
+            last_progress = now;
+        } else if (now - last_progress < spin_ns) {
+            sched_yield();
+        } else {
+            /* Nothing moved for a while: sleep until the network has news for us. */
+            SHIM_CHECK_GOTO(tp_worker_wait(workers, nworkers, wait_ms), res, out);
+        }
+    }
+out:
+    if (failed != NULL) {
+        shim_comm_set_async_error(failed, res);
+    }
+    free(workers);
+    return res;
+}

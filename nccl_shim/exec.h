@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The executor: runs an op's schedule on the transport and the kernels as a non-blocking state
+ * machine. shim_exec_progress advances one op as far as it can without waiting and never
+ * blocks inside a step; shim_exec_run drives a set of ops (a group) to completion on the
+ * calling thread, sleeping on transport events while nothing moves. A progress thread can
+ * drive the same state machines later (device memory, stream ordered).
+ */
+#ifndef SHIM_EXEC_H
+#define SHIM_EXEC_H
+
+#include <nccl.h>
+#include <stdbool.h>
+
+#include "algorithms/alg.h"
+#include "op.h"
+
+struct shim_exec;
+
+/* Chooses the algorithm, builds the schedule, allocates scratch and takes the communicator's
+ * next sequence number (so ops must be created in the same order on every rank). */
+ncclResult_t shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out);
+/* Cancels whatever is still in flight and frees the op. */
+void shim_exec_destroy(struct shim_exec *exec);
+
+/* Posts every step whose dependencies are done and tests what is in flight.
+ * *progressed_out is set when anything changed. Errors are final for the op. */
+ncclResult_t shim_exec_progress(struct shim_exec *exec, bool *progressed_out);
+bool shim_exec_done(const struct shim_exec *exec);
+
+/* Runs ops to completion together: the calling thread polls for NCCLSHIM_SPIN_US after the
+ * last progress, then sleeps on the transports' events. An op's failure (or its
+ * communicator's abort) stops all of them; the failing communicator keeps the error for
+ * ncclCommGetAsyncError. */
+ncclResult_t shim_exec_run(struct shim_exec *const *execs, int nexecs);
+
+/* Runs one reduce or copy step on host buffers (bufs indexed by enum alg_buf). Shared with
+ * the in-memory schedule tests so they compute exactly what the library does. */
+void shim_exec_compute(uint8_t *const bufs[ALG_BUF_COUNT], const struct alg_step *step,
+                       const struct kr_redop *redop);
+
+#endif

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Group state lives in thread-local storage, as NCCL's does: a group belongs to the thread
+ * that opened it. What the outermost ncclGroupEnd does:
+ *   1. wait for communicator inits started inside the group (they ran on their own threads,
+ *      because every rank of a single-process clique must join the rendezvous at once);
+ *   2. run every queued op together on this thread (shim_exec_run);
+ *   3. free them. If any call inside the group failed, nothing queued runs and its error is
+ *      returned, as NCCL does.
+ */
+#include "group.h"
+
+#include <stdlib.h>
+
+#include "check.h"
+#include "comm.h"
+#include "exec.h"
+
+struct shim_group {
+    int depth;
+    ncclResult_t error;
+    struct shim_exec **execs;
+    int nexecs, exec_capacity;
+    struct ncclComm **inits;
+    int ninits, init_capacity;
+};
+
+static __thread struct shim_group shim_group;
+
+/* Appends to a growable array of pointers. */
+static ncclResult_t
+shim_group_push(void ***array, int *count, int *capacity, void *item)
+{
+    if (*count == *capacity) {
+        int grown = *capacity ? 2 * *capacity : 16;
+        void **bigger = realloc(*array, (size_t)grown * sizeof(void *));
+        if (bigger == NULL) {
+            WARN("out of memory growing a group to %d entries", grown);
+            return ncclSystemError;
+        }
+        *array = bigger;
+        *capacity = grown;
+    }
+    (*array)[(*count)++] = item;
+    return ncclSuccess;
+}
+
+bool
+shim_group_active(void)
+{
+    return shim_group.depth > 0;
+}
+
+ncclResult_t
+shim_group_start(void)
+{
+    shim_group.depth++;
+    return ncclSuccess;
+}
+
+void
+shim_group_fail(ncclResult_t res)
+{
+    if (shim_group.depth > 0 && shim_group.error == ncclSuccess) {
+        shim_group.error = res;
+    }
+}
+
+ncclResult_t
+shim_group_add_init(struct ncclComm *comm)
+{
+    return shim_group_push((void ***)&shim_group.inits, &shim_group.ninits,
+                           &shim_group.init_capacity, comm);
+}
+
+ncclResult_t
+shim_group_enqueue(const struct shim_op *op)
+{
+    struct shim_exec *exec;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_exec_create(op, &exec));
+    if (shim_group.depth == 0) {
+        res = shim_exec_run(&exec, 1);
+        shim_exec_destroy(exec);
+        return res;
+    }
+    SHIM_CHECK_GOTO(shim_group_push((void ***)&shim_group.execs, &shim_group.nexecs,
+                                    &shim_group.exec_capacity, exec),
+                    res, err_destroy);
+    return ncclSuccess;
+
+err_destroy:
+    shim_exec_destroy(exec);
+    return res;
+}
+
+ncclResult_t
+shim_group_end(void)
+{
+    ncclResult_t res;
+
+    if (shim_group.depth == 0) {
+        WARN("ncclGroupEnd without a matching ncclGroupStart");
+        return ncclInvalidUsage;
+    }
+    if (--shim_group.depth > 0) {
+        return ncclSuccess;
+    }
+
+    res = shim_group.error;
+    for (int i = 0; i < shim_group.ninits; i++) {
+        ncclResult_t init_res = shim_comm_wait_init(shim_group.inits[i]);
+        if (res == ncclSuccess) {
+            res = init_res;
+        }
+    }
+    if (res == ncclSuccess && shim_group.nexecs > 0) {
+        res = shim_exec_run(shim_group.execs, shim_group.nexecs);
+    }
+    for (int i = 0; i < shim_group.nexecs; i++) {
+        shim_exec_destroy(shim_group.execs[i]);
+    }
+    free(shim_group.execs);
+    free(shim_group.inits);
+    shim_group = (struct shim_group){0};
+    return res;
+}

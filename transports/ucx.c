@@ -1,0 +1,837 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The UCX implementation of transport.h, and the only file that includes ucp.h. The executor
+ * (nccl_shim/exec.c) posts tagged sends and receives here and tests them; comm.c creates,
+ * connects and destroys one worker per communicator. All workers of the process share one
+ * ucp_context, created with the first worker and released with the last. Nothing here blocks
+ * except tp_worker_wait, which sleeps on the workers' event file descriptors; teardown and
+ * cancellation progress UCX for a bounded time only, so they return even if a peer is gone.
+ *
+ * tp_request_test learns that a request finished from ucp_request_check_status: UCX keeps a
+ * request's status until we free it. What we need to know about a request UCX still holds
+ * (tag, length, direction, the received length, and the worker's list of such requests, so
+ * that destroy can reclaim them) lives in the private area UCX reserves for us in every
+ * request (ucp_params_t.request_size); nothing in UCX points into the caller's struct
+ * tp_request, which may therefore be copied or moved. Receives need a completion callback all
+ * the same, only to record the received length: UCX 1.13 fills neither recv_info on an
+ * immediate completion nor, for requests without a callback, what ucp_tag_recv_request_test
+ * reports (it returns a previous message's length). So every receive gets a request
+ * (UCP_OP_ATTR_FLAG_NO_IMM_CMPL) and a callback; sends may complete at once.
+ */
+#include "transport.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+#include "check.h"
+#include "debug.h"
+
+/* Teardown never waits longer than this for UCX to finish closing endpoints (force-closing
+ * needs no reply from the peer, so it normally takes microseconds). */
+#define TP_CLOSE_BUDGET_MS 500
+/* How long tp_request_cancel progresses the worker for a cancelled request to be released. */
+#define TP_CANCEL_BUDGET_MS 100
+/* Workers tp_worker_wait polls without allocating. */
+#define TP_WAIT_STACK_FDS 16
+/* After this many wakeups in a row that gave progress nothing to do, tp_worker_wait stops
+ * trusting the worker's fd and polls it on a timer, 1, 2, 4, ... up to TP_BACKOFF_MAX_MS. */
+#define TP_IDLE_WAKES 4
+#define TP_BACKOFF_MAX_MS 10
+
+/* A UCX call that returns ucs_status_t: WARN with its name and UCX's text, then jump. */
+#define TP_UCS_CHECK_GOTO(call, what, res, label)                                            \
+    do {                                                                                     \
+        ucs_status_t tp_st_ = (call);                                                        \
+        if (tp_st_ != UCS_OK) {                                                              \
+            WARN("%s failed: %s", (what), ucs_status_string(tp_st_));                        \
+            (res) = ncclSystemError;                                                         \
+            goto label;                                                                      \
+        }                                                                                    \
+    } while (0)
+
+/* Our private area in front of every UCX request (UCX hands us a pointer to it). It is only
+ * valid between the post that returned it and the ucp_request_free that gives it back. */
+struct tp_ucx_req {
+    struct tp_ucx_req *prev; /* the worker's list of requests not yet freed */
+    struct tp_ucx_req *next;
+    uint64_t tag;
+    size_t len;
+    size_t got;   /* receives: the message's length, set by tp_recv_done */
+    bool is_recv;
+};
+
+/* One remote rank. The endpoint's error callback gets a pointer to this as its argument. */
+struct tp_peer {
+    struct tp_worker *worker;
+    int rank;
+    ucp_ep_h ep;          /* NULL for self, and once closed */
+    void *close_req;      /* in-flight ucp_ep_close_nbx request during teardown */
+    _Atomic int status;   /* ucs_status_t the endpoint failed with; UCS_OK while healthy */
+};
+
+struct tp_worker {
+    ucp_worker_h ucp;
+    ucp_address_t *addr;
+    size_t addr_len;
+    int efd;                     /* readable when the armed worker has events */
+    int nranks;
+    int self;                    /* our rank; -1 before tp_worker_connect */
+    struct tp_peer *peers;       /* nranks entries, NULL before tp_worker_connect */
+    struct tp_ucx_req inflight;  /* list head of requests UCX still holds for us */
+    _Atomic int failed_peer;     /* first peer whose endpoint failed, -1 if none */
+    bool progressed;             /* tp_worker_progress did something since the last wait */
+    bool woke;                   /* the last wait returned for this worker (or timed it) */
+    int idle_wakes;              /* wakeups in a row after which progress found nothing */
+};
+
+/* The process-wide context. ncclCommInitAll creates several communicators, and so several
+ * workers, in one process; they share one context. */
+static pthread_mutex_t tp_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static ucp_context_h tp_ctx;
+static int tp_ctx_refs;
+static char tp_ctx_resources[256]; /* transports UCX found, for the INFO line */
+
+static int64_t
+tp_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Which ncclResult_t a failed UCX operation becomes. A peer that died or closed its endpoint
+ * shows up as one of the connection errors, or as CANCELED for our own sends UCX purged when
+ * the endpoint failed; a message longer than the receive means the ranks disagree on the
+ * operation, which is the caller's error. */
+static ncclResult_t
+tp_result(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_CANCELED:
+        return ncclRemoteError;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        return ncclInvalidUsage;
+    default:
+        return ncclSystemError;
+    }
+}
+
+/* "posix/memory tcp/lo ...": the transports and devices UCX can use, from the resource
+ * lines of ucp_context_print_info. Only for the log, so an unexpected format yields "?". */
+static void
+tp_context_describe(ucp_context_h ctx, char *buf, size_t size)
+{
+    char *text = NULL;
+    size_t text_len = 0;
+    size_t used = 0;
+    FILE *stream = open_memstream(&text, &text_len);
+
+    snprintf(buf, size, "?");
+    if (stream == NULL) {
+        return;
+    }
+    ucp_context_print_info(ctx, stream);
+    fclose(stream);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *tl = strstr(line, "flags -- ");
+        if (strstr(line, "resource") == NULL || tl == NULL || used + 2 >= size) {
+            continue;
+        }
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", used > 0 ? " " : "", tl + 9);
+    }
+    free(text);
+}
+
+/* Adds the transports of ep's lanes ("sysv/memory.0") that buf does not list yet, from
+ * ucp_ep_print_info. Only for the log; an unexpected format adds nothing. */
+static void
+tp_ep_describe(ucp_ep_h ep, char *buf, size_t size)
+{
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *stream = open_memstream(&text, &text_len);
+
+    if (stream == NULL) {
+        return;
+    }
+    ucp_ep_print_info(ep, stream);
+    fclose(stream);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *p = strstr(line, "lane[");
+        if (p == NULL || (p = strstr(p, "]:")) == NULL) {
+            continue;
+        }
+        p += 2;
+        p += strspn(p, " ");
+        p += strspn(p, "0123456789:"); /* the resource index */
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(p, " "), p);
+        size_t used = strlen(buf);
+        if (name[0] != '\0' && strstr(buf, name) == NULL && used + strlen(name) + 2 < size) {
+            snprintf(buf + used, size - used, "%s%s", used > 0 ? " " : "", name);
+        }
+    }
+    free(text);
+}
+
+/* Whether a UCX_TLS value lets UCX use posix or sysv shared memory. Without them UCX would
+ * warn that MM_ERROR_HANDLING applies to nothing. */
+static bool
+tp_tls_has_shm(const char *tls)
+{
+    static const char *const shm_names[] = {"all", "sm", "shm", "mm", "posix", "sysv"};
+    bool negated = tls != NULL && tls[0] == '^';
+    bool named = false;
+    char list[256];
+    char *save = NULL;
+
+    if (tls == NULL || tls[0] == '\0') {
+        return true;
+    }
+    snprintf(list, sizeof(list), "%s", tls + (negated ? 1 : 0));
+    for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        for (size_t i = 0; i < sizeof(shm_names) / sizeof(shm_names[0]); i++) {
+            named |= strcmp(t, shm_names[i]) == 0;
+        }
+    }
+    /* "^posix" still leaves sysv: only a broad exclusion removes shared memory. */
+    return negated ? !(named && (strstr(tls, "sm") != NULL || strstr(tls, "mm") != NULL))
+                   : named;
+}
+
+/* UCX 1.13's shared-memory transports (posix, sysv) do not advertise peer-failure handling,
+ * so with UCP_ERR_HANDLING_MODE_PEER UCX would carry same-host traffic over TCP loopback
+ * (16 MiB messages between two workers: 1.6 GB/s, against 3.8 GB/s over sysv, when this was
+ * written). MM_ERROR_HANDLING=y exposes it, and a dead peer process is then found by UCX's
+ * keepalive (UCX_KEEPALIVE_INTERVAL). The user's own setting wins; a UCX without the knob
+ * refuses it, which costs nothing. */
+static void
+tp_config_defaults(ucp_config_t *config)
+{
+    if (getenv("UCX_MM_ERROR_HANDLING") != NULL || getenv("UCX_POSIX_ERROR_HANDLING") != NULL ||
+        getenv("UCX_SYSV_ERROR_HANDLING") != NULL || !tp_tls_has_shm(getenv("UCX_TLS"))) {
+        return;
+    }
+    ucs_status_t status = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+    if (status != UCS_OK) {
+        INFO(SHIM_NET, "UCX refused MM_ERROR_HANDLING=y (%s): same-host peers may use TCP",
+             ucs_status_string(status));
+    }
+}
+
+/* Creates tp_ctx; called with tp_ctx_lock held. */
+static ncclResult_t
+tp_context_create(void)
+{
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+        .request_size = sizeof(struct tp_ucx_req),
+        /* Workers of different communicators run on different threads at the same time
+         * and share this context's state (memory registrations, resources), so the
+         * context must be thread safe even though each worker is not (see below). */
+        .mt_workers_shared = 1,
+    };
+    ucp_config_t *config;
+    ucs_status_t status;
+
+    /* NULL prefix: UCX's own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...) apply. */
+    status = ucp_config_read(NULL, NULL, &config);
+    if (status != UCS_OK) {
+        WARN("ucp_config_read failed: %s (check the UCX_* variables)", ucs_status_string(status));
+        return ncclSystemError;
+    }
+    tp_config_defaults(config);
+    status = ucp_init(&params, config, &tp_ctx);
+    ucp_config_release(config);
+    if (status != UCS_OK) {
+        WARN("ucp_init failed: %s (check UCX_TLS and UCX_NET_DEVICES)", ucs_status_string(status));
+        return ncclSystemError;
+    }
+    if (shim_log_enabled(SHIM_LOG_INFO, SHIM_NET)) {
+        tp_context_describe(tp_ctx, tp_ctx_resources, sizeof(tp_ctx_resources));
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t
+tp_context_acquire(ucp_context_h *ctx_out)
+{
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&tp_ctx_lock);
+    if (tp_ctx_refs == 0) {
+        res = tp_context_create();
+    }
+    if (res == ncclSuccess) {
+        tp_ctx_refs++;
+        *ctx_out = tp_ctx;
+    }
+    pthread_mutex_unlock(&tp_ctx_lock);
+    return res;
+}
+
+static void
+tp_context_release(void)
+{
+    pthread_mutex_lock(&tp_ctx_lock);
+    if (--tp_ctx_refs == 0) {
+        ucp_cleanup(tp_ctx);
+        tp_ctx = NULL;
+    }
+    pthread_mutex_unlock(&tp_ctx_lock);
+}
+
+/* --- requests UCX holds for us ------------------------------------------------------------ */
+
+static void
+tp_req_track(struct tp_worker *w, struct tp_ucx_req *u, uint64_t tag, size_t len, bool is_recv)
+{
+    u->tag = tag;
+    u->len = len;
+    u->is_recv = is_recv;
+    u->prev = &w->inflight;
+    u->next = w->inflight.next;
+    u->next->prev = u;
+    w->inflight.next = u;
+}
+
+/* Gives the request back to UCX; if it is still in flight, UCX frees it when it completes. */
+static void
+tp_req_release(struct tp_ucx_req *u)
+{
+    u->prev->next = u->next;
+    u->next->prev = u->prev;
+    ucp_request_free(u);
+}
+
+/* Withdraws a request and frees it once UCX has let go of it. A receive not yet matched is
+ * withdrawn at once. UCX 1.13 cannot withdraw a send, nor a receive already matched to a
+ * rendezvous in progress: those run on (their buffers still in use) until they complete or
+ * their endpoint closes, and stay on the worker's list for tp_worker_destroy to reclaim. */
+static void
+tp_req_cancel(struct tp_worker *w, struct tp_ucx_req *u)
+{
+    int64_t deadline = tp_now_ms() + TP_CANCEL_BUDGET_MS;
+
+    ucp_request_cancel(w->ucp, u);
+    while (ucp_request_check_status(u) == UCS_INPROGRESS && tp_now_ms() < deadline) {
+        ucp_worker_progress(w->ucp);
+    }
+    if (ucp_request_check_status(u) != UCS_INPROGRESS) {
+        tp_req_release(u);
+    } else {
+        INFO(SHIM_NET, "rank %d: %s of tag 0x%" PRIx64 " (%zu bytes) could not be cancelled "
+             "yet; it is reclaimed when the worker is destroyed", w->self,
+             u->is_recv ? "receive" : "send", u->tag, u->len);
+    }
+}
+
+/* UCX calls this when a receive completes, possibly from inside ucp_tag_recv_nbx, before the
+ * poster has seen the request; so it writes only `got`, which tp_req_track leaves alone. */
+static void
+tp_recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+             void *user_data)
+{
+    struct tp_ucx_req *u = request;
+
+    (void)user_data;
+    u->got = status == UCS_OK ? info->length : 0;
+}
+
+static ncclResult_t
+tp_request_check_idle(const struct tp_worker *w, const struct tp_request *req, const char *op,
+                      uint64_t tag)
+{
+    if (req->active) {
+        WARN("rank %d: %s of tag 0x%" PRIx64 " posted on a request still in use (peer %d)",
+             w->self, op, tag, req->peer);
+        return ncclInternalError;
+    }
+    return ncclSuccess;
+}
+
+/* --- the worker --------------------------------------------------------------------------- */
+
+ncclResult_t
+tp_worker_create(struct tp_worker **worker_out)
+{
+    /* A worker is driven by one thread at a time, but not always by the same thread: the
+     * non-blocking init thread connects it, the user's threads run collectives on it, a
+     * progress thread may serve device memory later. SERIALIZED is exactly that promise and
+     * costs no locking; MULTI would lock every call for concurrency we never have. */
+    ucp_worker_params_t params = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SERIALIZED,
+    };
+    ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
+    struct tp_worker *w = NULL;
+    ucp_context_h ctx;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&w, 1));
+    w->self = -1;
+    w->inflight.prev = w->inflight.next = &w->inflight;
+    atomic_init(&w->failed_peer, -1);
+    SHIM_CHECK_GOTO(tp_context_acquire(&ctx), res, err_free);
+
+    TP_UCS_CHECK_GOTO(ucp_worker_create(ctx, &params, &w->ucp), "ucp_worker_create", res,
+                      err_release_ctx);
+    TP_UCS_CHECK_GOTO(ucp_worker_query(w->ucp, &attr), "ucp_worker_query", res,
+                      err_destroy_worker);
+    if (attr.thread_mode < UCS_THREAD_MODE_SERIALIZED) {
+        WARN("UCX gives workers thread mode %d, serialized (%d) is needed: this UCX was built "
+             "without thread support", (int)attr.thread_mode, (int)UCS_THREAD_MODE_SERIALIZED);
+        res = ncclSystemError;
+        goto err_destroy_worker;
+    }
+    TP_UCS_CHECK_GOTO(ucp_worker_get_efd(w->ucp, &w->efd), "ucp_worker_get_efd", res,
+                      err_destroy_worker);
+    TP_UCS_CHECK_GOTO(ucp_worker_get_address(w->ucp, &w->addr, &w->addr_len),
+                      "ucp_worker_get_address", res, err_destroy_worker);
+    INFO(SHIM_NET, "UCX %s worker %p: address %zu bytes, transports %s", ucp_get_version_string(),
+         (void *)w, w->addr_len, tp_ctx_resources[0] != '\0' ? tp_ctx_resources : "?");
+    *worker_out = w;
+    return ncclSuccess;
+
+err_destroy_worker:
+    ucp_worker_destroy(w->ucp);
+err_release_ctx:
+    tp_context_release();
+err_free:
+    free(w);
+    return res;
+}
+
+ncclResult_t
+tp_worker_address(struct tp_worker *worker, const void **addr_out, size_t *len_out)
+{
+    *addr_out = worker->addr;
+    *len_out = worker->addr_len;
+    return ncclSuccess;
+}
+
+/* UCX calls this from ucp_worker_progress when an endpoint fails (the peer died, closed its
+ * worker, or the network broke). Posts and tests on that peer report it with a WARN; here
+ * we only record it, because a peer that tears down normally ends up here too. */
+static void
+tp_ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    struct tp_peer *peer = arg;
+    int none = -1;
+
+    (void)ep;
+    atomic_store(&peer->status, (int)status);
+    atomic_compare_exchange_strong(&peer->worker->failed_peer, &none, peer->rank);
+    INFO(SHIM_NET, "rank %d: endpoint to peer %d failed: %s", peer->worker->self, peer->rank,
+         ucs_status_string(status));
+}
+
+/* Force-closes every endpoint in peers[0..n) and progresses until UCX released them all or
+ * TP_CLOSE_BUDGET_MS passed. Force needs no answer from the peer; UCX completes what was
+ * still queued on the endpoint with an error. */
+static void
+tp_peers_close(struct tp_worker *w, struct tp_peer *peers, int n)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_EP_CLOSE_FLAG_FORCE,
+    };
+    int64_t deadline = tp_now_ms() + TP_CLOSE_BUDGET_MS;
+    bool busy = true;
+
+    for (int r = 0; r < n; r++) {
+        if (peers[r].ep == NULL) {
+            continue;
+        }
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(peers[r].ep, &param);
+        peers[r].ep = NULL;
+        peers[r].close_req = UCS_PTR_IS_PTR(sp) ? sp : NULL;
+    }
+    while (busy && tp_now_ms() < deadline) {
+        busy = false;
+        for (int r = 0; r < n; r++) {
+            busy |= peers[r].close_req != NULL &&
+                    ucp_request_check_status(peers[r].close_req) == UCS_INPROGRESS;
+        }
+        for (struct tp_ucx_req *u = w->inflight.next; u != &w->inflight; u = u->next) {
+            busy |= ucp_request_check_status(u) == UCS_INPROGRESS;
+        }
+        if (busy) {
+            ucp_worker_progress(w->ucp);
+        }
+    }
+    if (busy) {
+        INFO(SHIM_NET, "rank %d: closing endpoints did not finish within %d ms; "
+             "destroying the worker anyway", w->self, TP_CLOSE_BUDGET_MS);
+    }
+    for (int r = 0; r < n; r++) {
+        if (peers[r].close_req != NULL) {
+            ucp_request_free(peers[r].close_req);
+            peers[r].close_req = NULL;
+        }
+    }
+}
+
+ncclResult_t
+tp_worker_connect(struct tp_worker *worker, int nranks, int self, const void *const *addrs,
+                  const size_t *lens)
+{
+    struct tp_peer *peers = NULL;
+    ncclResult_t res;
+
+    if (worker->peers != NULL || nranks < 1 || self < 0 || self >= nranks) {
+        WARN("rank %d: tp_worker_connect called with nranks %d%s", self, nranks,
+             worker->peers != NULL ? " on a worker already connected" : "");
+        return ncclInternalError;
+    }
+    SHIM_CHECK(shim_calloc(&peers, (size_t)nranks));
+    for (int r = 0; r < nranks; r++) {
+        peers[r].worker = worker;
+        peers[r].rank = r;
+        atomic_init(&peers[r].status, (int)UCS_OK);
+    }
+    for (int r = 0; r < nranks; r++) {
+        if (r == self) {
+            continue;
+        }
+        if (addrs[r] == NULL || lens[r] == 0) {
+            WARN("rank %d: no UCX address for peer %d", self, r);
+            res = ncclInternalError;
+            goto err_close;
+        }
+        /* PEER error mode: a dead peer fails the endpoint (tp_ep_failed) and its requests
+         * instead of leaving them pending forever. */
+        ucp_ep_params_t params = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                          UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            .address = addrs[r],
+            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .err_handler = {.cb = tp_ep_failed, .arg = &peers[r]},
+        };
+        ucs_status_t status = ucp_ep_create(worker->ucp, &params, &peers[r].ep);
+        if (status != UCS_OK) {
+            WARN("rank %d: connecting to peer %d (address of %zu bytes) failed: %s", self, r,
+                 lens[r], ucs_status_string(status));
+            peers[r].ep = NULL;
+            res = ncclSystemError;
+            goto err_close;
+        }
+    }
+    worker->nranks = nranks;
+    worker->self = self;
+    worker->peers = peers;
+    if (shim_log_enabled(SHIM_LOG_INFO, SHIM_NET)) {
+        char lanes[256] = "";
+        for (int r = 0; r < nranks; r++) {
+            if (peers[r].ep != NULL) {
+                tp_ep_describe(peers[r].ep, lanes, sizeof(lanes));
+            }
+        }
+        INFO(SHIM_NET, "rank %d: UCX endpoints to %d peer%s over %s", self, nranks - 1,
+             nranks == 2 ? "" : "s", lanes[0] != '\0' ? lanes : "(none)");
+    }
+    return ncclSuccess;
+
+err_close:
+    tp_peers_close(worker, peers, nranks);
+    free(peers);
+    return res;
+}
+
+void
+tp_worker_destroy(struct tp_worker *worker)
+{
+    if (worker == NULL) {
+        return;
+    }
+    /* Withdraw receives first; sends end when their endpoint is force-closed below. */
+    for (struct tp_ucx_req *u = worker->inflight.next; u != &worker->inflight; u = u->next) {
+        ucp_request_cancel(worker->ucp, u);
+    }
+    if (worker->peers != NULL) {
+        tp_peers_close(worker, worker->peers, worker->nranks);
+    }
+    /* Whatever is still in flight after the budget is given back anyway: UCX reclaims it
+     * with the worker. The caller's struct tp_request copies are stale from here on. */
+    while (worker->inflight.next != &worker->inflight) {
+        tp_req_release(worker->inflight.next);
+    }
+    ucp_worker_release_address(worker->ucp, worker->addr);
+    ucp_worker_destroy(worker->ucp);
+    tp_context_release();
+    INFO(SHIM_NET, "rank %d: UCX worker %p destroyed", worker->self, (void *)worker);
+    free(worker->peers);
+    free(worker);
+}
+
+int
+tp_worker_failed_peer(const struct tp_worker *worker)
+{
+    return atomic_load(&worker->failed_peer);
+}
+
+/* --- messages ----------------------------------------------------------------------------- */
+
+/* The endpoint for a send to `peer`, or an error naming what is wrong with it. */
+static ncclResult_t
+tp_peer_ep(struct tp_worker *w, int peer, uint64_t tag, size_t len, ucp_ep_h *ep_out)
+{
+    if (w->peers == NULL || peer < 0 || peer >= w->nranks || peer == w->self) {
+        WARN("rank %d: send of tag 0x%" PRIx64 " (%zu bytes) to peer %d, which has no endpoint "
+             "(%d ranks%s)", w->self, tag, len, peer, w->nranks,
+             w->peers == NULL ? ", not connected" : "");
+        return ncclInternalError;
+    }
+    ucs_status_t failed = (ucs_status_t)atomic_load(&w->peers[peer].status);
+    if (failed != UCS_OK) {
+        WARN("rank %d: cannot send tag 0x%" PRIx64 " (%zu bytes) to peer %d: its endpoint "
+             "failed earlier: %s", w->self, tag, len, peer, ucs_status_string(failed));
+        return tp_result(failed);
+    }
+    *ep_out = w->peers[peer].ep;
+    return ncclSuccess;
+}
+
+ncclResult_t
+tp_send_post(struct tp_worker *worker, int peer, const void *buf, size_t len, uint64_t tag,
+             struct tp_request *req)
+{
+    ucp_request_param_t param = {.op_attr_mask = 0}; /* contiguous bytes, no callback */
+    ucp_ep_h ep;
+
+    SHIM_CHECK(tp_request_check_idle(worker, req, "send", tag));
+    SHIM_CHECK(tp_peer_ep(worker, peer, tag, len, &ep));
+    ucs_status_ptr_t sp = ucp_tag_send_nbx(ep, buf, len, tag, &param);
+    if (UCS_PTR_IS_ERR(sp)) {
+        WARN("rank %d: send of tag 0x%" PRIx64 " (%zu bytes) to peer %d failed: %s",
+             worker->self, tag, len, peer, ucs_status_string(UCS_PTR_STATUS(sp)));
+        return tp_result(UCS_PTR_STATUS(sp));
+    }
+    if (sp != NULL) {
+        tp_req_track(worker, sp, tag, len, false);
+    }
+    req->handle = sp; /* NULL: completed at once, the buffer may be reused */
+    req->expected_len = len;
+    req->peer = peer;
+    req->active = true;
+    return ncclSuccess;
+}
+
+/* A receive ended with `status` after `got` bytes; the WARN and result for anything but a
+ * complete message of exactly `want` bytes. */
+static ncclResult_t
+tp_recv_check(const struct tp_worker *w, int peer, uint64_t tag, size_t want, size_t got,
+              ucs_status_t status)
+{
+    if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+        WARN("rank %d: message from peer %d tag 0x%" PRIx64 " is longer than the %zu bytes "
+             "expected: the ranks disagree on the operation", w->self, peer, tag, want);
+        return tp_result(status);
+    }
+    if (status != UCS_OK) {
+        WARN("rank %d: receive of tag 0x%" PRIx64 " (%zu bytes) from peer %d failed: %s",
+             w->self, tag, want, peer, ucs_status_string(status));
+        return tp_result(status);
+    }
+    if (got != want) {
+        WARN("rank %d: message from peer %d tag 0x%" PRIx64 " has %zu bytes, %zu expected: "
+             "the ranks disagree on the operation", w->self, peer, tag, got, want);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+tp_recv_post(struct tp_worker *worker, int peer, void *buf, size_t len, uint64_t tag,
+             struct tp_request *req)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = tp_recv_done,
+    };
+
+    SHIM_CHECK(tp_request_check_idle(worker, req, "receive", tag));
+    /* Full mask: the tag alone names the message, sender included. */
+    ucs_status_ptr_t sp = ucp_tag_recv_nbx(worker->ucp, buf, len, tag, (ucp_tag_t)-1, &param);
+    if (UCS_PTR_IS_ERR(sp)) {
+        return tp_recv_check(worker, peer, tag, len, 0, UCS_PTR_STATUS(sp));
+    }
+    if (sp != NULL) { /* always, with NO_IMM_CMPL */
+        tp_req_track(worker, sp, tag, len, true);
+    }
+    req->handle = sp;
+    req->expected_len = len;
+    req->peer = peer;
+    req->active = true;
+    return ncclSuccess;
+}
+
+ncclResult_t
+tp_request_test(struct tp_worker *worker, struct tp_request *req, bool *done_out)
+{
+    struct tp_ucx_req *u = req->handle;
+    ucs_status_t status;
+
+    if (u == NULL) {
+        /* Idle, or completed at post. */
+        req->active = false;
+        *done_out = true;
+        return ncclSuccess;
+    }
+    status = ucp_request_check_status(u);
+    if (status == UCS_INPROGRESS) {
+        ucs_status_t failed = UCS_OK;
+        if (worker->peers != NULL && req->peer >= 0 && req->peer < worker->nranks) {
+            failed = (ucs_status_t)atomic_load(&worker->peers[req->peer].status);
+        }
+        if (failed == UCS_OK) {
+            *done_out = false;
+            return ncclSuccess;
+        }
+        /* A receive is not bound to an endpoint, so UCX would keep it pending forever. */
+        WARN("rank %d: peer %d failed (%s) during the %s of tag 0x%" PRIx64 " (%zu bytes)",
+             worker->self, req->peer, ucs_status_string(failed), u->is_recv ? "receive" : "send",
+             u->tag, u->len);
+        tp_req_cancel(worker, u);
+        req->handle = NULL;
+        req->active = false;
+        *done_out = true;
+        return tp_result(failed);
+    }
+
+    uint64_t tag = u->tag;
+    size_t len = u->len;
+    size_t got = u->got;
+    bool is_recv = u->is_recv;
+    ncclResult_t res = ncclSuccess;
+
+    tp_req_release(u);
+    req->handle = NULL;
+    req->active = false;
+    *done_out = true;
+    if (is_recv) {
+        res = tp_recv_check(worker, req->peer, tag, len, got, status);
+    } else if (status != UCS_OK) {
+        WARN("rank %d: send of tag 0x%" PRIx64 " (%zu bytes) to peer %d failed: %s",
+             worker->self, tag, len, req->peer, ucs_status_string(status));
+        res = tp_result(status);
+    }
+    return res;
+}
+
+void
+tp_request_cancel(struct tp_worker *worker, struct tp_request *req)
+{
+    if (req->handle != NULL) {
+        tp_req_cancel(worker, req->handle);
+    }
+    req->handle = NULL;
+    req->active = false;
+}
+
+/* --- progress and sleep ------------------------------------------------------------------- */
+
+bool
+tp_worker_progress(struct tp_worker *worker)
+{
+    bool any = ucp_worker_progress(worker->ucp) != 0;
+
+    worker->progressed |= any;
+    return any;
+}
+
+/* How long a worker may go unpolled, or -1 to poll its fd. UCX 1.13's TCP transport keeps a
+ * connection's socket registered for writing while the connection is half established (the
+ * peer has not progressed since it connected, e.g. it is still computing): the worker's fd
+ * then stays readable, or arming reports BUSY, and progress finds nothing, so a waiting rank
+ * would spin. Counting such empty wakeups and falling back to a timer for that worker bounds
+ * the waste to one wakeup per TP_BACKOFF_MAX_MS and the added latency to as much; anything
+ * progress does puts the fd back in use. */
+static int
+tp_worker_backoff_ms(struct tp_worker *w)
+{
+    if (w->progressed) {
+        w->idle_wakes = 0;
+    } else if (w->woke) {
+        w->idle_wakes++;
+    }
+    w->progressed = false;
+    w->woke = false;
+    if (w->idle_wakes < TP_IDLE_WAKES) {
+        return -1;
+    }
+    w->woke = true; /* unpolled: the next empty progress counts as another empty wakeup */
+    int shift = w->idle_wakes - TP_IDLE_WAKES;
+    return shift < 4 && (1 << shift) < TP_BACKOFF_MAX_MS ? 1 << shift : TP_BACKOFF_MAX_MS;
+}
+
+ncclResult_t
+tp_worker_wait(struct tp_worker *const *workers, int nworkers, int timeout_ms)
+{
+    struct pollfd stack_fds[TP_WAIT_STACK_FDS];
+    struct pollfd *fds = stack_fds;
+    ncclResult_t res = ncclSuccess;
+    int timeout = timeout_ms;
+
+    if (nworkers > TP_WAIT_STACK_FDS) {
+        SHIM_CHECK(shim_calloc(&fds, (size_t)nworkers));
+    }
+    for (int i = 0; i < nworkers; i++) {
+        struct tp_worker *w = workers[i];
+        int backoff = tp_worker_backoff_ms(w);
+
+        fds[i].fd = -1; /* poll skips negative fds */
+        fds[i].events = POLLIN;
+        fds[i].revents = 0;
+        if (backoff >= 0) {
+            timeout = timeout < 0 || backoff < timeout ? backoff : timeout;
+            continue;
+        }
+        /* BUSY: events are waiting that progress has not consumed yet, so do not sleep. */
+        ucs_status_t status = ucp_worker_arm(w->ucp);
+        if (status == UCS_ERR_BUSY) {
+            w->woke = true;
+            goto out;
+        }
+        if (status != UCS_OK) {
+            WARN("rank %d: ucp_worker_arm failed: %s", w->self, ucs_status_string(status));
+            res = ncclSystemError;
+            goto out;
+        }
+        fds[i].fd = w->efd;
+    }
+    if (poll(fds, (nfds_t)nworkers, timeout) < 0 && errno != EINTR) {
+        WARN("poll on %d UCX worker event fds failed: %s", nworkers, strerror(errno));
+        res = ncclSystemError;
+        goto out;
+    }
+    for (int i = 0; i < nworkers; i++) {
+        workers[i]->woke |= fds[i].revents != 0;
+    }
+out:
+    if (fds != stack_fds) {
+        free(fds);
+    }
+    return res;
+}
