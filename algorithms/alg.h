@@ -40,8 +40,9 @@ enum alg_step_kind {
     ALG_STEP_COPY,   /* dst = src[0], with the op's pre/post when flagged */
 };
 
-/* Reduce/copy flags: which operands are raw user input (the op's pre-multiply applies) and
- * whether this is an element's last reduction (the op's post-divide applies). */
+/* Reduce/copy flags: which operands are this rank's own raw input (the op's pre-multiply
+ * applies; each rank scales only its own input, with its own scalar) and whether this is an
+ * element's last reduction (the op's post-divide applies). */
 enum alg_flags {
     ALG_PRE_A = 1u << 0,
     ALG_PRE_B = 1u << 1,
@@ -86,6 +87,8 @@ struct alg_args {
     bool in_place;
     size_t chunk_bytes; /* pipeline chunk; builders round it to whole elements */
     int slots;          /* scratch chunks a rank may receive ahead of its reductions */
+    bool prescale;      /* the op pre-multiplies inputs (PreMulSum, float Avg): raw input must
+                           be scaled by its owner before it is sent */
 };
 
 typedef ncclResult_t (*alg_builder_t)(const struct alg_args *args, struct alg_sched *sched);

@@ -17,9 +17,10 @@
  * Received partial sums land in one of `slots` scratch chunks; a receive waits for the
  * reduction that last used its slot, which bounds scratch memory to slots chunks.
  *
- * Reductions mark raw inputs for the op's pre-multiply (our own block always; the peer's only
- * at s = 0, when it sends its raw block) and the last reduction of a block for the op's
- * post-divide. In place (sendbuff == recvbuff) the all-gather receive of a block must wait
+ * Reductions mark our own raw input for the op's pre-multiply and the last reduction of a
+ * block for the op's post-divide. A PreMulSum scalar belongs to the rank that created it, so
+ * when the op pre-multiplies, step s = 0 first scales our own block into its place in recvbuff
+ * and sends it from there (that space is free until the all-gather fills it). In place (sendbuff == recvbuff) the all-gather receive of a block must wait
  * until our reduce-scatter send of that block completed, since it overwrites it; the schedule
  * always carries that dependency.
  */
@@ -86,12 +87,17 @@ alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched)
             const int slot = (int)(nrecv++ % (unsigned long)slots);
             struct alg_range scratch =
                 alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, own.len);
-            unsigned flags = ALG_PRE_A | (s == 0 ? ALG_PRE_B : 0) | (s == n - 2 ? ALG_POST : 0);
+            unsigned flags = ALG_PRE_A | (s == n - 2 ? ALG_POST : 0);
+            struct alg_range outgoing = ring_chunk(args, ALG_BUF_RECV, send_block, c, nchunks);
 
-            rs_send[s] = alg_send(sched, next,
-                                  ring_chunk(args, s == 0 ? ALG_BUF_SEND : ALG_BUF_RECV,
-                                             send_block, c, nchunks),
-                                  last, -1);
+            if (s == 0 && args->prescale) {
+                last = alg_copy(sched, outgoing,
+                                ring_chunk(args, ALG_BUF_SEND, send_block, c, nchunks),
+                                ALG_PRE_A, -1, -1);
+            } else if (s == 0) {
+                outgoing = ring_chunk(args, ALG_BUF_SEND, send_block, c, nchunks);
+            }
+            rs_send[s] = alg_send(sched, next, outgoing, last, -1);
             int rx = alg_recv(sched, prev, scratch, slot_user[slot], -1);
             last = alg_reduce(sched, out, own, scratch, flags, rx, -1, -1);
             slot_user[slot] = last;

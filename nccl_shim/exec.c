@@ -102,6 +102,7 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
         .in_place = op->sendbuff == op->recvbuff,
         .chunk_bytes = comm->chunk_bytes,
         .slots = comm->ring_slots,
+        .prescale = op->redop.kind == KR_PREMULSUM,
     };
     const struct alg_algorithm *alg = alg_select(&args);
     if (alg == NULL) {

@@ -136,7 +136,7 @@ sim_run(const struct sim_op *op, struct sim_report *report)
             if (s->kind == ALG_STEP_SEND || s->kind == ALG_STEP_RECV) {
                 rk->state[i] = SIM_POSTED;
             } else {
-                shim_exec_compute(rk->bufs, s, &op->redop);
+                shim_exec_compute(rk->bufs, s, &op->redops[cand_rank[pick]]);
                 rk->state[i] = SIM_DONE;
                 done++;
             }

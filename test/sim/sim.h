@@ -23,7 +23,7 @@
 struct sim_op {
     alg_builder_t build;
     struct alg_args args; /* rank is filled in per rank */
-    struct kr_redop redop;
+    const struct kr_redop *redops; /* per rank: PreMulSum scalars differ between ranks */
     void **send; /* per rank */
     void **recv; /* per rank */
     unsigned seed;

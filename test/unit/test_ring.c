@@ -14,22 +14,24 @@
 
 static const size_t counts[] = {0, 1, 2, 3, 7, 16, 17, 100, 1001, 4099};
 
-/* Runs one all-reduce of int32 on n ranks; returns false if the simulator failed. */
+/* Runs one all-reduce of int32 on n ranks in the simulator and checks every rank's result. */
 static void
 check_allreduce(int n, size_t count, bool in_place, enum kr_op_kind kind, size_t chunk_bytes,
                 int slots, unsigned seed)
 {
     void *send[64], *recv[64];
     int32_t *expect = calloc(count + 1, sizeof(int32_t));
-    struct kr_redop redop = {.kind = kind, .type = ncclInt32, .divisor = (uint64_t)n};
-    int32_t scalar = 3;
-    memcpy(redop.scalar, &scalar, sizeof(scalar));
+    struct kr_redop redops[64];
 
     for (int r = 0; r < n; r++) {
+        /* Each rank its own PreMulSum scalar, as ranks may create different ones. */
+        int32_t scalar = r + 2;
+        redops[r] = (struct kr_redop){.kind = kind, .type = ncclInt32, .divisor = (uint64_t)n};
+        memcpy(redops[r].scalar, &scalar, sizeof(scalar));
         int32_t *in = malloc((count + 1) * sizeof(int32_t));
         for (size_t i = 0; i < count; i++) {
             in[i] = (int32_t)((i * 7 + (size_t)r * 13) % 101) - 50;
-            expect[i] += kind == KR_PREMULSUM ? 3 * in[i] : in[i];
+            expect[i] += kind == KR_PREMULSUM ? scalar * in[i] : in[i];
         }
         send[r] = in;
         recv[r] = in_place ? in : calloc(count + 1, sizeof(int32_t));
@@ -41,8 +43,9 @@ check_allreduce(int n, size_t count, bool in_place, enum kr_op_kind kind, size_t
     struct sim_op op = {
         .build = alg_ring_allreduce,
         .args = {.coll = ALG_COLL_ALLREDUCE, .count = count, .elem_size = 4, .nranks = n,
-                 .in_place = in_place, .chunk_bytes = chunk_bytes, .slots = slots},
-        .redop = redop, .send = send, .recv = recv, .seed = seed};
+                 .in_place = in_place, .chunk_bytes = chunk_bytes, .slots = slots,
+                 .prescale = kind == KR_PREMULSUM},
+        .redops = redops, .send = send, .recv = recv, .seed = seed};
     struct sim_report report;
     bool ok = sim_run(&op, &report);
     cr_assert(ok, "n=%d count=%zu in_place=%d kind=%d: %s", n, count, in_place, kind,
@@ -113,9 +116,10 @@ Test(barrier, completes_for_every_rank_count)
 {
     for (int n = 1; n <= 17; n++) {
         void *bufs[64] = {0};
+        struct kr_redop redops[64] = {{.kind = KR_SUM, .type = ncclInt8}};
         struct sim_op op = {.build = alg_dissemination_barrier,
                             .args = {.coll = ALG_COLL_BARRIER, .elem_size = 1, .nranks = n},
-                            .redop = {.kind = KR_SUM, .type = ncclInt8},
+                            .redops = redops,
                             .send = bufs, .recv = bufs, .seed = (unsigned)n};
         struct sim_report report;
         cr_assert(sim_run(&op, &report), "n=%d: %s", n, report.error);
