@@ -6,7 +6,18 @@
  *
  * Posting returns at once; a request is then tested until done ("not yet" is an answer).
  * Tags are chosen by the executor and unique per message (see nccl_shim/tag.h), so receives
- * match exactly. A worker is driven by one thread at a time.
+ * match exactly. A worker is driven by one thread at a time, not always the same one;
+ * different workers may be driven by different threads at the same time.
+ *
+ * Connections are completed lazily, by the first messages, while both ranks progress. Until
+ * then a waiting rank may wake more often than it needs to (see tp_worker_wait), so init
+ * does well to end with one message each way between the ranks that will talk.
+ *
+ * Errors, each with a WARN naming our rank, the peer, the tag and the length:
+ * ncclRemoteError when a peer failed or went away; ncclInvalidUsage when a message's length
+ * differs from the receive's (the ranks disagree on the operation); ncclSystemError for any
+ * other UCX failure; ncclInternalError when the caller breaks this contract (posting on a
+ * request in use, a peer without an endpoint, connecting twice).
  */
 #ifndef TP_TRANSPORT_H
 #define TP_TRANSPORT_H
@@ -18,46 +29,66 @@
 
 struct tp_worker;
 
-/* One outstanding send or receive. Owned by the caller, filled by post, released by test
- * (when done) or cancel. A zeroed request is idle. */
+/* One outstanding send or receive. Owned by the caller, who may copy or move it (the
+ * transport keeps no pointer to it); filled by post, released by test (once done, whether it
+ * succeeded or failed) or by cancel. A zeroed request is idle, and test calls it done. */
 struct tp_request {
     void *handle;        /* transport's in-flight request, NULL when complete or idle */
-    size_t expected_len; /* receives: the length the schedule expects */
+    size_t expected_len; /* the length posted; for receives, the length the schedule expects */
     int peer;            /* for error messages */
-    bool active;
+    bool active;         /* posted, and not yet reported done by test */
 };
 
 /* Creates a worker with its own address. Honours UCX's own environment (UCX_TLS, ...).
  * The process-wide UCX context is created on first use and released with the last worker. */
 ncclResult_t tp_worker_create(struct tp_worker **worker_out);
-/* Closes every endpoint without waiting on any peer and frees the worker. Always returns. */
+/* Closes every endpoint without waiting on any peer and frees the worker. Always returns,
+ * within about a second at worst. Requests still outstanding are withdrawn and reclaimed:
+ * the caller's struct tp_request copies are stale afterwards, and their buffers free once
+ * this returns. Nothing is flushed, and peers see this worker's endpoints fail (their
+ * tp_worker_failed_peer names it): tear down after the last exchange finished on all ranks. */
 void tp_worker_destroy(struct tp_worker *worker);
 
 /* The worker's address blob, valid until the worker is destroyed; exchanged at bootstrap. */
 ncclResult_t tp_worker_address(struct tp_worker *worker, const void **addr_out, size_t *len_out);
-/* Creates an endpoint to every rank but `self` from the exchanged addresses. */
+/* Creates an endpoint to every rank but `self` from the exchanged addresses (addrs[self] is
+ * not read). Once per worker. A peer that dies then shows as an error, never as a hang. */
 ncclResult_t tp_worker_connect(struct tp_worker *worker, int nranks, int self,
                                const void *const *addrs, const size_t *lens);
 
+/* Sends len bytes (buf may be NULL when len is 0) to `peer`, which must not be `self`. buf
+ * stays the caller's to keep intact until test says done; a send may be done at once. */
 ncclResult_t tp_send_post(struct tp_worker *worker, int peer, const void *buf, size_t len,
                           uint64_t tag, struct tp_request *req);
-/* Receives exactly `tag` (the source rank is part of the tag); a message of another length
- * than `len` completes with an error. */
+/* Receives exactly `tag` (the source rank is part of the tag); `peer` names the sender, for
+ * messages and to fail the receive if that peer fails. A message of another length than
+ * `len` completes with an error. A receive is never done at post: test it. */
 ncclResult_t tp_recv_post(struct tp_worker *worker, int peer, void *buf, size_t len,
                           uint64_t tag, struct tp_request *req);
-/* *done_out = true once the request completed; an error if it failed (peer gone, length
- * mismatch), with a WARN that names the peer. */
+/* *done_out = true once the request completed, and the request is idle again. An error if
+ * it failed (peer gone, length mismatch), with a WARN that names the peer, tag and length;
+ * the request is then idle too. */
 ncclResult_t tp_request_test(struct tp_worker *worker, struct tp_request *req, bool *done_out);
-/* Cancels an outstanding request and releases it; safe on an idle request. */
+/* Cancels an outstanding request and releases it; safe on an idle request. A receive not yet
+ * matched is withdrawn at once. A send, or a receive whose message is already streaming in,
+ * cannot be withdrawn by UCX 1.13: it runs on until it ends or tp_worker_destroy, and its
+ * buffer must stay valid until then. */
 void tp_request_cancel(struct tp_worker *worker, struct tp_request *req);
 
 /* Drives the transport; returns true if anything happened. Never blocks. */
 bool tp_worker_progress(struct tp_worker *worker);
-/* Sleeps until any of the workers has an event or timeout_ms passes (spurious wakeups are
- * fine). This is how waiting ranks give the CPU to the ranks doing work. */
+/* Sleeps until any of the workers has an event or timeout_ms passes (negative: no limit);
+ * returns at once if one has events progress has not consumed. Spurious wakeups are fine:
+ * callers progress, test, and wait again. Called by the thread driving all these workers.
+ * This is how waiting ranks give the CPU to the ranks doing work. A worker whose wakeups
+ * keep finding nothing to do (UCX's TCP while a connection is half open) is looked at on a
+ * timer of at most 10 ms instead of its event fd, until progress finds work again. */
 ncclResult_t tp_worker_wait(struct tp_worker *const *workers, int nworkers, int timeout_ms);
 
-/* A peer whose endpoint reported an error; -1 if none. Set from UCX's error callback. */
+/* A peer whose endpoint reported an error; -1 if none. Set from UCX's error callback during
+ * progress, also when the peer destroyed its worker in an orderly teardown. Over TCP a dead
+ * peer shows at once; over shared memory, by UCX's keepalive within UCX_KEEPALIVE_INTERVAL
+ * (20 s by default) once its process is gone (a zombie not yet reaped still looks alive). */
 int tp_worker_failed_peer(const struct tp_worker *worker);
 
 #endif

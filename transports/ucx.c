@@ -37,7 +37,7 @@
 /* Teardown never waits longer than this for UCX to finish closing endpoints (force-closing
  * needs no reply from the peer, so it normally takes microseconds). */
 #define TP_CLOSE_BUDGET_MS 500
-/* How long tp_request_cancel progresses the worker for a cancelled request to be released. */
+/* How long tp_request_cancel lets a receive already streaming in finish. */
 #define TP_CANCEL_BUDGET_MS 100
 /* Workers tp_worker_wait polls without allocating. */
 #define TP_WAIT_STACK_FDS 16
@@ -193,14 +193,15 @@ tp_ep_describe(ucp_ep_h ep, char *buf, size_t size)
     free(text);
 }
 
-/* Whether a UCX_TLS value lets UCX use posix or sysv shared memory. Without them UCX would
- * warn that MM_ERROR_HANDLING applies to nothing. */
+/* Whether a UCX_TLS value lets UCX use posix or sysv shared memory; without them UCX would
+ * warn that MM_ERROR_HANDLING applies to nothing. "sm", "shm" and "mm" name both. */
 static bool
 tp_tls_has_shm(const char *tls)
 {
-    static const char *const shm_names[] = {"all", "sm", "shm", "mm", "posix", "sysv"};
     bool negated = tls != NULL && tls[0] == '^';
-    bool named = false;
+    bool all = false;
+    bool posix = false;
+    bool sysv = false;
     char list[256];
     char *save = NULL;
 
@@ -209,13 +210,12 @@ tp_tls_has_shm(const char *tls)
     }
     snprintf(list, sizeof(list), "%s", tls + (negated ? 1 : 0));
     for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-        for (size_t i = 0; i < sizeof(shm_names) / sizeof(shm_names[0]); i++) {
-            named |= strcmp(t, shm_names[i]) == 0;
-        }
+        bool group = strcmp(t, "sm") == 0 || strcmp(t, "shm") == 0 || strcmp(t, "mm") == 0;
+        all |= group || (!negated && strcmp(t, "all") == 0);
+        posix |= group || strcmp(t, "posix") == 0;
+        sysv |= group || strcmp(t, "sysv") == 0;
     }
-    /* "^posix" still leaves sysv: only a broad exclusion removes shared memory. */
-    return negated ? !(named && (strstr(tls, "sm") != NULL || strstr(tls, "mm") != NULL))
-                   : named;
+    return negated ? !(posix && sysv) : (all || posix || sysv);
 }
 
 /* UCX 1.13's shared-memory transports (posix, sysv) do not advertise peer-failure handling,
@@ -326,18 +326,19 @@ tp_req_release(struct tp_ucx_req *u)
 }
 
 /* Withdraws a request and frees it once UCX has let go of it. A receive not yet matched is
- * withdrawn at once. UCX 1.13 cannot withdraw a send, nor a receive already matched to a
- * rendezvous in progress: those run on (their buffers still in use) until they complete or
- * their endpoint closes, and stay on the worker's list for tp_worker_destroy to reclaim. */
+ * withdrawn at once; one already matched to a rendezvous gets TP_CANCEL_BUDGET_MS to finish.
+ * UCX 1.13 ignores the cancel of a send, so waiting for one would be waiting on the peer: it
+ * gets one progress round. What is still running then (its buffer still in use) stays on the
+ * worker's list until it ends or tp_worker_destroy reclaims it. */
 static void
 tp_req_cancel(struct tp_worker *w, struct tp_ucx_req *u)
 {
-    int64_t deadline = tp_now_ms() + TP_CANCEL_BUDGET_MS;
+    int64_t deadline = tp_now_ms() + (u->is_recv ? TP_CANCEL_BUDGET_MS : 0);
 
     ucp_request_cancel(w->ucp, u);
-    while (ucp_request_check_status(u) == UCS_INPROGRESS && tp_now_ms() < deadline) {
+    do {
         ucp_worker_progress(w->ucp);
-    }
+    } while (ucp_request_check_status(u) == UCS_INPROGRESS && tp_now_ms() < deadline);
     if (ucp_request_check_status(u) != UCS_INPROGRESS) {
         tp_req_release(u);
     } else {
