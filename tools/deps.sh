@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# tools/deps.sh [build|test|compare]: makes sure this machine has what `make` (build), `make
+# test` (test, the default) or the comparison against NVIDIA's NCCL (compare, for now the same
+# as test) needs.
+# Debian packages are checked with dpkg-query; missing ones are installed with apt-get when we
+# are root (after one `apt-get update`), or named on one line (exit 1) when we are not. The
+# genuine nccl.h is looked for in $NCCL_HOME/include, then $CUDA_HOME/include (default
+# /usr/local/cuda); it comes with the CUDA toolkit or NVIDIA's packages, not from Debian, so it
+# is only reported. Prints nothing when everything is present. Called by the Makefile's `deps`
+# target and by CI.
+set -euo pipefail
+
+usage() {
+    echo "usage: $0 [build|test|compare]" >&2
+    exit 2
+}
+
+[[ $# -le 1 ]] || usage
+build_pkgs=(gcc make libucx-dev ucx-utils binutils)
+test_pkgs=("${build_pkgs[@]}" libcriterion-dev pkg-config procps)
+case ${1:-test} in
+    build) wanted=("${build_pkgs[@]}") ;;
+    test | compare) wanted=("${test_pkgs[@]}") ;;
+    *) usage ;;
+esac
+
+missing=()
+for pkg in "${wanted[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    if [[ $status != installed ]]; then
+        missing+=("$pkg")
+    fi
+done
+
+nccl_dirs=(${NCCL_HOME:+"$NCCL_HOME/include"} "${CUDA_HOME:-/usr/local/cuda}/include")
+nccl_inc=
+for dir in "${nccl_dirs[@]}"; do
+    if [[ -f $dir/nccl.h ]]; then
+        nccl_inc=$dir
+        break
+    fi
+done
+
+status=0
+if [[ ${#missing[@]} -gt 0 ]]; then
+    if [[ $(id -u) -eq 0 ]]; then
+        echo "deps: installing ${missing[*]}" >&2
+        apt-get update -q >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            "${missing[@]}" >&2
+    else
+        echo "deps: missing Debian packages; run: sudo apt-get install ${missing[*]}" >&2
+        status=1
+    fi
+fi
+if [[ -z $nccl_inc ]]; then
+    echo "deps: the genuine nccl.h is in none of ${nccl_dirs[*]}: install the CUDA toolkit" \
+        "and NCCL, or set NCCL_HOME or CUDA_HOME" >&2
+    status=1
+fi
+exit "$status"
