@@ -12,9 +12,17 @@
  *   - KR_PREMULSUM: pre(x) = x * scalar, rounded to the element type; then sum. NCCL uses it
  *     for ncclRedOpCreatePreMulSum and for ncclAvg on floating types (scalar = 1/nranks).
  *   - KR_SUMPOSTDIV: sum, then post(x) = x / divisor. NCCL's ncclAvg on integer types.
- * Every low-precision type (float16, bfloat16, fp8) computes each operation in float and
- * rounds to nearest-even after it, which equals the correctly rounded result CUDA gives.
- * dst may alias a or b exactly (in-place); partial overlap is not allowed.
+ * Integers wrap around; x / divisor truncates toward zero (signed types divide as signed).
+ * float and double are plain IEEE arithmetic, in the default mode whatever the caller's (no
+ * flush-to-zero, round to nearest even), with no product fused into a sum. Every low-precision
+ * type (float16, bfloat16, fp8) computes each operation in float and rounds to nearest-even
+ * after it, which equals the correctly rounded result CUDA gives; a NaN result is CUDA's
+ * canonical NaN (see the conversions below). Max and min are IEEE maximumNumber/minimumNumber
+ * as CUDA's fmaxf and __hmax: a NaN loses to a number, and +0 > -0 so the result does not
+ * depend on operand order. On floating types KR_SUMPOSTDIV divides in float (double for
+ * double), correctly rounded for divisors below 2^13; NCCL itself never asks for that.
+ * dst may alias a or b exactly (in-place); partial overlap is not allowed. Every pointer is
+ * aligned to the element size (a block may start at any element).
  */
 #ifndef KR_KERNELS_H
 #define KR_KERNELS_H
@@ -38,7 +46,7 @@ struct kr_redop {
     ncclDataType_t type;
     /* KR_PREMULSUM: the scalar, stored as one element of `type` (little-endian bytes). */
     uint8_t scalar[8];
-    /* KR_SUMPOSTDIV: the divisor (nranks). */
+    /* KR_SUMPOSTDIV: the divisor (nranks), at least 1. */
     uint64_t divisor;
 };
 
@@ -54,13 +62,18 @@ size_t kr_type_size(ncclDataType_t type);
 const char *kr_type_name(ncclDataType_t type);
 bool kr_type_is_float(ncclDataType_t type);
 
-/* See the contract above. count is in elements. */
+/* See the contract above. count is in elements and may be 0. flags are ignored by the kinds
+ * whose pre and post are the identity. Runs on the calling thread, to completion. */
 void kr_reduce_host(void *dst, const void *a, const void *b, size_t count,
                     const struct kr_redop *op, unsigned flags);
+/* dst == src is a no-op; other overlaps are not allowed. */
 void kr_copy_host(void *dst, const void *src, size_t bytes);
 
-/* Element conversions with CUDA's rounding (round to nearest even; fp8 saturates to the
- * largest finite value as __NV_SATFINITE does; NaN stays NaN). Exposed for tests and tools. */
+/* Element conversions with CUDA's rounding: round to nearest even (subnormals included);
+ * float16 and bfloat16 overflow to infinity; fp8 saturates as __NV_SATFINITE does, infinities
+ * included (e4m3 to +-448, e5m2 to +-57344). A NaN becomes CUDA's canonical NaN, sign
+ * dropped: 0x7fff for float16 and bfloat16, 0x7f for both fp8 formats. Widening is exact.
+ * Exposed for tests and tools. */
 float kr_half_to_float(uint16_t h);
 uint16_t kr_float_to_half(float f);
 float kr_bf16_to_float(uint16_t b);
@@ -70,8 +83,10 @@ uint8_t kr_float_to_e4m3(float f);
 float kr_e5m2_to_float(uint8_t v);
 uint8_t kr_float_to_e5m2(float f);
 
-/* Stores `value` as one element of `type` into out[0..7] (rounded as above; integers truncate
- * toward zero). Used to build PreMulSum scalars and by test data generators. */
+/* Stores `value` as one element of `type` into out[0..7], the bytes past the element zeroed.
+ * Floating types round once, from the double (as above); integers truncate toward zero and
+ * saturate to the type's range, NaN giving 0. Used to build PreMulSum scalars and by test
+ * data generators. */
 void kr_scalar_from_double(ncclDataType_t type, double value, uint8_t out[8]);
 /* Reads one element of `type` as a double. */
 double kr_scalar_to_double(ncclDataType_t type, const void *elem);

@@ -3,11 +3,14 @@
  * Reduce and copy on host memory, for the executor (nccl_shim/exec.c) and the simulator, plus
  * the element conversions and scalar helpers that kernels.h exports.
  *
- * kr_reduce_host turns (op kind, flags, b or not) into one of a few loop shapes, then calls
- * kr_reduce_loops, where each (type, shape) pair is one plain loop over reduce_ops.h that GCC
- * vectorizes. The library ships as one binary for every x86-64, so kr_reduce_loops is compiled
- * three times by target_clones and the dynamic loader picks the best at startup: x86-64-v4
- * (AVX-512 with BW for byte and word lanes), x86-64-v3 (AVX2) and the SSE2 baseline.
+ * kr_reduce_host turns (op kind, flags, b or not) into one of a few loop shapes and calls the
+ * datatype's kr_reduce_<type>, in which each shape is one plain loop over reduce_ops.h that GCC
+ * vectorizes. The library ships as one binary for every x86-64, so each kr_reduce_<type> is
+ * compiled three times (target_clones) and the dynamic loader binds the best one at startup:
+ * x86-64-v4 (AVX-512 with BW for byte and word lanes), x86-64-v3 (AVX2) or the SSE2 baseline.
+ * On v3 and v4 every loop vectorizes except the 64-bit integer divisions (x86 has no SIMD
+ * integer division); the baseline also leaves float16 and fp8 (no per-lane shifts before AVX2)
+ * and 64-bit max, min and product scalar.
  */
 
 /*
@@ -18,7 +21,11 @@
  *   no operation can trap, and GCC may if-convert the float conversions of the narrow types'
  *   selects. With trapping math assumed, those loops stay scalar. Values are unaffected.
  */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#else
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
+#endif
 
 #include "kernels.h"
 
@@ -39,7 +46,8 @@
 /* --- loop shapes ---------------------------------------------------------------------------- */
 
 /* What one call computes per element, with pre and post already resolved from kind and flags.
- * A sum with pre on b alone runs as KR_SHAPE_SUM_PRE1 with a and b swapped (sums commute). */
+ * A sum with pre on b alone runs as KR_SHAPE_SUM_PRE1 with a and b swapped: sums commute (but
+ * for which payload a float sum of two NaNs keeps, which no GPU result fixes either). */
 enum kr_shape {
     KR_SHAPE_COPY,     /* dst = a */
     KR_SHAPE_SUM,      /* dst = a + b */
@@ -86,10 +94,9 @@ kr_shape_of(enum kr_op_kind kind, bool binary, unsigned flags, bool *swap_out)
 }
 
 /*
- * kr_reduce_<type>: one loop per shape, inlined into each clone of kr_reduce_loops so that it
- * is vectorized for that clone's ISA. No restrict: dst may equal a or b, and GCC's run-time
- * alias check lets equal pointers take the vector path (a partial overlap, which the contract
- * excludes, would run the scalar loop and still be wrong only in the way overlap is).
+ * kr_reduce_<type>: one loop per shape, each vectorized for every clone's ISA. No restrict:
+ * dst may equal a or b, and GCC's run-time alias check sends equal pointers down the vector
+ * path too (only a partial overlap, which the contract excludes, runs the scalar loop).
  */
 #define KR_LOOP(EXPR)                                                                           \
     for (size_t i = 0; i < n; i++) {                                                            \
@@ -99,9 +106,11 @@ kr_shape_of(enum kr_op_kind kind, bool binary, unsigned flags, bool *swap_out)
 
 #define KR_DEFINE_REDUCE(N, T)                                                                  \
     KR_CLONES static void                                                                       \
-    kr_reduce_##N(T *dst, const T *a, const T *b, size_t n, const struct kr_redop *op,          \
-                  enum kr_shape shape)                                                          \
+    kr_reduce_##N(void *dst_, const void *a_, const void *b_, size_t n,                         \
+                  const struct kr_redop *op, enum kr_shape shape)                               \
     {                                                                                           \
+        T *dst = dst_;                                                                          \
+        const T *a = a_, *b = b_;                                                               \
         uint64_t d = op->divisor;                                                               \
         T scalar;                                                                               \
         memcpy(&scalar, op->scalar, sizeof(scalar));                                            \
@@ -145,51 +154,17 @@ KR_DEFINE_REDUCE(e5m2, uint8_t)
 #undef KR_DEFINE_REDUCE
 #undef KR_LOOP
 
-static void
-kr_reduce_loops(void *dst, const void *a, const void *b, size_t n, const struct kr_redop *op,
-                enum kr_shape shape)
-{
-    switch (op->type) {
-    case ncclInt8:
-        kr_reduce_i8(dst, a, b, n, op, shape);
-        break;
-    case ncclUint8:
-        kr_reduce_u8(dst, a, b, n, op, shape);
-        break;
-    case ncclInt32:
-        kr_reduce_i32(dst, a, b, n, op, shape);
-        break;
-    case ncclUint32:
-        kr_reduce_u32(dst, a, b, n, op, shape);
-        break;
-    case ncclInt64:
-        kr_reduce_i64(dst, a, b, n, op, shape);
-        break;
-    case ncclUint64:
-        kr_reduce_u64(dst, a, b, n, op, shape);
-        break;
-    case ncclFloat16:
-        kr_reduce_f16(dst, a, b, n, op, shape);
-        break;
-    case ncclFloat32:
-        kr_reduce_f32(dst, a, b, n, op, shape);
-        break;
-    case ncclFloat64:
-        kr_reduce_f64(dst, a, b, n, op, shape);
-        break;
-    case ncclBfloat16:
-        kr_reduce_bf16(dst, a, b, n, op, shape);
-        break;
-    case ncclFloat8e4m3:
-        kr_reduce_e4m3(dst, a, b, n, op, shape);
-        break;
-    case ncclFloat8e5m2:
-        kr_reduce_e5m2(dst, a, b, n, op, shape);
-        break;
-    default:
-        assert(!"kr_reduce_host: invalid datatype");
-    }
-}
+typedef void (*kr_reduce_fn)(void *dst, const void *a, const void *b, size_t n,
+                             const struct kr_redop *op, enum kr_shape shape);
+
+static const kr_reduce_fn kr_reduce_by_type[ncclNumTypes] = {
+    [ncclInt8] = kr_reduce_i8,           [ncclUint8] = kr_reduce_u8,
+    [ncclInt32] = kr_reduce_i32,         [ncclUint32] = kr_reduce_u32,
+    [ncclInt64] = kr_reduce_i64,         [ncclUint64] = kr_reduce_u64,
+    [ncclFloat16] = kr_reduce_f16,       [ncclFloat32] = kr_reduce_f32,
+    [ncclFloat64] = kr_reduce_f64,       [ncclBfloat16] = kr_reduce_bf16,
+    [ncclFloat8e4m3] = kr_reduce_e4m3,   [ncclFloat8e5m2] = kr_reduce_e5m2,
+};
 
 /* --- floating-point environment ------------------------------------------------------------- */
 
@@ -255,7 +230,7 @@ kr_reduce_host(void *dst, const void *a, const void *b, size_t count,
         b = t;
     }
     unsigned env = kr_fenv_enter();
-    kr_reduce_loops(dst, a, b, count, op, shape);
+    kr_reduce_by_type[op->type](dst, a, b, count, op, shape);
     kr_fenv_leave(env);
 }
 

@@ -528,6 +528,11 @@ shim_api_check_op(struct shim_op *op, const char *api)
              op->recvbuff, op->count);
         return ncclInvalidArgument;
     }
+    if ((uintptr_t)op->sendbuff % elem_size != 0 || (uintptr_t)op->recvbuff % elem_size != 0) {
+        WARN("%s: sendbuff %p and recvbuff %p must be aligned to the %zu-byte %s elements", api,
+             op->sendbuff, op->recvbuff, elem_size, kr_type_name(op->datatype));
+        return ncclInvalidArgument;
+    }
     if (shim_device_is_device_ptr(op->sendbuff) || shim_device_is_device_ptr(op->recvbuff)) {
         WARN("%s: device memory is not supported by ncclshim yet; pass host buffers", api);
         return ncclInvalidUsage;
