@@ -17,7 +17,7 @@
 #include "check.h"
 #include "device.h"
 #include "env.h"
-#include "exec.h"
+#include "group.h"
 #include "transports/transport.h"
 
 /* Live communicators, so a destroyed or made-up handle is an error and not a crash. */
@@ -356,48 +356,36 @@ out_jobs:
     return res;
 }
 
-/* Runs one internal op to completion on the calling thread. */
-static ncclResult_t
-shim_comm_run_op(const struct shim_op *op)
-{
-    struct shim_exec *exec;
-
-    SHIM_CHECK(shim_exec_create(op, &exec));
-    ncclResult_t res = shim_exec_run(&exec, 1);
-    shim_exec_destroy(exec);
-    return res;
-}
-
+/* NCCL's finalize flushes and agrees with the peers that the communicator is quiet: here a
+ * barrier. Inside a group it is queued like a collective, so one thread can finalize every
+ * communicator of an ncclCommInitAll clique between ncclGroupStart and ncclGroupEnd. */
 ncclResult_t
 shim_comm_finalize(struct ncclComm *comm)
 {
-    struct shim_op barrier = {
-        .coll = SHIM_COLL_BARRIER, .datatype = ncclInt8, .root = -1, .comm = comm};
+    struct shim_op barrier = {.coll = SHIM_COLL_BARRIER, .datatype = ncclInt8,
+                              .redop = {.kind = KR_SUM, .type = ncclInt8}, .root = -1,
+                              .comm = comm};
 
     SHIM_CHECK(shim_comm_check_ready(comm, "ncclCommFinalize"));
-    SHIM_CHECK(shim_comm_run_op(&barrier));
+    SHIM_CHECK(shim_group_enqueue(&barrier));
     __atomic_store_n(&comm->state, SHIM_COMM_FINALIZED, __ATOMIC_RELEASE);
-    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Finalize COMPLETE", (void *)comm, comm->rank,
-         comm->nranks);
+    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Finalize %s", (void *)comm, comm->rank,
+         comm->nranks, shim_group_active() ? "queued in group" : "COMPLETE");
     return ncclSuccess;
 }
 
+/* Local, as NCCL's: it never waits for the other ranks, so one thread may destroy the
+ * communicators of a clique one after another. Every operation on host memory completed
+ * inside its call, and the transport flushes what we sent before it closes. */
 ncclResult_t
 shim_comm_destroy(struct ncclComm *comm)
 {
-    ncclResult_t res = ncclSuccess;
-
     shim_comm_join_init(comm);
-    if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == SHIM_COMM_READY) {
-        /* Destroy without finalize: agree with the peers first, as NCCL does, so none is
-         * still waiting on us. A failure here is reported, and teardown goes on. */
-        res = shim_comm_finalize(comm);
-    }
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Destroy COMPLETE", (void *)comm, comm->rank,
          comm->nranks);
     shim_comm_bind(NULL);
     shim_comm_free(comm);
-    return res;
+    return ncclSuccess;
 }
 
 ncclResult_t

@@ -69,9 +69,9 @@ struct shim_comm_args {
 /* Creates a communicator. Blocking: returns once every rank joined. Non-blocking: returns
  * ncclInProgress with *comm_out set at once; ncclCommGetAsyncError reports completion. */
 ncclResult_t shim_comm_init(const struct shim_comm_args *args, struct ncclComm **comm_out);
-/* Flushes and waits until every rank is done with the communicator. */
+/* A barrier with every rank (queued if a group is open); afterwards only destroy remains. */
 ncclResult_t shim_comm_finalize(struct ncclComm *comm);
-/* Releases local resources; finalizes first if the user did not. */
+/* Releases local resources without waiting for any peer. */
 ncclResult_t shim_comm_destroy(struct ncclComm *comm);
 /* Local teardown without any peer's help; always returns. */
 ncclResult_t shim_comm_abort(struct ncclComm *comm);

@@ -448,6 +448,29 @@ tp_ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
          ucs_status_string(status));
 }
 
+/* Completes at the peers what this worker already sent, including UCX's own protocol
+ * messages (a rendezvous receiver's acknowledgement, which the sender's request waits for),
+ * so that closing right after our last operation cannot leave a peer's send unfinished. Gives
+ * up at the deadline: a dead peer cannot hold it. */
+static void
+tp_worker_flush(struct tp_worker *w, int64_t deadline)
+{
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    ucs_status_ptr_t sp = ucp_worker_flush_nbx(w->ucp, &param);
+
+    if (!UCS_PTR_IS_PTR(sp)) {
+        return;
+    }
+    while (ucp_request_check_status(sp) == UCS_INPROGRESS && tp_now_ms() < deadline) {
+        ucp_worker_progress(w->ucp);
+    }
+    if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+        INFO(SHIM_NET, "rank %d: worker flush did not finish by the deadline", w->self);
+        ucp_request_cancel(w->ucp, sp);
+    }
+    ucp_request_free(sp);
+}
+
 /* Force-closes every endpoint in peers[0..n) and progresses until UCX released them all or
  * TP_CLOSE_BUDGET_MS passed. Force needs no answer from the peer; UCX completes what was
  * still queued on the endpoint with an error. */
@@ -461,6 +484,9 @@ tp_peers_close(struct tp_worker *w, struct tp_peer *peers, int n)
     int64_t deadline = tp_now_ms() + TP_CLOSE_BUDGET_MS;
     bool busy = true;
 
+    if (w->inflight.next == &w->inflight) {
+        tp_worker_flush(w, deadline); /* an orderly teardown: nothing of ours is pending */
+    }
     for (int r = 0; r < n; r++) {
         if (peers[r].ep == NULL) {
             continue;
