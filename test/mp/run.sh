@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# test/mp/run.sh: the multi-process tests. Runs the programs built from test/mp/*.c (in
+# $BUILD/test/mp, linked with our libnccl.so.2) through $BUILD/bin/ncclshim-launch at 1, 2,
+# 3, 4, 5 and 8 ranks with UCX's default transports (shared memory here), and at two rank
+# counts again with UCX_TLS=tcp. Every case runs under the launcher's timeout, which kills all
+# its ranks. Prints each case's name, result and time (and the end of its log when it fails;
+# full logs stay in $BUILD/test/mp/logs), then `mp: N passed, M failed`; exits 1 on any
+# failure. Run by `make test-mp`, and by `make test-asan` with MP_QUICK=1: a small subset,
+# under AddressSanitizer with leak detection. Network transports are kept on the loopback
+# device (UCX_NET_DEVICES=lo) unless the caller chose otherwise.
+set -euo pipefail
+
+BUILD=${BUILD:-build}
+quick=${MP_QUICK:-0}
+here=$(cd "$(dirname "$0")" && pwd)
+launch=$BUILD/bin/ncclshim-launch
+bindir=$BUILD/test/mp
+logdir=$BUILD/test/mp/logs
+
+for prog in "$launch" "$bindir/allreduce" "$bindir/api"; do
+    if [[ ! -x $prog ]]; then
+        echo "mp: $prog is missing (run make first)"
+        echo "mp: 0 passed, 1 failed"
+        exit 1
+    fi
+done
+mkdir -p "$logdir"
+
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+# A sanitized build: leaks fail the run; UCX must not hook malloc or mmap under ASan. (UCX has
+# no frame pointers: add fast_unwind_on_malloc=0 to ASAN_OPTIONS for whole leak stacks.)
+if [[ $quick == 1 || $(ldd "$bindir/allreduce" 2>/dev/null) == *libasan* ]]; then
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0}
+    export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
+    if [[ -f $here/../lsan.supp ]]; then
+        export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/../lsan.supp:print_suppressions=0}
+    fi
+fi
+
+passed=0
+failed=0
+
+# run_case NAME NRANKS TIMEOUT [VAR=VALUE...] -- PROGRAM [ARGS...]
+run_case() {
+    local name=$1 nranks=$2 limit=$3
+    shift 3
+    local envs=()
+    while [[ $1 != -- ]]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    local log=$logdir/$name.log rc=0 start=$SECONDS
+    env "${envs[@]}" "$launch" -n "$nranks" -t "$limit" -- "$@" >"$log" 2>&1 || rc=$?
+    local took=$((SECONDS - start))
+    if ((rc == 0)); then
+        printf 'ok   %-28s %4ds\n' "$name" "$took"
+        passed=$((passed + 1))
+    else
+        local why="exit $rc"
+        ((rc == 124)) && why="timed out after ${limit}s"
+        printf 'FAIL %-28s %4ds  %s (log: %s)\n' "$name" "$took" "$why" "$log"
+        tail -n 25 "$log" | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+}
+
+if [[ $quick == 1 ]]; then
+    for n in 1 2 3 5 8; do
+        run_case "allreduce-quick-n$n" "$n" 240 -- "$bindir/allreduce" -q
+    done
+    run_case api-n2 2 60 -- "$bindir/api"
+    run_case api-n3 3 60 -- "$bindir/api"
+    run_case allreduce-quick-n2-tcp 2 240 UCX_TLS=tcp -- "$bindir/allreduce" -q
+else
+    for n in 1 2 3 4 5 8; do
+        if ((n == 2)); then
+            # This one also waits NCCLSHIM_BOOTSTRAP_TIMEOUT=3 s for a root that never comes.
+            run_case "api-n$n" "$n" 60 -- "$bindir/api" -d 3
+        else
+            run_case "api-n$n" "$n" 60 -- "$bindir/api"
+        fi
+        run_case "allreduce-n$n" "$n" 300 -- "$bindir/allreduce"
+    done
+    for n in 2 3; do
+        run_case "api-n$n-tcp" "$n" 60 UCX_TLS=tcp -- "$bindir/api"
+        run_case "allreduce-n$n-tcp" "$n" 300 UCX_TLS=tcp -- "$bindir/allreduce" -m 65537
+    done
+fi
+
+echo "mp: $passed passed, $failed failed"
+((failed == 0))
