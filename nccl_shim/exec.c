@@ -271,7 +271,9 @@ shim_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The reason a communicator cannot go on, or ncclSuccess: an abort, or a peer that failed. */
+/* ncclInvalidUsage if the communicator was aborted. A failed peer is not checked here: the
+ * transport fails exactly the requests that involve it, and a peer that finished and closed
+ * its side (destroy is local) must not fail an operation that no longer needs it. */
 static ncclResult_t
 shim_exec_check_comm(struct ncclComm *comm)
 {
@@ -279,11 +281,6 @@ shim_exec_check_comm(struct ncclComm *comm)
         WARN("rank %d: communicator %p was aborted during an operation", comm->rank,
              (void *)comm);
         return ncclInvalidUsage;
-    }
-    int peer = tp_worker_failed_peer(comm->tp);
-    if (peer >= 0) {
-        WARN("rank %d: connection to peer %d failed during an operation", comm->rank, peer);
-        return ncclRemoteError;
     }
     return ncclSuccess;
 }
