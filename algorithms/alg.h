@@ -69,10 +69,39 @@ struct alg_sched {
     bool out_of_memory; /* sticky: builders append unchecked, alg_sched_finish reports it */
 };
 
-/* The collectives a schedule can serve. */
+/*
+ * The collectives a schedule can serve, with NCCL's buffer layouts. `count` is the count the
+ * NCCL call takes, E the element size, n the number of ranks. SEND and RECV are the user's
+ * buffers; a buffer a rank does not use may be NULL and must not be touched.
+ *   ALLREDUCE      SEND count, RECV count. In place: SEND == RECV.
+ *   BROADCAST      SEND count at the root only, RECV count everywhere. In place: at the root.
+ *   REDUCE         SEND count everywhere, RECV count at the root only.
+ *   ALLGATHER      SEND count, RECV n*count (rank i's block at i*count).
+ *                  In place: SEND == RECV + rank*count.
+ *   REDUCESCATTER  SEND n*count (block i goes to rank i), RECV count.
+ *                  In place: RECV == SEND + rank*count.
+ *   ALLTOALL       SEND n*count (block j goes to rank j), RECV n*count (block i from rank i).
+ *   GATHER         SEND count everywhere, RECV n*count at the root only.
+ *                  In place: at the root, SEND == RECV + root*count.
+ *   SCATTER        SEND n*count at the root only, RECV count everywhere.
+ *                  In place: at the root, RECV == SEND + root*count.
+ *   SEND, RECV     one message of count elements to / from `root` (the peer).
+ *   BARRIER        internal: no data; every rank waits for every other.
+ * In place, SEND and RECV ranges alias as stated; a copy whose source and destination are the
+ * same address is skipped by the executor, so builders may emit "copy own block" uniformly.
+ */
 enum alg_coll {
     ALG_COLL_ALLREDUCE,
-    ALG_COLL_BARRIER, /* internal: no data; every rank waits for every other */
+    ALG_COLL_BROADCAST,
+    ALG_COLL_REDUCE,
+    ALG_COLL_ALLGATHER,
+    ALG_COLL_REDUCESCATTER,
+    ALG_COLL_ALLTOALL,
+    ALG_COLL_GATHER,
+    ALG_COLL_SCATTER,
+    ALG_COLL_SEND,
+    ALG_COLL_RECV,
+    ALG_COLL_BARRIER,
     ALG_COLL_COUNT
 };
 
@@ -131,16 +160,61 @@ alg_mod(int a, int n)
     return r < 0 ? r + n : r;
 }
 
-/* Builders, one per (algorithm, collective). */
-ncclResult_t alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched);
-ncclResult_t alg_dissemination_barrier(const struct alg_args *args, struct alg_sched *sched);
+struct alg_cost;
 
-/* One row of the algorithm table (select.c): a name users can force, the collective it
- * serves, and its builder. */
+/* Builders, one per (algorithm, collective), and each row's traffic and cost. */
+#define ALG_DECLARE(name)                                                                    \
+    ncclResult_t alg_##name(const struct alg_args *args, struct alg_sched *sched);           \
+    size_t alg_##name##_bytes(const struct alg_args *args);                                  \
+    void alg_##name##_cost(const struct alg_args *args, struct alg_cost *cost_out)
+
+ALG_DECLARE(ring_allreduce);         /* ring.c */
+ALG_DECLARE(dissemination_barrier);  /* barrier.c */
+ALG_DECLARE(ring_allgather);         /* ring_allgather.c */
+ALG_DECLARE(ring_reducescatter);     /* ring_reducescatter.c */
+ALG_DECLARE(chain_broadcast);        /* chain.c: pipelined chain rooted anywhere */
+ALG_DECLARE(chain_reduce);           /* chain.c */
+ALG_DECLARE(tree_broadcast);         /* tree.c: binary tree, any root */
+ALG_DECLARE(tree_reduce);            /* tree.c */
+ALG_DECLARE(tree_scatter);           /* tree.c: one message per subtree */
+ALG_DECLARE(tree_gather);            /* tree.c */
+ALG_DECLARE(dbtree_allreduce);       /* dbtree.c: NCCL's double binary tree */
+ALG_DECLARE(recdbl_allreduce);       /* recdbl.c: recursive doubling */
+ALG_DECLARE(recdbl_allgather);       /* recdbl.c */
+ALG_DECLARE(rabenseifner_allreduce); /* rabenseifner.c: halving-doubling */
+ALG_DECLARE(bruck_allgather);        /* bruck.c */
+ALG_DECLARE(pairwise_alltoall);      /* pairwise.c */
+ALG_DECLARE(direct_scatter);         /* direct.c: root talks to every rank */
+ALG_DECLARE(direct_gather);          /* direct.c */
+ALG_DECLARE(direct_send);            /* direct.c: ncclSend, one message */
+ALG_DECLARE(direct_recv);            /* direct.c: ncclRecv */
+
+/* The bytes of element range [first, first + len) of count elements, for builders. */
+static inline size_t
+alg_bytes(const struct alg_args *args, size_t elems)
+{
+    return elems * args->elem_size;
+}
+
+/* What an algorithm costs one rank, for the cost model: messages in sequence on its critical
+ * path, bytes it sends (or receives, whichever is on the critical path), and bytes it
+ * reduces. Estimated time = steps * alpha + bytes * beta + reduce_bytes * gamma. */
+struct alg_cost {
+    double steps;
+    double bytes;
+    double reduce_bytes;
+};
+
+/* One row of the algorithm table (select.c). */
 struct alg_algorithm {
-    const char *name;
+    const char *name;  /* what NCCLSHIM_ALGO names; lower case */
+    const char *nccl;  /* the NCCL_ALGO family it answers to: "ring" or "tree" */
     enum alg_coll coll;
     alg_builder_t build;
+    /* The textbook number of bytes this rank sends for args; the simulator checks every
+     * schedule against it. */
+    size_t (*bytes_sent)(const struct alg_args *args);
+    void (*cost)(const struct alg_args *args, struct alg_cost *cost_out);
 };
 
 /* The algorithm to run for args, or NULL if none serves that collective. */

@@ -21,3 +21,20 @@ alg_dissemination_barrier(const struct alg_args *args, struct alg_sched *sched)
     }
     return alg_sched_finish(sched);
 }
+
+size_t
+alg_dissemination_barrier_bytes(const struct alg_args *args)
+{
+    (void)args;
+    return 0;
+}
+
+void
+alg_dissemination_barrier_cost(const struct alg_args *args, struct alg_cost *cost_out)
+{
+    int rounds = 0;
+    while ((1 << rounds) < args->nranks) {
+        rounds++;
+    }
+    *cost_out = (struct alg_cost){.steps = rounds};
+}

@@ -113,3 +113,28 @@ alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched)
     free(slot_user);
     return alg_sched_finish(sched);
 }
+
+/* Reduce-scatter sends every block but r+1, all-gather every block but r+2. */
+size_t
+alg_ring_allreduce_bytes(const struct alg_args *args)
+{
+    const int n = args->nranks;
+    size_t first, skip_rs, skip_ag;
+
+    if (n == 1) {
+        return 0;
+    }
+    alg_block(args->count, n, alg_mod(args->rank + 1, n), &first, &skip_rs);
+    alg_block(args->count, n, alg_mod(args->rank + 2, n), &first, &skip_ag);
+    return alg_bytes(args, 2 * args->count - skip_rs - skip_ag);
+}
+
+void
+alg_ring_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out)
+{
+    const double n = args->nranks, bytes = (double)alg_bytes(args, args->count);
+
+    cost_out->steps = 2 * (n - 1);
+    cost_out->bytes = 2 * (n - 1) / n * bytes;
+    cost_out->reduce_bytes = (n - 1) / n * bytes;
+}

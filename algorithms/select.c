@@ -8,9 +8,14 @@
 
 #include <stddef.h>
 
+/* One row per (algorithm, collective): name for NCCLSHIM_ALGO, NCCL_ALGO family, builder,
+ * textbook traffic, cost. */
+#define ALG_ROW(algo, family, coll, fn)                                                      \
+    {algo, family, coll, alg_##fn, alg_##fn##_bytes, alg_##fn##_cost}
+
 static const struct alg_algorithm alg_algorithms[] = {
-    {"ring", ALG_COLL_ALLREDUCE, alg_ring_allreduce},
-    {"dissemination", ALG_COLL_BARRIER, alg_dissemination_barrier},
+    ALG_ROW("ring", "ring", ALG_COLL_ALLREDUCE, ring_allreduce),
+    ALG_ROW("dissemination", "ring", ALG_COLL_BARRIER, dissemination_barrier),
 };
 
 #define ALG_NALGORITHMS ((int)(sizeof(alg_algorithms) / sizeof(alg_algorithms[0])))

@@ -48,13 +48,41 @@ struct shim_exec {
 static enum alg_coll
 shim_exec_alg_coll(enum shim_coll coll)
 {
-    switch (coll) {
-    case SHIM_COLL_ALLREDUCE:
-        return ALG_COLL_ALLREDUCE;
-    case SHIM_COLL_BARRIER:
-        return ALG_COLL_BARRIER;
+    static const enum alg_coll map[SHIM_COLL_COUNT] = {
+        [SHIM_COLL_ALLREDUCE] = ALG_COLL_ALLREDUCE,
+        [SHIM_COLL_BROADCAST] = ALG_COLL_BROADCAST,
+        [SHIM_COLL_REDUCE] = ALG_COLL_REDUCE,
+        [SHIM_COLL_ALLGATHER] = ALG_COLL_ALLGATHER,
+        [SHIM_COLL_REDUCESCATTER] = ALG_COLL_REDUCESCATTER,
+        [SHIM_COLL_ALLTOALL] = ALG_COLL_ALLTOALL,
+        [SHIM_COLL_GATHER] = ALG_COLL_GATHER,
+        [SHIM_COLL_SCATTER] = ALG_COLL_SCATTER,
+        [SHIM_COLL_SEND] = ALG_COLL_SEND,
+        [SHIM_COLL_RECV] = ALG_COLL_RECV,
+        [SHIM_COLL_BARRIER] = ALG_COLL_BARRIER,
+    };
+    return map[coll];
+}
+
+/* NCCL's in-place definitions (see alg.h), which builders use to avoid hazards. */
+static bool
+shim_exec_in_place(const struct shim_op *op)
+{
+    const uint8_t *send = op->sendbuff, *recv = op->recvbuff;
+    const size_t block = op->count * kr_type_size(op->datatype);
+    const int rank = op->comm->rank;
+
+    switch (op->coll) {
+    case SHIM_COLL_ALLGATHER:
+        return recv != NULL && send == recv + (size_t)rank * block;
+    case SHIM_COLL_REDUCESCATTER:
+        return send != NULL && recv == send + (size_t)rank * block;
+    case SHIM_COLL_GATHER:
+        return rank == op->root && recv != NULL && send == recv + (size_t)op->root * block;
+    case SHIM_COLL_SCATTER:
+        return rank == op->root && send != NULL && recv == send + (size_t)op->root * block;
     default:
-        return ALG_COLL_COUNT;
+        return send == recv;
     }
 }
 
@@ -99,7 +127,7 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
         .rank = comm->rank,
         .nranks = comm->nranks,
         .root = op->root,
-        .in_place = op->sendbuff == op->recvbuff,
+        .in_place = shim_exec_in_place(op),
         .chunk_bytes = comm->chunk_bytes,
         .slots = comm->ring_slots,
         .prescale = op->redop.kind == KR_PREMULSUM,
