@@ -81,6 +81,7 @@ struct alg_sched {
  *   REDUCESCATTER  SEND n*count (block i goes to rank i), RECV count.
  *                  In place: RECV == SEND + rank*count.
  *   ALLTOALL       SEND n*count (block j goes to rank j), RECV n*count (block i from rank i).
+ *                  In place: SEND == RECV (each block is overwritten by the one coming back).
  *   GATHER         SEND count everywhere, RECV n*count at the root only.
  *                  In place: at the root, SEND == RECV + root*count.
  *   SCATTER        SEND n*count at the root only, RECV count everywhere.
@@ -115,7 +116,8 @@ struct alg_args {
     int root;
     bool in_place;
     size_t chunk_bytes; /* pipeline chunk; builders round it to whole elements */
-    int slots;          /* scratch chunks a rank may receive ahead of its reductions */
+    int slots;          /* scratch chunks a rank may receive ahead of its reductions: a hint;
+                           a builder raises it to what it needs to stay free of deadlock */
     bool prescale;      /* the op pre-multiplies inputs (PreMulSum, float Avg): raw input must
                            be scaled by its owner before it is sent */
 };
@@ -217,8 +219,39 @@ struct alg_algorithm {
     void (*cost)(const struct alg_args *args, struct alg_cost *cost_out);
 };
 
-/* The algorithm to run for args, or NULL if none serves that collective. */
-const struct alg_algorithm *alg_select(const struct alg_args *args);
+/* Which rows the user allows, per collective (a bit per table row), from NCCL_ALGO and
+ * NCCLSHIM_ALGO (policy.c). A filter that leaves a collective with no row is ignored for that
+ * collective, so NCCLSHIM_ALGO=bruck still lets all-reduce run. */
+struct alg_policy {
+    uint64_t allowed[ALG_COLL_COUNT];
+};
+
+/* The machine's costs: seconds per message, per byte moved, per byte reduced. */
+struct alg_cost_params {
+    double alpha;
+    double beta;
+    double gamma;
+};
+
+/* Parses NCCL_ALGO (families: "Ring", "Tree,Ring", "^Tree", "allreduce:tree;broadcast:ring")
+ * and NCCLSHIM_ALGO (the same syntax over our row names: "rabenseifner",
+ * "allgather:bruck;^recdbl"); either may be NULL. Names are case-insensitive; NCCL algorithm
+ * names we do not have (NVLS, CollNet, PAT, ...) are ignored. ncclInvalidArgument with a WARN
+ * for a collective or algorithm name that means nothing. */
+ncclResult_t alg_policy_parse(const char *nccl_algo, const char *shim_algo,
+                              struct alg_policy *policy_out);
+
+/* The allowed row for args->coll with the least estimated time, or NULL if none serves it.
+ * *estimate_out (may be NULL) gets its estimated seconds. */
+const struct alg_algorithm *alg_select(const struct alg_args *args,
+                                       const struct alg_policy *policy,
+                                       const struct alg_cost_params *params,
+                                       double *estimate_out);
+/* The pipeline chunk for algorithm alg on args: the classic optimum sqrt((steps - 1) beta B /
+ * alpha) chunks, clamped to [4 KiB, args->chunk_bytes], so small messages are not cut up
+ * and large ones keep every link busy. */
+size_t alg_select_chunk(const struct alg_algorithm *alg, const struct alg_args *args,
+                        const struct alg_cost_params *params);
 /* The table, for tests that iterate every algorithm. */
 const struct alg_algorithm *alg_table(int *count_out);
 

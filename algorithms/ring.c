@@ -20,9 +20,10 @@
  * Reductions mark our own raw input for the op's pre-multiply and the last reduction of a
  * block for the op's post-divide. A PreMulSum scalar belongs to the rank that created it, so
  * when the op pre-multiplies, step s = 0 first scales our own block into its place in recvbuff
- * and sends it from there (that space is free until the all-gather fills it). In place (sendbuff == recvbuff) the all-gather receive of a block must wait
- * until our reduce-scatter send of that block completed, since it overwrites it; the schedule
- * always carries that dependency.
+ * and sends it from there (that space is free until the all-gather fills it). In place
+ * (sendbuff == recvbuff) the all-gather receive of a block must wait until our reduce-scatter
+ * send of that block completed, since it overwrites it; the schedule always carries that
+ * dependency.
  */
 #include "alg.h"
 

@@ -17,6 +17,7 @@
 #include "device.h"
 #include "group.h"
 #include "op.h"
+#include "split.h"
 #include "tag.h"
 
 #include "api.h"
@@ -324,11 +325,43 @@ ncclCommRevoke(ncclComm_t comm, int revokeFlags)
 }
 SHIM_ALIAS(ncclCommRevoke)
 
+/* The checks split and shrink share; *blocking_out from config, else the parent's. */
+static ncclResult_t
+shim_api_child_checks(ncclComm_t comm, ncclComm_t *newcomm, const ncclConfig_t *config,
+                      bool *blocking_out, const char *api)
+{
+    SHIM_CHECK(shim_comm_check_ready(comm, api));
+    if (newcomm == NULL) {
+        WARN("%s: newcomm is NULL", api);
+        return ncclInvalidArgument;
+    }
+    *blocking_out = comm->blocking;
+    if (config != NULL) {
+        SHIM_CHECK(shim_api_read_config(config, blocking_out));
+    }
+    return ncclSuccess;
+}
+
 SHIM_API ncclResult_t
 ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
 {
-    (void)comm, (void)color, (void)key, (void)newcomm, (void)config;
-    return shim_api_unsupported("ncclCommSplit");
+    bool blocking;
+    ncclResult_t res;
+
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommSplit"));
+    shim_comm_bind(comm);
+    SHIM_CHECK_GOTO(shim_api_child_checks(comm, newcomm, config, &blocking, "ncclCommSplit"),
+                    res, out);
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+        WARN("ncclCommSplit: color %d must be >= 0 or NCCL_SPLIT_NOCOLOR", color);
+        res = ncclInvalidArgument;
+        goto out;
+    }
+    res = shim_comm_split(comm, color, key, blocking, newcomm);
+out:
+    shim_comm_bind(NULL);
+    return res;
 }
 SHIM_ALIAS(ncclCommSplit)
 
@@ -336,9 +369,31 @@ SHIM_API ncclResult_t
 ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
                ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
-    (void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm, (void)config;
-    (void)shrinkFlags;
-    return shim_api_unsupported("ncclCommShrink");
+    bool blocking;
+    ncclResult_t res;
+
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommShrink"));
+    shim_comm_bind(comm);
+    SHIM_CHECK_GOTO(shim_api_child_checks(comm, newcomm, config, &blocking, "ncclCommShrink"),
+                    res, out);
+    if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == NULL)) {
+        WARN("ncclCommShrink: excludeRanksList %p with count %d", (void *)excludeRanksList,
+             excludeRanksCount);
+        res = ncclInvalidArgument;
+        goto out;
+    }
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT) {
+        /* Aborting the parent's operations first needs the fault handling still to come. */
+        WARN("ncclCommShrink: shrinkFlags 0x%x is not supported yet (only NCCL_SHRINK_DEFAULT)",
+             shrinkFlags);
+        res = ncclInvalidUsage;
+        goto out;
+    }
+    res = shim_comm_shrink(comm, excludeRanksList, excludeRanksCount, blocking, newcomm);
+out:
+    shim_comm_bind(NULL);
+    return res;
 }
 SHIM_ALIAS(ncclCommShrink)
 
@@ -495,6 +550,35 @@ shim_coll_rooted(enum shim_coll coll)
            coll == SHIM_COLL_RECV;
 }
 
+/* Which of its buffers this rank uses in op (alg.h's layouts). NCCL lets the others be
+ * anything, so shim_api_check_op sets them to NULL and no algorithm can ever touch them. */
+static void
+shim_api_buffers_used(const struct shim_op *op, bool *send_used_out, bool *recv_used_out)
+{
+    const bool root = op->comm->rank == op->root;
+
+    *send_used_out = true;
+    *recv_used_out = true;
+    switch (op->coll) {
+    case SHIM_COLL_BROADCAST:
+    case SHIM_COLL_SCATTER:
+        *send_used_out = root;
+        break;
+    case SHIM_COLL_REDUCE:
+    case SHIM_COLL_GATHER:
+        *recv_used_out = root;
+        break;
+    case SHIM_COLL_SEND:
+        *recv_used_out = false;
+        break;
+    case SHIM_COLL_RECV:
+        *send_used_out = false;
+        break;
+    default:
+        break;
+    }
+}
+
 /* Checks that hold for every collective and point-to-point call. */
 static ncclResult_t
 shim_api_check_op(struct shim_op *op, const char *api)
@@ -523,11 +607,16 @@ shim_api_check_op(struct shim_op *op, const char *api)
              op->root, comm->nranks);
         return ncclInvalidArgument;
     }
-    if (op->count > 0 && (op->sendbuff == NULL || op->recvbuff == NULL)) {
-        WARN("%s: sendbuff %p or recvbuff %p is NULL with count %zu", api, op->sendbuff,
-             op->recvbuff, op->count);
+    bool send_used, recv_used;
+    shim_api_buffers_used(op, &send_used, &recv_used);
+    if (op->count > 0 && ((send_used && op->sendbuff == NULL) ||
+                          (recv_used && op->recvbuff == NULL))) {
+        WARN("%s: %s is NULL with count %zu", api,
+             send_used && op->sendbuff == NULL ? "sendbuff" : "recvbuff", op->count);
         return ncclInvalidArgument;
     }
+    op->sendbuff = send_used ? op->sendbuff : NULL;
+    op->recvbuff = recv_used ? op->recvbuff : NULL;
     if ((uintptr_t)op->sendbuff % elem_size != 0 || (uintptr_t)op->recvbuff % elem_size != 0) {
         WARN("%s: sendbuff %p and recvbuff %p must be aligned to the %zu-byte %s elements", api,
              op->sendbuff, op->recvbuff, elem_size, kr_type_name(op->datatype));

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The host entry points of NCCL's device API (the nccl_device headers: device communicators, teams,
- * barriers, LL all-to-all). The genuine libnccl.so.2 exports them, so a drop-in must too.
+ * The host entry points of NCCL's device API (the nccl_device headers: device communicators,
+ * teams, barriers, LL all-to-all). The genuine libnccl.so.2 exports them, so a drop-in must too.
  * Those headers are C++ only, so the prototypes are restated here from them, with the same
  * types: ncclTeam_t is returned by value ({nRanks, rank, stride}), everything else passes
  * through pointers we do not dereference.

@@ -45,7 +45,8 @@
     } while (0)
 
 /* Zeroed allocation of n objects of *ptr's type; WARNs with the size it asked for. */
-#define shim_calloc(pptr, n) shim_calloc_bytes((void **)(pptr), (n), sizeof(**(pptr)), __FILE__, __LINE__)
+#define shim_calloc(pptr, n)                                                                 \
+    shim_calloc_bytes((void **)(pptr), (n), sizeof(**(pptr)), __FILE__, __LINE__)
 
 static inline ncclResult_t
 shim_calloc_bytes(void **ptr_out, size_t n, size_t size, const char *file, int line)

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "algorithms/alg.h"
 #include "kernels/kernels.h"
 
 #define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
@@ -41,9 +42,14 @@ struct ncclComm {
     uint64_t id_hash;        /* equal on every rank: from the unique id */
     uint8_t tag_base;        /* the communicator's bits in every message tag */
     uint32_t seq;            /* collective sequence number, equal across ranks */
+    uint32_t *p2p_sent;      /* per peer: ncclSends posted to it so far */
+    uint32_t *p2p_received;  /* per peer: ncclRecvs posted from it so far */
     struct tp_worker *tp;
     size_t chunk_bytes;      /* NCCLSHIM_CHUNK_BYTES, read at init */
     int ring_slots;          /* NCCLSHIM_RING_SLOTS */
+    struct alg_policy policy;      /* NCCL_ALGO and NCCLSHIM_ALGO, parsed at init */
+    struct alg_cost_params cost;   /* the cost model's alpha, beta, gamma */
+    uint64_t tuning_logged[ALG_COLL_COUNT]; /* size classes whose choice INFO(TUNING) told */
     void *scratch;           /* one cached scratch buffer, reused across ops */
     size_t scratch_bytes;
     bool blocking;
@@ -92,6 +98,16 @@ const char *shim_comm_last_error(const struct ncclComm *comm);
 void shim_comm_bind(struct ncclComm *comm);
 /* The CUDA device of the calling thread's current communicator, for log lines; -1 if none. */
 int shim_comm_current_dev(void);
+/* A communicator made from a parent's ranks (split.c): created with its transport worker,
+ * then connected once the members' addresses were exchanged over the parent. Discard frees
+ * one that never got connected. */
+ncclResult_t shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks,
+                                    uint64_t id_hash, bool blocking,
+                                    struct ncclComm **comm_out);
+ncclResult_t shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs,
+                                     const size_t *lens);
+void shim_comm_child_discard(struct ncclComm *comm);
+
 /* Creates a fresh unique id for ncclCommInitAll (never from NCCL_COMM_ID). */
 ncclResult_t shim_comm_init_all(struct ncclComm **comms, int ncomms, const int *devlist);
 

@@ -27,7 +27,7 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
     [SHIM_ENV_NCCL_COMM_ID] = {"NCCL_COMM_ID", NULL,
                                "host:port of the bootstrap root, instead of the unique id's"},
     [SHIM_ENV_NCCL_SOCKET_IFNAME] = {"NCCL_SOCKET_IFNAME", NULL,
-                                     "interfaces for the bootstrap: prefixes, ^ excludes, = exact"},
+                                     "bootstrap interfaces: prefixes, ^ excludes, = exact"},
     [SHIM_ENV_BOOTSTRAP_TIMEOUT] = {"NCCLSHIM_BOOTSTRAP_TIMEOUT", "120",
                                     "seconds init may wait for the root and the other ranks"},
     [SHIM_ENV_SPIN_US] = {"NCCLSHIM_SPIN_US", "20",
@@ -38,6 +38,18 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
                               "pipeline chunk size of the ring algorithms"},
     [SHIM_ENV_RING_SLOTS] = {"NCCLSHIM_RING_SLOTS", "4",
                              "chunks a ring rank may receive ahead of its reductions"},
+    [SHIM_ENV_NCCL_ALGO] = {"NCCL_ALGO", NULL,
+                            "algorithm families: Ring, Tree, ^Tree, allreduce:tree;..."},
+    [SHIM_ENV_ALGO] = {"NCCLSHIM_ALGO", NULL,
+                       "our algorithms by name, NCCL_ALGO's syntax: allgather:bruck;^recdbl"},
+    [SHIM_ENV_ALPHA_US] = {"NCCLSHIM_ALPHA_US", NULL,
+                           "cost model: microseconds per message (default by transport)"},
+    [SHIM_ENV_BETA_GBPS] = {"NCCLSHIM_BETA_GBPS", NULL,
+                            "cost model: GB/s a rank sends at (default by transport)"},
+    [SHIM_ENV_GAMMA_GBPS] = {"NCCLSHIM_GAMMA_GBPS", NULL,
+                             "cost model: GB/s a rank reduces at (default 3.4)"},
+    [SHIM_ENV_UCX_TLS] = {"UCX_TLS", NULL,
+                          "UCX's own; read to pick the cost model's transport defaults"},
 };
 
 static pthread_once_t shim_env_once = PTHREAD_ONCE_INIT;
@@ -77,6 +89,25 @@ shim_env_int(enum shim_env_id id)
     if (errno != 0 || end == text || *end != '\0') {
         WARN("%s=%s is not an integer; using %s", shim_env_table[id].name, text, fallback);
         value = strtoll(fallback != NULL ? fallback : "0", NULL, 0);
+    }
+    return value;
+}
+
+double
+shim_env_double(enum shim_env_id id, double fallback)
+{
+    const char *text = shim_env_str(id);
+    char *end;
+
+    if (text == NULL) {
+        return fallback;
+    }
+    errno = 0;
+    double value = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !(value > 0)) {
+        WARN("%s=%s is not a positive number; using %g", shim_env_table[id].name, text,
+             fallback);
+        return fallback;
     }
     return value;
 }

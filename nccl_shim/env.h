@@ -20,6 +20,12 @@ enum shim_env_id {
     SHIM_ENV_WAIT_MS,
     SHIM_ENV_CHUNK_BYTES,
     SHIM_ENV_RING_SLOTS,
+    SHIM_ENV_NCCL_ALGO,
+    SHIM_ENV_ALGO,
+    SHIM_ENV_ALPHA_US,
+    SHIM_ENV_BETA_GBPS,
+    SHIM_ENV_GAMMA_GBPS,
+    SHIM_ENV_UCX_TLS,
     SHIM_ENV_COUNT
 };
 
@@ -28,5 +34,7 @@ const char *shim_env_str(enum shim_env_id id);
 /* Integer variables; a malformed value WARNs once and falls back to the default. */
 int64_t shim_env_int(enum shim_env_id id);
 const char *shim_env_name(enum shim_env_id id);
+/* Floating-point variables; unset or malformed (WARNed once) gives `fallback`. */
+double shim_env_double(enum shim_env_id id, double fallback);
 
 #endif

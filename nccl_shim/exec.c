@@ -95,17 +95,74 @@ shim_exec_assign_tags(struct shim_exec *exec)
 
     SHIM_CHECK(shim_calloc(&nsent, 2 * (size_t)comm->nranks));
     nreceived = nsent + comm->nranks;
+    const bool p2p = exec->op.coll == SHIM_COLL_SEND || exec->op.coll == SHIM_COLL_RECV;
     for (int i = 0; i < exec->sched.nsteps; i++) {
         const struct alg_step *step = &exec->sched.steps[i];
         if (step->kind == ALG_STEP_SEND) {
-            exec->tags[i] = shim_tag_make(comm->tag_base, comm->rank, exec->seq,
+            exec->tags[i] = shim_tag_make(comm->tag_base, p2p, comm->rank, exec->seq,
                                           nsent[step->peer]++);
         } else if (step->kind == ALG_STEP_RECV) {
-            exec->tags[i] = shim_tag_make(comm->tag_base, step->peer, exec->seq,
+            exec->tags[i] = shim_tag_make(comm->tag_base, p2p, step->peer, exec->seq,
                                           nreceived[step->peer]++);
         }
     }
     free(nsent);
+    return ncclSuccess;
+}
+
+/* Collectives take the communicator's next number; a send or receive the next number of its
+ * (peer, direction), which is how NCCL matches them: in order per pair of ranks. */
+static uint32_t
+shim_exec_next_seq(struct ncclComm *comm, const struct shim_op *op)
+{
+    switch (op->coll) {
+    case SHIM_COLL_SEND:
+        return comm->p2p_sent[op->root]++;
+    case SHIM_COLL_RECV:
+        return comm->p2p_received[op->root]++;
+    default:
+        return comm->seq++;
+    }
+}
+
+/* One INFO(TUNING) line per collective and power-of-two size class, per communicator. */
+static void
+shim_exec_log_choice(struct ncclComm *comm, const struct shim_op *op,
+                     const struct alg_args *args, const struct alg_algorithm *alg,
+                     double estimate)
+{
+    size_t bytes = args->count * args->elem_size;
+    int size_class = bytes == 0 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes);
+    uint64_t bit = 1ull << (size_class & 63);
+
+    if ((comm->tuning_logged[args->coll] & bit) || !shim_log_enabled(SHIM_LOG_INFO, SHIM_TUNING)) {
+        return;
+    }
+    comm->tuning_logged[args->coll] |= bit;
+    INFO(SHIM_TUNING, "%s: %zu bytes on %d ranks -> %s, chunk %zu bytes, estimated %.1f us",
+         shim_coll_name(op->coll), bytes, args->nranks, alg->name, args->chunk_bytes,
+         estimate * 1e6);
+}
+
+/* What every exec needs once its schedule is built: step state, tags, scratch, a number. */
+static ncclResult_t
+shim_exec_arm(struct shim_exec *exec)
+{
+    struct ncclComm *comm = exec->op.comm;
+    int nsteps = exec->sched.nsteps;
+
+    SHIM_CHECK(shim_calloc(&exec->state, (size_t)nsteps));
+    SHIM_CHECK(shim_calloc(&exec->tags, (size_t)nsteps));
+    SHIM_CHECK(shim_calloc(&exec->reqs, (size_t)nsteps));
+    SHIM_CHECK(shim_comm_scratch_get(comm, exec->sched.scratch_bytes,
+                                     (void **)&exec->bufs[ALG_BUF_SCRATCH]));
+    exec->bufs[ALG_BUF_SEND] = (uint8_t *)exec->op.sendbuff;
+    exec->bufs[ALG_BUF_RECV] = exec->op.recvbuff;
+    exec->seq = shim_exec_next_seq(comm, &exec->op);
+    SHIM_CHECK(shim_exec_assign_tags(exec));
+    TRACE(SHIM_COLL, "%s seq %u: %s, %d steps, %zu scratch bytes",
+          shim_coll_name(exec->op.coll), exec->seq, exec->alg_name, nsteps,
+          exec->sched.scratch_bytes);
     return ncclSuccess;
 }
 
@@ -132,32 +189,44 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
         .slots = comm->ring_slots,
         .prescale = op->redop.kind == KR_PREMULSUM,
     };
-    const struct alg_algorithm *alg = alg_select(&args);
+    double estimate;
+    const struct alg_algorithm *alg = alg_select(&args, &comm->policy, &comm->cost, &estimate);
     if (alg == NULL) {
         WARN("no algorithm implements %s yet", shim_coll_name(op->coll));
         res = ncclInvalidUsage;
         goto err_free;
     }
+    args.chunk_bytes = alg_select_chunk(alg, &args, &comm->cost);
+    shim_exec_log_choice(comm, op, &args, alg, estimate);
     exec->alg_name = alg->name;
     SHIM_CHECK_GOTO(alg->build(&args, &exec->sched), res, err_free);
-
-    int nsteps = exec->sched.nsteps;
-    SHIM_CHECK_GOTO(shim_calloc(&exec->state, (size_t)nsteps), res, err_free);
-    SHIM_CHECK_GOTO(shim_calloc(&exec->tags, (size_t)nsteps), res, err_free);
-    SHIM_CHECK_GOTO(shim_calloc(&exec->reqs, (size_t)nsteps), res, err_free);
-    SHIM_CHECK_GOTO(shim_comm_scratch_get(comm, exec->sched.scratch_bytes,
-                                          (void **)&exec->bufs[ALG_BUF_SCRATCH]),
-                    res, err_free);
-    exec->bufs[ALG_BUF_SEND] = (uint8_t *)op->sendbuff;
-    exec->bufs[ALG_BUF_RECV] = op->recvbuff;
-    exec->seq = comm->seq++;
-    SHIM_CHECK_GOTO(shim_exec_assign_tags(exec), res, err_free);
-    TRACE(SHIM_COLL, "%s seq %u: %s, %d steps, %zu scratch bytes", shim_coll_name(op->coll),
-          exec->seq, alg->name, nsteps, exec->sched.scratch_bytes);
+    SHIM_CHECK_GOTO(shim_exec_arm(exec), res, err_free);
     *exec_out = exec;
     return ncclSuccess;
 
 err_free:
+    shim_exec_destroy(exec);
+    return res;
+}
+
+ncclResult_t
+shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched, const void *send,
+                       void *recv)
+{
+    struct shim_exec *exec;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&exec, 1));
+    exec->op = (struct shim_op){.coll = SHIM_COLL_BARRIER, .sendbuff = send, .recvbuff = recv,
+                                .datatype = ncclInt8, .redop = {.kind = KR_SUM,
+                                                                .type = ncclInt8},
+                                .root = -1, .comm = comm};
+    exec->alg_name = "internal";
+    exec->sched = *sched;
+    alg_sched_init(sched); /* the exec owns the steps now */
+    SHIM_CHECK_GOTO(shim_exec_arm(exec), res, out);
+    res = shim_exec_run(&exec, 1);
+out:
     shim_exec_destroy(exec);
     return res;
 }

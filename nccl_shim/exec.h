@@ -34,6 +34,12 @@ bool shim_exec_done(const struct shim_exec *exec);
  * ncclCommGetAsyncError. */
 ncclResult_t shim_exec_run(struct shim_exec *const *execs, int nexecs);
 
+/* Runs a schedule built by the caller (communicator management: split, shrink) to completion
+ * on comm, with send/recv as its SEND and RECV buffers; takes the steps over. Every rank taking
+ * part must call it in the same order, like a collective. */
+ncclResult_t shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched,
+                                    const void *send, void *recv);
+
 /* Runs one reduce or copy step on host buffers (bufs indexed by enum alg_buf). Shared with
  * the in-memory schedule tests so they compute exactly what the library does. */
 void shim_exec_compute(uint8_t *const bufs[ALG_BUF_COUNT], const struct alg_step *step,

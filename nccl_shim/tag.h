@@ -5,15 +5,19 @@
  * receive matches exactly one message whatever the arrival order, and concurrent operations
  * or communicators can never mismatch:
  *
- *   63      56 55             36 35            20 19                0
- *   | comm   |  source rank     |  op sequence   |  message index    |
+ *   63    57 56 55             36 35            20 19                0
+ *   | comm |p2p|  source rank    |  sequence      |  message index    |
  *
- * The sequence and index wrap (2^16 operations, 2^20 messages per pair and operation); both
- * far exceed how far ranks can drift apart, since every operation waits on its peers.
+ * Collectives number themselves per communicator (every rank calls them in the same order);
+ * ncclSend/ncclRecv match in order per pair of ranks, so they carry the p2p bit and a
+ * sequence counted per peer and direction instead. The sequence and index wrap (2^16
+ * operations, 2^20 messages per pair and operation); both far exceed how far ranks can drift
+ * apart, since every operation waits on its peers.
  */
 #ifndef SHIM_TAG_H
 #define SHIM_TAG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define SHIM_TAG_RANK_BITS 20
@@ -22,9 +26,9 @@
 #define SHIM_TAG_MAX_RANKS (1 << SHIM_TAG_RANK_BITS)
 
 static inline uint64_t
-shim_tag_make(uint8_t comm_bits, int src_rank, uint32_t seq, uint32_t index)
+shim_tag_make(uint8_t comm_bits, bool p2p, int src_rank, uint32_t seq, uint32_t index)
 {
-    return ((uint64_t)comm_bits << 56) |
+    return ((uint64_t)(comm_bits >> 1) << 57) | ((uint64_t)p2p << 56) |
            (((uint64_t)src_rank & ((1u << SHIM_TAG_RANK_BITS) - 1)) << 36) |
            (((uint64_t)seq & ((1u << SHIM_TAG_SEQ_BITS) - 1)) << 20) |
            ((uint64_t)index & ((1u << SHIM_TAG_INDEX_BITS) - 1));

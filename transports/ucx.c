@@ -538,10 +538,9 @@ tp_worker_connect(struct tp_worker *worker, int nranks, int self, const void *co
         peers[r].rank = r;
         atomic_init(&peers[r].status, (int)UCS_OK);
     }
+    /* Our own rank gets an endpoint too (UCX's loopback): NCCL allows ncclSend/ncclRecv to
+     * oneself inside a group, and it then travels like any other message. */
     for (int r = 0; r < nranks; r++) {
-        if (r == self) {
-            continue;
-        }
         if (addrs[r] == NULL || lens[r] == 0) {
             WARN("rank %d: no UCX address for peer %d", self, r);
             res = ncclInternalError;
@@ -624,7 +623,7 @@ tp_worker_failed_peer(const struct tp_worker *worker)
 static ncclResult_t
 tp_peer_ep(struct tp_worker *w, int peer, uint64_t tag, size_t len, ucp_ep_h *ep_out)
 {
-    if (w->peers == NULL || peer < 0 || peer >= w->nranks || peer == w->self) {
+    if (w->peers == NULL || peer < 0 || peer >= w->nranks) {
         WARN("rank %d: send of tag 0x%" PRIx64 " (%zu bytes) to peer %d, which has no endpoint "
              "(%d ranks%s)", w->self, tag, len, peer, w->nranks,
              w->peers == NULL ? ", not connected" : "");

@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ncclCommSplit and ncclCommShrink without a bootstrap root: the ranks that take part trade
+ * small blobs over the parent communicator's transport, each straight to every other
+ * (one round, n - 1 messages each way; these are rare, small exchanges), first what decides
+ * the new communicator (split: color and key), then the new transport workers' addresses.
+ * Every member then connects its new worker to the others'. The child's identity mixes the
+ * parent's with the parent's sequence number and the color, so it is equal on its members
+ * and differs from every other communicator's.
+ */
+#include "split.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "exec.h"
+#include "transports/transport.h"
+
+/* A worker address is a few hundred bytes; anything far beyond is a broken peer. */
+#define SHIM_SPLIT_MAX_BLOB (1u << 20)
+
+/* What an exchange returns: member i's blob is data + offsets[i], lens[i] bytes long. */
+struct shim_split_blobs {
+    uint8_t *data;
+    size_t *offsets;
+    size_t *lens;
+};
+
+static void
+shim_split_blobs_free(struct shim_split_blobs *blobs)
+{
+    free(blobs->data);
+    free(blobs->offsets);
+    free(blobs->lens);
+}
+
+/* Sends `blob` to every other member and receives theirs; members are parent ranks, ours is
+ * members[me]. Lengths travel first, so blobs may differ in size. */
+static ncclResult_t
+shim_split_exchange(struct ncclComm *parent, const int *members, int nmembers, int me,
+                    const void *blob, size_t len, struct shim_split_blobs *blobs_out)
+{
+    struct shim_split_blobs blobs = {0};
+    uint64_t *lens64 = NULL;
+    struct alg_sched sched;
+    ncclResult_t res;
+
+    SHIM_CHECK_GOTO(shim_calloc(&lens64, (size_t)nmembers), res, out);
+    SHIM_CHECK_GOTO(shim_calloc(&blobs.offsets, (size_t)nmembers), res, out);
+    SHIM_CHECK_GOTO(shim_calloc(&blobs.lens, (size_t)nmembers), res, out);
+    lens64[me] = len;
+    alg_sched_init(&sched);
+    for (int i = 0; i < nmembers; i++) {
+        if (i != me) {
+            alg_send(&sched, members[i], alg_range_make(ALG_BUF_SEND, 0, 8), -1, -1);
+            alg_recv(&sched, members[i], alg_range_make(ALG_BUF_RECV, (size_t)i * 8, 8), -1, -1);
+        }
+    }
+    SHIM_CHECK_GOTO(alg_sched_finish(&sched), res, out_sched);
+    SHIM_CHECK_GOTO(shim_exec_run_schedule(parent, &sched, &lens64[me], lens64), res, out);
+
+    size_t total = 0;
+    for (int i = 0; i < nmembers; i++) {
+        if (lens64[i] > SHIM_SPLIT_MAX_BLOB) {
+            WARN("rank %d: parent rank %d announced a %llu-byte blob while splitting",
+                 parent->rank, members[i], (unsigned long long)lens64[i]);
+            res = ncclRemoteError;
+            goto out;
+        }
+        blobs.offsets[i] = total;
+        blobs.lens[i] = (size_t)lens64[i];
+        total += blobs.lens[i];
+    }
+    SHIM_CHECK_GOTO(shim_calloc(&blobs.data, total), res, out);
+    if (len > 0) {
+        memcpy(blobs.data + blobs.offsets[me], blob, len);
+    }
+    for (int i = 0; i < nmembers; i++) {
+        if (i != me) {
+            alg_send(&sched, members[i], alg_range_make(ALG_BUF_SEND, 0, len), -1, -1);
+            alg_recv(&sched, members[i],
+                     alg_range_make(ALG_BUF_RECV, blobs.offsets[i], blobs.lens[i]), -1, -1);
+        }
+    }
+    SHIM_CHECK_GOTO(alg_sched_finish(&sched), res, out_sched);
+    SHIM_CHECK_GOTO(shim_exec_run_schedule(parent, &sched, blob, blobs.data), res, out);
+    *blobs_out = blobs;
+    free(lens64);
+    return ncclSuccess;
+
+out_sched:
+    alg_sched_free(&sched);
+out:
+    shim_split_blobs_free(&blobs);
+    free(lens64);
+    return res;
+}
+
+/* splitmix64's finalizer: spreads a few changed bits over the whole identity. */
+static uint64_t
+shim_split_mix(uint64_t x)
+{
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Creates the child, trades worker addresses among `members` (parent ranks) and connects the
+ * child to the ones in `group` (parent ranks in new-rank order; NULL: we take no part). */
+static ncclResult_t
+shim_split_build(struct ncclComm *parent, const int *members, int nmembers, int me,
+                 const int *group, int ngroup, int new_rank, uint64_t salt, bool blocking,
+                 struct ncclComm **newcomm_out)
+{
+    struct ncclComm *child = NULL;
+    struct shim_split_blobs blobs;
+    const void *addr = NULL, **addrs = NULL;
+    size_t len = 0, *lens = NULL;
+    ncclResult_t res;
+
+    uint64_t id_hash = shim_split_mix(parent->id_hash ^ shim_split_mix(parent->seq + salt));
+    if (group != NULL) {
+        SHIM_CHECK(shim_comm_child_create(parent, new_rank, ngroup, id_hash, blocking, &child));
+        SHIM_CHECK_GOTO(tp_worker_address(child->tp, &addr, &len), res, err_child);
+    }
+    /* Everyone takes part in the exchange, those without a new communicator with nothing. */
+    SHIM_CHECK_GOTO(shim_split_exchange(parent, members, nmembers, me, addr, len, &blobs), res,
+                    err_child);
+    if (group == NULL) {
+        shim_split_blobs_free(&blobs);
+        *newcomm_out = NULL;
+        return ncclSuccess;
+    }
+    SHIM_CHECK_GOTO(shim_calloc(&addrs, (size_t)ngroup), res, err_blobs);
+    SHIM_CHECK_GOTO(shim_calloc(&lens, (size_t)ngroup), res, err_blobs);
+    for (int r = 0; r < ngroup; r++) {
+        int m = 0;
+        while (members[m] != group[r]) { /* group is a subset of members */
+            m++;
+        }
+        addrs[r] = blobs.data + blobs.offsets[m];
+        lens[r] = blobs.lens[m];
+    }
+    SHIM_CHECK_GOTO(shim_comm_child_connect(child, addrs, lens), res, err_blobs);
+    free(addrs);
+    free(lens);
+    shim_split_blobs_free(&blobs);
+    *newcomm_out = child;
+    return ncclSuccess;
+
+err_blobs:
+    free(addrs);
+    free(lens);
+    shim_split_blobs_free(&blobs);
+err_child:
+    if (child != NULL) {
+        shim_comm_child_discard(child);
+    }
+    return res;
+}
+
+struct shim_split_entry {
+    int32_t color;
+    int32_t key;
+};
+
+ncclResult_t
+shim_comm_split(struct ncclComm *parent, int color, int key, bool blocking,
+                struct ncclComm **newcomm_out)
+{
+    const int n = parent->nranks;
+    struct shim_split_entry mine = {color, key};
+    struct shim_split_blobs blobs;
+    int *members = NULL, *group = NULL, ngroup = 0, new_rank = -1;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&members, (size_t)n));
+    for (int r = 0; r < n; r++) {
+        members[r] = r;
+    }
+    SHIM_CHECK_GOTO(shim_split_exchange(parent, members, n, parent->rank, &mine, sizeof(mine),
+                                        &blobs),
+                    res, out);
+    const struct shim_split_entry *all = (const void *)blobs.data;
+    if (color != NCCL_SPLIT_NOCOLOR) {
+        /* Our color's ranks by (key, parent rank): insertion keeps it stable and simple. */
+        SHIM_CHECK_GOTO(shim_calloc(&group, (size_t)n), res, out_blobs);
+        for (int r = 0; r < n; r++) {
+            if (all[r].color != color) {
+                continue;
+            }
+            int at = ngroup++;
+            while (at > 0 && all[group[at - 1]].key > all[r].key) {
+                group[at] = group[at - 1];
+                at--;
+            }
+            group[at] = r;
+        }
+        for (int i = 0; i < ngroup; i++) {
+            new_rank = group[i] == parent->rank ? i : new_rank;
+        }
+    }
+    res = shim_split_build(parent, members, n, parent->rank, group, ngroup, new_rank,
+                           (uint64_t)(uint32_t)color << 1, blocking, newcomm_out);
+    if (res == ncclSuccess && *newcomm_out != NULL) {
+        INFO(SHIM_INIT, "comm %p rank %d: split color %d key %d -> comm %p rank %d of %d",
+             (void *)parent, parent->rank, color, key, (void *)*newcomm_out, new_rank, ngroup);
+    }
+out_blobs:
+    shim_split_blobs_free(&blobs);
+out:
+    free(group);
+    free(members);
+    return res;
+}
+
+ncclResult_t
+shim_comm_shrink(struct ncclComm *parent, const int *exclude, int nexclude, bool blocking,
+                 struct ncclComm **newcomm_out)
+{
+    const int n = parent->nranks;
+    bool *gone;
+    int *members, nmembers = 0, me = -1;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&gone, (size_t)n));
+    for (int i = 0; i < nexclude; i++) {
+        if (exclude[i] < 0 || exclude[i] >= n || exclude[i] == parent->rank) {
+            WARN("ncclCommShrink: rank %d cannot exclude %d from %d ranks%s", parent->rank,
+                 exclude[i], n, exclude[i] == parent->rank ? " (itself)" : "");
+            free(gone);
+            return ncclInvalidArgument;
+        }
+        gone[exclude[i]] = true;
+    }
+    SHIM_CHECK_GOTO(shim_calloc(&members, (size_t)n), res, out_gone);
+    for (int r = 0; r < n; r++) {
+        if (!gone[r]) {
+            me = r == parent->rank ? nmembers : me;
+            members[nmembers++] = r;
+        }
+    }
+    res = shim_split_build(parent, members, nmembers, me, members, nmembers, me,
+                           0x5348524bULL << 1 | 1, blocking, newcomm_out);
+    if (res == ncclSuccess) {
+        INFO(SHIM_INIT, "comm %p rank %d: shrink by %d ranks -> comm %p rank %d of %d",
+             (void *)parent, parent->rank, nexclude, (void *)*newcomm_out, me, nmembers);
+    }
+    free(members);
+out_gone:
+    free(gone);
+    return res;
+}

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * NCCL_ALGO / NCCLSHIM_ALGO parsing and the cost-model choice (algorithms/policy.c,
+ * select.c). Written against whatever rows the table has: each check looks rows up by name
+ * and family, so adding algorithms does not break it.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "algorithms/alg.h"
+
+static int
+row_of(const char *name, enum alg_coll coll)
+{
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+    for (int i = 0; i < count; i++) {
+        if (strcmp(table[i].name, name) == 0 && table[i].coll == coll) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static uint64_t
+rows_of_family(const char *family, enum alg_coll coll)
+{
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+    uint64_t rows = 0;
+    for (int i = 0; i < count; i++) {
+        if (strcmp(table[i].nccl, family) == 0 && table[i].coll == coll) {
+            rows |= 1ull << i;
+        }
+    }
+    return rows;
+}
+
+Test(policy, default_allows_every_row_of_each_collective)
+{
+    struct alg_policy policy;
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+
+    cr_assert_eq(alg_policy_parse(NULL, NULL, &policy), ncclSuccess);
+    for (int i = 0; i < count; i++) {
+        cr_assert(policy.allowed[table[i].coll] & (1ull << i), "row %s", table[i].name);
+    }
+}
+
+Test(policy, nccl_families_include_exclude_and_per_collective)
+{
+    struct alg_policy policy;
+    uint64_t ring = rows_of_family("ring", ALG_COLL_ALLREDUCE);
+    uint64_t tree = rows_of_family("tree", ALG_COLL_ALLREDUCE);
+
+    cr_assert_eq(alg_policy_parse("Ring", NULL, &policy), ncclSuccess);
+    cr_assert_eq(policy.allowed[ALG_COLL_ALLREDUCE], ring);
+    cr_assert_eq(alg_policy_parse("^Ring", NULL, &policy), ncclSuccess);
+    /* Excluding every row of a collective is dropped for it. */
+    cr_assert_eq(policy.allowed[ALG_COLL_ALLREDUCE], tree ? tree : ring);
+    cr_assert_eq(alg_policy_parse("allreduce:ring;broadcast:tree", NULL, &policy), ncclSuccess);
+    cr_assert_eq(policy.allowed[ALG_COLL_ALLREDUCE], ring);
+    cr_assert_eq(alg_policy_parse("NVLS,Ring", NULL, &policy), ncclSuccess, "NVLS ignored");
+    cr_assert_eq(policy.allowed[ALG_COLL_ALLREDUCE], ring);
+}
+
+Test(policy, shim_names_and_errors)
+{
+    struct alg_policy policy;
+    int ring = row_of("ring", ALG_COLL_ALLREDUCE);
+
+    cr_assert_geq(ring, 0);
+    cr_assert_eq(alg_policy_parse(NULL, "allreduce:ring", &policy), ncclSuccess);
+    cr_assert_eq(policy.allowed[ALG_COLL_ALLREDUCE], 1ull << ring);
+    cr_assert_eq(alg_policy_parse(NULL, "RING", &policy), ncclSuccess, "case-insensitive");
+    cr_assert_eq(alg_policy_parse(NULL, "nosuchalgo", &policy), ncclInvalidArgument);
+    cr_assert_eq(alg_policy_parse("Tree,Bogus", NULL, &policy), ncclInvalidArgument);
+    cr_assert_eq(alg_policy_parse(NULL, "allreduse:ring", &policy), ncclInvalidArgument);
+}
+
+Test(policy, choice_follows_the_policy_and_the_cost)
+{
+    struct alg_policy policy;
+    struct alg_cost_params params = {.alpha = 1.5e-6, .beta = 1 / 4e9, .gamma = 1 / 3.4e9};
+    struct alg_args args = {.coll = ALG_COLL_ALLREDUCE, .count = 1 << 20, .elem_size = 4,
+                            .rank = 0, .nranks = 4, .chunk_bytes = 131072, .slots = 4};
+    double estimate;
+
+    cr_assert_eq(alg_policy_parse(NULL, "allreduce:ring", &policy), ncclSuccess);
+    const struct alg_algorithm *alg = alg_select(&args, &policy, &params, &estimate);
+    cr_assert(alg != NULL && strcmp(alg->name, "ring") == 0);
+    cr_assert(isfinite(estimate) && estimate > 0);
+
+    /* Unforced, the choice is the cheapest allowed row. */
+    cr_assert_eq(alg_policy_parse(NULL, NULL, &policy), ncclSuccess);
+    alg = alg_select(&args, &policy, &params, &estimate);
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+    for (int i = 0; i < count; i++) {
+        if (table[i].coll == ALG_COLL_ALLREDUCE) {
+            struct alg_cost cost;
+            table[i].cost(&args, &cost);
+            double t = cost.steps * params.alpha + cost.bytes * params.beta +
+                       cost.reduce_bytes * params.gamma;
+            cr_assert_geq(t, estimate, "%s is cheaper than the chosen %s", table[i].name,
+                          alg->name);
+        }
+    }
+    size_t chunk = alg_select_chunk(alg, &args, &params);
+    cr_assert(chunk >= 4096 && chunk <= 131072, "chunk %zu", chunk);
+}
