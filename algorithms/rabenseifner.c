@@ -29,37 +29,9 @@
  * piece-major; received halves land in `slots` scratch pieces.
  */
 #include "alg.h"
+#include "fold.h"
 
 #include <stdlib.h>
-
-struct rab_shape {
-    int p2, levels, rem;
-    int newrank; /* -1 for an odd fix-up rank */
-};
-
-static struct rab_shape
-rab_shape(int rank, int n)
-{
-    struct rab_shape s = {1, 0, 0, 0};
-
-    while (s.p2 * 2 <= n) {
-        s.p2 *= 2;
-        s.levels++;
-    }
-    s.rem = n - s.p2;
-    if (rank < 2 * s.rem) {
-        s.newrank = rank % 2 ? -1 : rank / 2;
-    } else {
-        s.newrank = rank - s.rem;
-    }
-    return s;
-}
-
-static int
-rab_real(const struct rab_shape *s, int i)
-{
-    return i < s->rem ? 2 * i : i + s->rem;
-}
 
 /* First element of block `b` of a piece of `len` elements cut into p2 blocks; b may be p2. */
 static size_t
@@ -95,7 +67,7 @@ ncclResult_t
 alg_rabenseifner_allreduce(const struct alg_args *args, struct alg_sched *sched)
 {
     const int n = args->nranks, rank = args->rank;
-    const struct rab_shape sh = rab_shape(rank, n);
+    const struct alg_fold sh = alg_fold_make(rank, n);
     const bool odd = sh.newrank < 0, even = !odd && rank < 2 * sh.rem;
     const int p2 = sh.p2, me = sh.newrank;
     const size_t E = args->elem_size;
@@ -160,7 +132,7 @@ alg_rabenseifner_allreduce(const struct alg_args *args, struct alg_sched *sched)
         int lo = 0, hi = p2;
         for (int k = 0; k < sh.levels; k++) {
             const int d = p2 >> (k + 1), mid = lo + d;
-            const int peer = rab_real(&sh, me ^ d);
+            const int peer = alg_fold_real(&sh, me ^ d);
             const bool upper = (me & d) != 0;
             const int klo = upper ? mid : lo, khi = upper ? hi : mid;
             const int glo = upper ? lo : mid, ghi = upper ? mid : hi;
@@ -191,7 +163,7 @@ alg_rabenseifner_allreduce(const struct alg_args *args, struct alg_sched *sched)
         }
         for (int k = sh.levels - 1; k >= 0; k--) {
             const int d = p2 >> (k + 1), plo = lo ^ d;
-            const int peer = rab_real(&sh, me ^ d);
+            const int peer = alg_fold_real(&sh, me ^ d);
             alg_send(sched, peer, rab_blocks(args, ALG_BUF_RECV, base, len, p2, lo, lo + d),
                      last, -1);
             last = alg_recv(sched, peer,
@@ -210,7 +182,7 @@ alg_rabenseifner_allreduce(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_rabenseifner_allreduce_bytes(const struct alg_args *args)
 {
-    const struct rab_shape sh = rab_shape(args->rank, args->nranks);
+    const struct alg_fold sh = alg_fold_make(args->rank, args->nranks);
     const size_t count = args->count;
 
     if (args->nranks == 1 || count == 0) {
@@ -236,7 +208,7 @@ alg_rabenseifner_allreduce_bytes(const struct alg_args *args)
 void
 alg_rabenseifner_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    const struct rab_shape sh = rab_shape(0, args->nranks);
+    const struct alg_fold sh = alg_fold_make(0, args->nranks);
     const double vec = (double)alg_bytes(args, args->count);
     const double fix = sh.rem > 0 ? 1 : 0, share = (double)(sh.p2 - 1) / sh.p2;
 

@@ -35,44 +35,15 @@
  * Uneven counts are no issue in either: whole vectors or whole rank blocks move.
  */
 #include "alg.h"
+#include "fold.h"
 
 #include <stdlib.h>
-
-struct recdbl_shape {
-    int p2, levels, rem;
-    int newrank; /* -1 for an odd fix-up rank, which drops out */
-};
-
-static struct recdbl_shape
-recdbl_shape(int rank, int n)
-{
-    struct recdbl_shape s = {1, 0, 0, 0};
-
-    while (s.p2 * 2 <= n) {
-        s.p2 *= 2;
-        s.levels++;
-    }
-    s.rem = n - s.p2;
-    if (rank < 2 * s.rem) {
-        s.newrank = rank % 2 ? -1 : rank / 2;
-    } else {
-        s.newrank = rank - s.rem;
-    }
-    return s;
-}
-
-/* The real rank of new rank i; also the first block new rank i stands for. */
-static int
-recdbl_real(const struct recdbl_shape *s, int i)
-{
-    return i < s->rem ? 2 * i : i + s->rem;
-}
 
 ncclResult_t
 alg_recdbl_allreduce(const struct alg_args *args, struct alg_sched *sched)
 {
     const int n = args->nranks, rank = args->rank;
-    const struct recdbl_shape sh = recdbl_shape(rank, n);
+    const struct alg_fold sh = alg_fold_make(rank, n);
     const bool odd = sh.newrank < 0, even = !odd && rank < 2 * sh.rem;
     const size_t E = args->elem_size;
 
@@ -130,7 +101,7 @@ alg_recdbl_allreduce(const struct alg_args *args, struct alg_sched *sched)
             raw = false;
         }
         for (int k = 0; k < sh.levels; k++) {
-            const int peer = recdbl_real(&sh, sh.newrank ^ (1 << k));
+            const int peer = alg_fold_real(&sh, sh.newrank ^ (1 << k));
             const int slot = (int)(nrecv++ % (unsigned long)slots);
             struct alg_range scratch =
                 alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, len * E);
@@ -156,7 +127,7 @@ alg_recdbl_allreduce(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_recdbl_allreduce_bytes(const struct alg_args *args)
 {
-    const struct recdbl_shape sh = recdbl_shape(args->rank, args->nranks);
+    const struct alg_fold sh = alg_fold_make(args->rank, args->nranks);
     const size_t vec = alg_bytes(args, args->count);
 
     if (sh.newrank < 0) {
@@ -168,7 +139,7 @@ alg_recdbl_allreduce_bytes(const struct alg_args *args)
 void
 alg_recdbl_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    const struct recdbl_shape sh = recdbl_shape(0, args->nranks);
+    const struct alg_fold sh = alg_fold_make(0, args->nranks);
     const double vec = (double)alg_bytes(args, args->count);
     const double fix = sh.rem > 0 ? 1 : 0;
 
@@ -179,17 +150,17 @@ alg_recdbl_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out
 
 /* Elements new rank i's group of 2^k sends in round k of the all-gather. */
 static size_t
-recdbl_group_elems(const struct recdbl_shape *sh, int i, int k, size_t count)
+recdbl_group_elems(const struct alg_fold *sh, int i, int k, size_t count)
 {
     const int lo = i >> k << k, hi = lo + (1 << k);
-    return (size_t)(recdbl_real(sh, hi) - recdbl_real(sh, lo)) * count;
+    return (size_t)(alg_fold_real(sh, hi) - alg_fold_real(sh, lo)) * count;
 }
 
 ncclResult_t
 alg_recdbl_allgather(const struct alg_args *args, struct alg_sched *sched)
 {
     const int n = args->nranks, rank = args->rank;
-    const struct recdbl_shape sh = recdbl_shape(rank, n);
+    const struct alg_fold sh = alg_fold_make(rank, n);
     const bool odd = sh.newrank < 0, even = !odd && rank < 2 * sh.rem;
     const size_t block = alg_bytes(args, args->count);
 
@@ -219,9 +190,9 @@ alg_recdbl_allgather(const struct alg_args *args, struct alg_sched *sched)
     for (int k = 0; k < sh.levels; k++) {
         const int partner = sh.newrank ^ (1 << k);
         const int mine = sh.newrank >> k << k, theirs = partner >> k << k;
-        const int peer = recdbl_real(&sh, partner);
-        const size_t my_first = (size_t)recdbl_real(&sh, mine) * block;
-        const size_t their_first = (size_t)recdbl_real(&sh, theirs) * block;
+        const int peer = alg_fold_real(&sh, partner);
+        const size_t my_first = (size_t)alg_fold_real(&sh, mine) * block;
+        const size_t their_first = (size_t)alg_fold_real(&sh, theirs) * block;
 
         alg_send(sched, peer,
                  alg_range_make(ALG_BUF_RECV, my_first,
@@ -248,7 +219,7 @@ alg_recdbl_allgather(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_recdbl_allgather_bytes(const struct alg_args *args)
 {
-    const struct recdbl_shape sh = recdbl_shape(args->rank, args->nranks);
+    const struct alg_fold sh = alg_fold_make(args->rank, args->nranks);
     size_t elems = 0;
 
     if (sh.newrank < 0) {
@@ -266,7 +237,7 @@ alg_recdbl_allgather_bytes(const struct alg_args *args)
 void
 alg_recdbl_allgather_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    const struct recdbl_shape sh = recdbl_shape(0, args->nranks);
+    const struct alg_fold sh = alg_fold_make(0, args->nranks);
     const double block = (double)alg_bytes(args, args->count);
     const double fix = sh.rem > 0 ? 1 : 0;
 
