@@ -271,11 +271,14 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
         free(comm);
         return ncclInvalidArgument;
     }
-    if (shim_calloc(&comm->p2p_sent, 2 * (size_t)args->nranks) != ncclSuccess) {
+    /* One allocation for the four per-peer counters. */
+    if (shim_calloc(&comm->p2p_sent, 4 * (size_t)args->nranks) != ncclSuccess) {
         free(comm);
         return ncclSystemError;
     }
     comm->p2p_received = comm->p2p_sent + args->nranks;
+    comm->mgmt_sent = comm->p2p_received + args->nranks;
+    comm->mgmt_received = comm->mgmt_sent + args->nranks;
     pthread_mutex_init(&comm->lock, NULL);
     *comm_out = comm;
     return ncclSuccess;

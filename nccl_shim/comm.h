@@ -44,6 +44,8 @@ struct ncclComm {
     uint32_t seq;            /* collective sequence number, equal across ranks */
     uint32_t *p2p_sent;      /* per peer: ncclSends posted to it so far */
     uint32_t *p2p_received;  /* per peer: ncclRecvs posted from it so far */
+    uint32_t *mgmt_sent;     /* per peer: split/shrink messages sent to it so far */
+    uint32_t *mgmt_received; /* per peer: split/shrink messages received from it so far */
     struct tp_worker *tp;
     size_t chunk_bytes;      /* NCCLSHIM_CHUNK_BYTES, read at init */
     int ring_slots;          /* NCCLSHIM_RING_SLOTS */

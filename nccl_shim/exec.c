@@ -42,6 +42,7 @@ struct shim_exec {
     uint64_t *tags;          /* per step; sends and receives only */
     struct tp_request *reqs; /* per step; sends and receives only */
     int first_pending;       /* every step before it is done */
+    bool management;         /* split/shrink exchange: per-peer numbering (tag.h) */
     int ndone;
 };
 
@@ -86,23 +87,31 @@ shim_exec_in_place(const struct shim_op *op)
     }
 }
 
-/* Numbers every send and receive per peer, in schedule order, to form its tag. */
+/* Numbers every send and receive per peer, in schedule order, to form its tag. Management
+ * schedules number each message from a per-peer counter of the communicator instead of one
+ * sequence number for the whole operation (see tag.h). */
 static ncclResult_t
 shim_exec_assign_tags(struct shim_exec *exec)
 {
-    const struct ncclComm *comm = exec->op.comm;
+    struct ncclComm *comm = exec->op.comm;
+    const enum shim_coll coll = exec->op.coll;
+    const enum shim_tag_kind kind =
+        exec->management ? SHIM_TAG_MANAGEMENT
+        : coll == SHIM_COLL_SEND || coll == SHIM_COLL_RECV ? SHIM_TAG_P2P
+                                                           : SHIM_TAG_COLLECTIVE;
     uint32_t *nsent, *nreceived;
 
     SHIM_CHECK(shim_calloc(&nsent, 2 * (size_t)comm->nranks));
     nreceived = nsent + comm->nranks;
-    const bool p2p = exec->op.coll == SHIM_COLL_SEND || exec->op.coll == SHIM_COLL_RECV;
     for (int i = 0; i < exec->sched.nsteps; i++) {
         const struct alg_step *step = &exec->sched.steps[i];
         if (step->kind == ALG_STEP_SEND) {
-            exec->tags[i] = shim_tag_make(comm->tag_base, p2p, comm->rank, exec->seq,
+            uint32_t seq = exec->management ? comm->mgmt_sent[step->peer]++ : exec->seq;
+            exec->tags[i] = shim_tag_make(comm->tag_base, kind, comm->rank, seq,
                                           nsent[step->peer]++);
         } else if (step->kind == ALG_STEP_RECV) {
-            exec->tags[i] = shim_tag_make(comm->tag_base, p2p, step->peer, exec->seq,
+            uint32_t seq = exec->management ? comm->mgmt_received[step->peer]++ : exec->seq;
+            exec->tags[i] = shim_tag_make(comm->tag_base, kind, step->peer, seq,
                                           nreceived[step->peer]++);
         }
     }
@@ -158,7 +167,7 @@ shim_exec_arm(struct shim_exec *exec)
                                      (void **)&exec->bufs[ALG_BUF_SCRATCH]));
     exec->bufs[ALG_BUF_SEND] = (uint8_t *)exec->op.sendbuff;
     exec->bufs[ALG_BUF_RECV] = exec->op.recvbuff;
-    exec->seq = shim_exec_next_seq(comm, &exec->op);
+    exec->seq = exec->management ? 0 : shim_exec_next_seq(comm, &exec->op);
     SHIM_CHECK(shim_exec_assign_tags(exec));
     TRACE(SHIM_COLL, "%s seq %u: %s, %d steps, %zu scratch bytes",
           shim_coll_name(exec->op.coll), exec->seq, exec->alg_name, nsteps,
@@ -221,7 +230,8 @@ shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched, const voi
                                 .datatype = ncclInt8, .redop = {.kind = KR_SUM,
                                                                 .type = ncclInt8},
                                 .root = -1, .comm = comm};
-    exec->alg_name = "internal";
+    exec->alg_name = "management";
+    exec->management = true;
     exec->sched = *sched;
     alg_sched_init(sched); /* the exec owns the steps now */
     SHIM_CHECK_GOTO(shim_exec_arm(exec), res, out);

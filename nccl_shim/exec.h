@@ -35,8 +35,8 @@ bool shim_exec_done(const struct shim_exec *exec);
 ncclResult_t shim_exec_run(struct shim_exec *const *execs, int nexecs);
 
 /* Runs a schedule built by the caller (communicator management: split, shrink) to completion
- * on comm, with send/recv as its SEND and RECV buffers; takes the steps over. Every rank taking
- * part must call it in the same order, like a collective. */
+ * on comm, with send/recv as its SEND and RECV buffers; takes the steps over. Its messages are
+ * numbered per pair of ranks, so ranks that take no part stay in step with the others. */
 ncclResult_t shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched,
                                     const void *send, void *recv);
 
