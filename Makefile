@@ -33,7 +33,8 @@ MP_SRCS := $(filter-out test/mp/dropin.c,$(wildcard test/mp/*.c))
 MP_BINS := $(MP_SRCS:test/mp/%.c=$(BUILD)/test/mp/%)
 BENCH_SRCS := $(wildcard tools/bench/*.c)
 BENCH := $(BUILD)/bin/nccl_perf
-BENCH_COLLS := all_reduce
+BENCH_COLLS := all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter \
+               sendrecv
 LAUNCHER := $(BUILD)/bin/ncclshim-launch
 
 # A consumer of the library links it like NCCL, and finds it next door at run time.
@@ -123,10 +124,17 @@ test-asan:
 	@BUILD=build/asan MP_QUICK=1 test/mp/run.sh
 
 # --- main job -------------------------------------------------------------------------------
+# Every collective's benchmark on NRANKS local ranks, each result checked; fails if any
+# size of any collective has a wrong element (the benchmark then exits non-zero).
 run: DEPS_FOR = build
 run: deps
 	@$(MAKE) --no-print-directory all
-	$(LAUNCHER) -n $(NRANKS) $(BUILD)/bin/all_reduce_perf -b 8 -e 64M -f 4 -c 1 -w 2 -n 10
+	@failed=; for coll in $(BENCH_COLLS); do \
+	    cmd="$(LAUNCHER) -n $(NRANKS) -t 900 $(BUILD)/bin/$${coll}_perf -b 8 -e 64M -f 2 -c 1"; \
+	    echo "$$cmd -w 2 -n 10"; $$cmd -w 2 -n 10 || failed="$$failed $$coll"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make run: FAILED:$$failed"; exit 1; fi; \
+	echo "make run: every collective passed its checks on $(NRANKS) ranks"
 
 install: $(LIB)
 	install -d $(DESTDIR)$(PREFIX)/lib

@@ -10,6 +10,12 @@
 # failure. Run by `make test-mp`, and by `make test-asan` with MP_QUICK=1: a small subset,
 # under AddressSanitizer with leak detection. Network transports are kept on the loopback
 # device (UCX_NET_DEVICES=lo) unless the caller chose otherwise.
+#
+# collectives.c runs every collective: its full matrix under the library's own choice of
+# algorithm at 3, 4, 5 and 8 ranks; its quick subset (-q) under every algorithm name forced with
+# NCCLSHIM_ALGO, and under NCCL_ALGO=Tree, ^Tree and a per-collective list, at 2, 3, 4, 5 and
+# 8 ranks; and the full matrix of the collectives each algorithm serves at 5 and 8 ranks.
+# ncclCommShrink runs in cases of its own (-c shrink), so that a hang there is one failure.
 set -euo pipefail
 
 BUILD=${BUILD:-build}
@@ -19,7 +25,7 @@ launch=$BUILD/bin/ncclshim-launch
 bindir=$BUILD/test/mp
 logdir=$BUILD/test/mp/logs
 
-for prog in "$launch" "$bindir/allreduce" "$bindir/api"; do
+for prog in "$launch" "$bindir/allreduce" "$bindir/api" "$bindir/collectives"; do
     if [[ ! -x $prog ]]; then
         echo "mp: $prog is missing (run make first)"
         echo "mp: 0 passed, 1 failed"
@@ -41,6 +47,23 @@ fi
 
 passed=0
 failed=0
+
+# collectives.c's parts but shrink, which runs on its own; and what each algorithm name of
+# algorithms/select.c serves (groups go with direct, which serves ncclSend/ncclRecv).
+colls=allreduce,reduce,reducescatter,broadcast,allgather,alltoall,gather,scatter,sendrecv
+colls=$colls,groups,split
+algos=(ring chain tree dbtree recdbl rabenseifner bruck pairwise direct)
+declare -A algo_colls=(
+    [ring]=allreduce,allgather,reducescatter
+    [chain]=broadcast,reduce
+    [tree]=broadcast,reduce,gather,scatter
+    [dbtree]=allreduce
+    [recdbl]=allreduce,allgather
+    [rabenseifner]=allreduce
+    [bruck]=allgather
+    [pairwise]=alltoall
+    [direct]=gather,scatter,sendrecv,groups
+)
 
 # run_case NAME NRANKS TIMEOUT [VAR=VALUE...] -- PROGRAM [ARGS...]
 run_case() {
@@ -74,6 +97,12 @@ if [[ $quick == 1 ]]; then
     run_case api-n2 2 60 -- "$bindir/api"
     run_case api-n3 3 60 -- "$bindir/api"
     run_case allreduce-quick-n2-tcp 2 240 UCX_TLS=tcp -- "$bindir/allreduce" -q
+    for n in 1 2 3 5; do
+        run_case "collectives-quick-n$n" "$n" 240 -- "$bindir/collectives" -q -c "$colls"
+    done
+    run_case collectives-quick-n3-tree 3 240 NCCLSHIM_ALGO=tree -- \
+        "$bindir/collectives" -q -c "$colls"
+    run_case shrink-n3 3 20 -- "$bindir/collectives" -c shrink
 else
     for n in 1 2 3 4 5 8; do
         if ((n == 2)); then
@@ -88,6 +117,41 @@ else
         run_case "api-n$n-tcp" "$n" 60 UCX_TLS=tcp -- "$bindir/api"
         run_case "allreduce-n$n-tcp" "$n" 300 UCX_TLS=tcp -- "$bindir/allreduce" -m 65537
     done
+
+    # Every collective under the library's own choice: the full matrix at a few rank counts.
+    for n in 1 2; do
+        run_case "collectives-quick-n$n" "$n" 120 -- "$bindir/collectives" -q -c "$colls"
+    done
+    for n in 3 4 5 8; do
+        run_case "collectives-n$n" "$n" 300 -- "$bindir/collectives" -c "$colls"
+    done
+    run_case collectives-quick-n3-tcp 3 240 UCX_TLS=tcp -- "$bindir/collectives" -q -c "$colls"
+    for n in 2 3 5; do
+        run_case "shrink-n$n" "$n" 20 -- "$bindir/collectives" -c shrink
+    done
+
+    # Every algorithm forced, on every collective (a name that does not serve one is ignored
+    # for it): the quick subset at every rank count, then the full matrix of the collectives
+    # the algorithm serves at 5 ranks (no power of two, uneven blocks) and at 8.
+    for algo in "${algos[@]}"; do
+        for n in 2 3 4 5 8; do
+            run_case "algo-$algo-quick-n$n" "$n" 120 NCCLSHIM_ALGO="$algo" -- \
+                "$bindir/collectives" -q -c "$colls"
+        done
+        for n in 5 8; do
+            run_case "algo-$algo-n$n" "$n" 300 NCCLSHIM_ALGO="$algo" -- \
+                "$bindir/collectives" -c "${algo_colls[$algo]}"
+        done
+    done
+    for nccl_algo in Tree ^Tree; do
+        for n in 2 3 4 5 8; do
+            run_case "nccl-algo-$nccl_algo-quick-n$n" "$n" 120 NCCL_ALGO="$nccl_algo" -- \
+                "$bindir/collectives" -q -c "$colls"
+        done
+    done
+    run_case nccl-algo-per-coll-quick-n5 5 120 \
+        NCCL_ALGO="allreduce:tree;broadcast:ring;reduce:tree" -- \
+        "$bindir/collectives" -q -c "$colls"
 fi
 
 echo "mp: $passed passed, $failed failed"

@@ -112,6 +112,9 @@ struct bench_coll {
     const char *name;  /* "all_reduce": run as all_reduce_perf, or with --coll all_reduce */
     bool reduces;      /* takes -o; else the redop column reads "none" */
     bool rooted;       /* takes -r; else the root column reads -1 */
+    /* In place is timed but not checked (#wrong reads N/A), as nccl-tests does for sendrecv:
+     * sending and receiving through one buffer races by definition. */
+    bool in_place_unchecked;
     /* Element counts for a size of count elements (bytes / element size). */
     void (*counts)(size_t count, int nranks, struct bench_counts *out);
     /* algbw = alg_bytes / time and busbw = algbw * bus_factor, as nccl-tests' getBw. */
@@ -126,5 +129,13 @@ struct bench_coll {
 };
 
 extern const struct bench_coll bench_all_reduce;
+extern const struct bench_coll bench_all_gather;
+extern const struct bench_coll bench_reduce_scatter;
+extern const struct bench_coll bench_broadcast;
+extern const struct bench_coll bench_reduce;
+extern const struct bench_coll bench_alltoall;
+extern const struct bench_coll bench_gather;
+extern const struct bench_coll bench_scatter;
+extern const struct bench_coll bench_sendrecv;
 
 #endif /* NCCLSHIM_BENCH_H */

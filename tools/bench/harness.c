@@ -12,6 +12,12 @@
  * iteration. Every rank makes the same NCCL calls in the same order: options are compared
  * across ranks first, and each time, error count and the rank lines are agreed through
  * ncclAllReduce, the one collective the harness itself relies on.
+ *
+ * The algorithm is the library's to choose, as in NCCL; the environment forces it:
+ * NCCLSHIM_ALGO=ring|chain|tree|dbtree|recdbl|rabenseifner|bruck|pairwise|direct, or
+ * NCCL_ALGO in NCCL's syntax (Ring, Tree, ^Tree, allreduce:tree;broadcast:ring). The header
+ * names the forcing in effect ("# Algorithm: NCCLSHIM_ALGO=tree"), so that a saved output
+ * says what it measured.
  */
 
 #include <errno.h>
@@ -27,6 +33,14 @@
 /* Every collective the binary knows; a new collective file adds its row. */
 static const struct bench_coll *const bench_colls[] = {
     &bench_all_reduce,
+    &bench_all_gather,
+    &bench_reduce_scatter,
+    &bench_broadcast,
+    &bench_reduce,
+    &bench_alltoall,
+    &bench_gather,
+    &bench_scatter,
+    &bench_sendrecv,
 };
 
 static const char *const bench_op_names[BENCH_OP_COUNT + 1] = {
@@ -198,6 +212,10 @@ bench_usage(FILE *out, const char *prog)
         "<0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
         "[-C,--coll <all_reduce/...>] collective to run when not named by the program\n\t"
         "[-h,--help]\n", prog);
+    fprintf(out, "Algorithm: the library's choice, unless the environment forces one:\n\t"
+            "NCCLSHIM_ALGO=ring|chain|tree|dbtree|recdbl|rabenseifner|bruck|pairwise|direct"
+            "\n\t(a name that does not serve the collective is ignored), or NCCL_ALGO as "
+            "NCCL reads it\n\t(Ring, Tree, ^Tree, allreduce:tree;broadcast:ring)\n");
     fprintf(out, "Types:");
     for (int i = 0; i < bench_ntypes; i++)
         fprintf(out, " %s", bench_types[i].name);
@@ -411,12 +429,20 @@ bench_agree_options(struct bench_run *run)
         h = (h ^ fields[i]) * 0x100000001b3ull;
     for (const char *c = o->coll->name; *c != '\0'; c++)
         h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    /* Ranks forcing different algorithms would build schedules that never match. */
+    for (const char *const *var = (const char *const[]){ "NCCLSHIM_ALGO", "NCCL_ALGO", NULL };
+         *var != NULL; var++) {
+        for (const char *c = getenv(*var) ? getenv(*var) : ""; *c != '\0'; c++)
+            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+        h = (h ^ 0xff) * 0x100000001b3ull;
+    }
     pair[0] = h;
     pair[1] = ~h;
     BENCH_CHECK(run, ncclAllReduce(pair, pair, 2, ncclUint64, ncclMin, run->comm, NULL));
     if (pair[0] != ~pair[1]) {
         if (run->rank == 0)
-            fprintf(stderr, BENCH_NAME ": the ranks were started with different options\n");
+            fprintf(stderr, BENCH_NAME ": the ranks were started with different options (or "
+                    "NCCLSHIM_ALGO / NCCL_ALGO)\n");
         return ncclInvalidUsage;
     }
     return ncclSuccess;
@@ -552,11 +578,14 @@ bench_call(struct bench_run *run, const struct bench_ctx *ctx, const void *send,
     return res;
 }
 
-/* Puts inputs in place and poisons the receive buffer before a checked run. */
+/* Puts inputs in place and poisons the receive buffer before a checked run: all of the
+ * span a size uses, since in place an output may lie past counts.recv (scatter's block). */
 static void
 bench_prepare(struct bench_run *run, const struct bench_ctx *ctx, char *input)
 {
-    memset(run->recv, BENCH_POISON, ctx->counts.recv * run->data.size);
+    size_t elems = ctx->counts.send > ctx->counts.recv ? ctx->counts.send : ctx->counts.recv;
+
+    memset(run->recv, BENCH_POISON, elems * run->data.size);
     run->opt.coll->fill(ctx, input);
 }
 
@@ -614,7 +643,7 @@ bench_time(struct bench_run *run, const struct bench_ctx *ctx, bool in_place)
         busbw = algbw * o->coll->bus_factor(run->nranks);
     }
 
-    for (int c = 0; c < o->check; c++) {
+    for (int c = 0; c < (in_place && o->coll->in_place_unchecked ? 0 : o->check); c++) {
         bench_prepare(run, ctx, in_base + in_off);
         BENCH_TRY(bench_call(run, ctx, in_base + in_off, run->recv + out_off));
         if (!run->expected_ready) {
@@ -637,7 +666,7 @@ bench_time(struct bench_run *run, const struct bench_ctx *ctx, bool in_place)
         bench_format(time_str, sizeof(time_str), 7, sec * 1e6);
         bench_format(alg_str, sizeof(alg_str), 6, algbw);
         bench_format(bus_str, sizeof(bus_str), 6, busbw);
-        if (o->check)
+        if (o->check && !(in_place && o->coll->in_place_unchecked))
             printf("  %7s  %6s  %6s  %6g", time_str, alg_str, bus_str, (double)wrong);
         else
             printf("  %7s  %6s  %6s    N/A", time_str, alg_str, bus_str);
@@ -726,6 +755,25 @@ bench_test(struct bench_run *run, const struct bench_type *type, int op, int roo
     return res;
 }
 
+/* The algorithm forcing in the environment, read by the library (nccl_shim/env.c). */
+static void
+bench_print_algorithm(void)
+{
+    static const char *const names[] = { "NCCLSHIM_ALGO", "NCCL_ALGO" };
+    bool forced = false;
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *value = getenv(names[i]);
+
+        if (value != NULL && *value != '\0') {
+            printf("# Algorithm: %s=%s\n", names[i], value);
+            forced = true;
+        }
+    }
+    if (!forced)
+        printf("# Algorithm: library's choice (set NCCLSHIM_ALGO or NCCL_ALGO to force one)\n");
+}
+
 static void
 bench_print_header(const struct bench_run *run)
 {
@@ -746,6 +794,7 @@ bench_print_header(const struct bench_run *run)
         printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
     if (o->parallel_init)
         printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently \n");
+    bench_print_algorithm();
     printf("#\n# Using devices\n");
 }
 
