@@ -32,12 +32,6 @@ all_gather_bus_factor(int nranks)
     return (double)(nranks - 1) / nranks;
 }
 
-static void
-all_gather_fill(const struct bench_ctx *ctx, void *input)
-{
-    bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
-}
-
 static size_t
 all_gather_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -61,7 +55,7 @@ const struct bench_coll bench_all_gather = {
     .counts = all_gather_counts,
     .alg_bytes = all_gather_alg_bytes,
     .bus_factor = all_gather_bus_factor,
-    .fill = all_gather_fill,
+    .fill = bench_fill_own,
     .expect = all_gather_expect,
     .run = all_gather_run,
 };

@@ -9,34 +9,10 @@
 
 #include "bench.h"
 
-static void
-all_reduce_counts(size_t count, int nranks, struct bench_counts *out)
-{
-    (void)nranks;
-    out->send = count;
-    out->recv = count;
-    out->param = count;
-    out->send_inplace = 0;
-    out->recv_inplace = 0;
-}
-
-static double
-all_reduce_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    (void)nranks;
-    return (double)count * (double)elt_size;
-}
-
 static double
 all_reduce_bus_factor(int nranks)
 {
     return 2.0 * (nranks - 1) / nranks;
-}
-
-static void
-all_reduce_fill(const struct bench_ctx *ctx, void *input)
-{
-    bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
 }
 
 static size_t
@@ -57,10 +33,10 @@ const struct bench_coll bench_all_reduce = {
     .name = "all_reduce",
     .reduces = true,
     .rooted = false,
-    .counts = all_reduce_counts,
-    .alg_bytes = all_reduce_alg_bytes,
+    .counts = bench_counts_one_buffer,
+    .alg_bytes = bench_alg_bytes_one_buffer,
     .bus_factor = all_reduce_bus_factor,
-    .fill = all_reduce_fill,
+    .fill = bench_fill_own,
     .expect = all_reduce_expect,
     .run = all_reduce_run,
 };

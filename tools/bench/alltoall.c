@@ -33,12 +33,6 @@ alltoall_bus_factor(int nranks)
     return (double)(nranks - 1) / nranks;
 }
 
-static void
-alltoall_fill(const struct bench_ctx *ctx, void *input)
-{
-    bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
-}
-
 static size_t
 alltoall_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -63,7 +57,7 @@ const struct bench_coll bench_alltoall = {
     .counts = alltoall_counts,
     .alg_bytes = alltoall_alg_bytes,
     .bus_factor = alltoall_bus_factor,
-    .fill = alltoall_fill,
+    .fill = bench_fill_own,
     .expect = alltoall_expect,
     .run = alltoall_run,
 };

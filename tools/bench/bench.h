@@ -128,6 +128,13 @@ struct bench_coll {
     ncclResult_t (*run)(const struct bench_ctx *ctx, const void *send, void *recv);
 };
 
+/* Shared descriptor pieces (shapes.c): one buffer of count elements, bus factor 1, each rank
+ * filling its own input with data.c's values. */
+void bench_counts_one_buffer(size_t count, int nranks, struct bench_counts *out);
+double bench_alg_bytes_one_buffer(size_t count, size_t elt_size, int nranks);
+double bench_bus_factor_one(int nranks);
+void bench_fill_own(const struct bench_ctx *ctx, void *input);
+
 extern const struct bench_coll bench_all_reduce;
 extern const struct bench_coll bench_all_gather;
 extern const struct bench_coll bench_reduce_scatter;

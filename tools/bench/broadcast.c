@@ -10,31 +10,6 @@
 #include "bench.h"
 
 static void
-broadcast_counts(size_t count, int nranks, struct bench_counts *out)
-{
-    (void)nranks;
-    out->send = count;
-    out->recv = count;
-    out->param = count;
-    out->send_inplace = 0;
-    out->recv_inplace = 0;
-}
-
-static double
-broadcast_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    (void)nranks;
-    return (double)count * (double)elt_size;
-}
-
-static double
-broadcast_bus_factor(int nranks)
-{
-    (void)nranks;
-    return 1.0;
-}
-
-static void
 broadcast_fill(const struct bench_ctx *ctx, void *input)
 {
     if (ctx->rank == ctx->root)
@@ -59,9 +34,9 @@ const struct bench_coll bench_broadcast = {
     .name = "broadcast",
     .reduces = false,
     .rooted = true,
-    .counts = broadcast_counts,
-    .alg_bytes = broadcast_alg_bytes,
-    .bus_factor = broadcast_bus_factor,
+    .counts = bench_counts_one_buffer,
+    .alg_bytes = bench_alg_bytes_one_buffer,
+    .bus_factor = bench_bus_factor_one,
     .fill = broadcast_fill,
     .expect = broadcast_expect,
     .run = broadcast_run,

@@ -32,12 +32,6 @@ gather_bus_factor(int nranks)
     return (double)(nranks - 1) / nranks;
 }
 
-static void
-gather_fill(const struct bench_ctx *ctx, void *input)
-{
-    bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
-}
-
 static size_t
 gather_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -64,7 +58,7 @@ const struct bench_coll bench_gather = {
     .counts = gather_counts,
     .alg_bytes = gather_alg_bytes,
     .bus_factor = gather_bus_factor,
-    .fill = gather_fill,
+    .fill = bench_fill_own,
     .expect = gather_expect,
     .run = gather_run,
 };

@@ -9,37 +9,6 @@
 
 #include "bench.h"
 
-static void
-reduce_counts(size_t count, int nranks, struct bench_counts *out)
-{
-    (void)nranks;
-    out->send = count;
-    out->recv = count;
-    out->param = count;
-    out->send_inplace = 0;
-    out->recv_inplace = 0;
-}
-
-static double
-reduce_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    (void)nranks;
-    return (double)count * (double)elt_size;
-}
-
-static double
-reduce_bus_factor(int nranks)
-{
-    (void)nranks;
-    return 1.0;
-}
-
-static void
-reduce_fill(const struct bench_ctx *ctx, void *input)
-{
-    bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
-}
-
 static size_t
 reduce_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -60,10 +29,10 @@ const struct bench_coll bench_reduce = {
     .name = "reduce",
     .reduces = true,
     .rooted = true,
-    .counts = reduce_counts,
-    .alg_bytes = reduce_alg_bytes,
-    .bus_factor = reduce_bus_factor,
-    .fill = reduce_fill,
+    .counts = bench_counts_one_buffer,
+    .alg_bytes = bench_alg_bytes_one_buffer,
+    .bus_factor = bench_bus_factor_one,
+    .fill = bench_fill_own,
     .expect = reduce_expect,
     .run = reduce_run,
 };

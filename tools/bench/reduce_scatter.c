@@ -33,12 +33,6 @@ reduce_scatter_bus_factor(int nranks)
     return (double)(nranks - 1) / nranks;
 }
 
-static void
-reduce_scatter_fill(const struct bench_ctx *ctx, void *input)
-{
-    bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
-}
-
 static size_t
 reduce_scatter_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -61,7 +55,7 @@ const struct bench_coll bench_reduce_scatter = {
     .counts = reduce_scatter_counts,
     .alg_bytes = reduce_scatter_alg_bytes,
     .bus_factor = reduce_scatter_bus_factor,
-    .fill = reduce_scatter_fill,
+    .fill = bench_fill_own,
     .expect = reduce_scatter_expect,
     .run = reduce_scatter_run,
 };

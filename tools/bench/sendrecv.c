@@ -10,37 +10,6 @@
 
 #include "bench.h"
 
-static void
-sendrecv_counts(size_t count, int nranks, struct bench_counts *out)
-{
-    (void)nranks;
-    out->send = count;
-    out->recv = count;
-    out->param = count;
-    out->send_inplace = 0;
-    out->recv_inplace = 0;
-}
-
-static double
-sendrecv_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    (void)nranks;
-    return (double)count * (double)elt_size;
-}
-
-static double
-sendrecv_bus_factor(int nranks)
-{
-    (void)nranks;
-    return 1.0;
-}
-
-static void
-sendrecv_fill(const struct bench_ctx *ctx, void *input)
-{
-    bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
-}
-
 static size_t
 sendrecv_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -72,10 +41,10 @@ const struct bench_coll bench_sendrecv = {
     .reduces = false,
     .rooted = false,
     .in_place_unchecked = true,
-    .counts = sendrecv_counts,
-    .alg_bytes = sendrecv_alg_bytes,
-    .bus_factor = sendrecv_bus_factor,
-    .fill = sendrecv_fill,
+    .counts = bench_counts_one_buffer,
+    .alg_bytes = bench_alg_bytes_one_buffer,
+    .bus_factor = bench_bus_factor_one,
+    .fill = bench_fill_own,
     .expect = sendrecv_expect,
     .run = sendrecv_run,
 };
