@@ -12,6 +12,8 @@
 #ifndef ALG_FOLD_H
 #define ALG_FOLD_H
 
+#include "alg.h"
+
 struct alg_fold {
     int p2;      /* largest power of two <= n */
     int levels;  /* log2(p2) */
@@ -42,6 +44,24 @@ static inline int
 alg_fold_real(const struct alg_fold *f, int i)
 {
     return i < f->rem ? 2 * i : i + f->rem;
+}
+
+/* A folded-away rank's whole part for one piece: hand the piece to the even neighbour (scaled
+ * first when the op pre-multiplies: raw input never leaves a rank) and take the finished piece
+ * back into recv once the send is done. */
+static inline void
+alg_fold_hand_off(struct alg_sched *sched, const struct alg_args *args, struct alg_range send,
+                  struct alg_range recv)
+{
+    int sent;
+
+    if (args->prescale) {
+        int scaled = alg_copy(sched, recv, send, ALG_PRE_A, -1, -1);
+        sent = alg_send(sched, args->rank - 1, recv, scaled, -1);
+    } else {
+        sent = alg_send(sched, args->rank - 1, send, -1, -1);
+    }
+    alg_recv(sched, args->rank - 1, recv, sent, -1);
 }
 
 #endif

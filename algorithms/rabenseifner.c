@@ -108,14 +108,7 @@ alg_rabenseifner_allreduce(const struct alg_args *args, struct alg_sched *sched)
         const struct alg_range recv = alg_range_make(ALG_BUF_RECV, base * E, len * E);
 
         if (odd) {
-            int sd;
-            if (args->prescale) {
-                int x = alg_copy(sched, recv, send, ALG_PRE_A, -1, -1);
-                sd = alg_send(sched, rank - 1, recv, x, -1);
-            } else {
-                sd = alg_send(sched, rank - 1, send, -1, -1);
-            }
-            alg_recv(sched, rank - 1, recv, sd, -1);
+            alg_fold_hand_off(sched, args, send, recv);
             continue;
         }
         bool raw = true; /* RECV does not hold our values yet: they are SEND, unscaled */
