@@ -10,28 +10,6 @@
 
 #include "bench.h"
 
-static void
-all_gather_counts(size_t count, int nranks, struct bench_counts *out)
-{
-    out->param = count / (size_t)nranks;
-    out->send = out->param;
-    out->recv = out->param * (size_t)nranks;
-    out->send_inplace = out->param;
-    out->recv_inplace = 0;
-}
-
-static double
-all_gather_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    return (double)count * (double)elt_size * nranks;
-}
-
-static double
-all_gather_bus_factor(int nranks)
-{
-    return (double)(nranks - 1) / nranks;
-}
-
 static size_t
 all_gather_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -52,9 +30,9 @@ const struct bench_coll bench_all_gather = {
     .name = "all_gather",
     .reduces = false,
     .rooted = false,
-    .counts = all_gather_counts,
-    .alg_bytes = all_gather_alg_bytes,
-    .bus_factor = all_gather_bus_factor,
+    .counts = bench_counts_gathered,
+    .alg_bytes = bench_alg_bytes_per_rank,
+    .bus_factor = bench_bus_factor_ring,
     .fill = bench_fill_own,
     .expect = all_gather_expect,
     .run = all_gather_run,

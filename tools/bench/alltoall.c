@@ -21,18 +21,6 @@ alltoall_counts(size_t count, int nranks, struct bench_counts *out)
     out->recv_inplace = 0;
 }
 
-static double
-alltoall_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    return (double)count * (double)elt_size * nranks;
-}
-
-static double
-alltoall_bus_factor(int nranks)
-{
-    return (double)(nranks - 1) / nranks;
-}
-
 static size_t
 alltoall_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -55,8 +43,8 @@ const struct bench_coll bench_alltoall = {
     .reduces = false,
     .rooted = false,
     .counts = alltoall_counts,
-    .alg_bytes = alltoall_alg_bytes,
-    .bus_factor = alltoall_bus_factor,
+    .alg_bytes = bench_alg_bytes_per_rank,
+    .bus_factor = bench_bus_factor_ring,
     .fill = bench_fill_own,
     .expect = alltoall_expect,
     .run = alltoall_run,

@@ -128,11 +128,16 @@ struct bench_coll {
     ncclResult_t (*run)(const struct bench_ctx *ctx, const void *send, void *recv);
 };
 
-/* Shared descriptor pieces (shapes.c): one buffer of count elements, bus factor 1, each rank
- * filling its own input with data.c's values. */
+/* Shared descriptor pieces (shapes.c). One buffer of count elements; gathered (send a block,
+ * receive n; in place at block `rank`) and scattered (send n blocks, receive one; in place
+ * at block `rank`) shapes; bus factors 1 and (n-1)/n; each rank filling its own input. */
 void bench_counts_one_buffer(size_t count, int nranks, struct bench_counts *out);
+void bench_counts_gathered(size_t count, int nranks, struct bench_counts *out);
+void bench_counts_scattered(size_t count, int nranks, struct bench_counts *out);
 double bench_alg_bytes_one_buffer(size_t count, size_t elt_size, int nranks);
+double bench_alg_bytes_per_rank(size_t count, size_t elt_size, int nranks);
 double bench_bus_factor_one(int nranks);
+double bench_bus_factor_ring(int nranks);
 void bench_fill_own(const struct bench_ctx *ctx, void *input);
 
 extern const struct bench_coll bench_all_reduce;

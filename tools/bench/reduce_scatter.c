@@ -11,28 +11,6 @@
 
 #include "bench.h"
 
-static void
-reduce_scatter_counts(size_t count, int nranks, struct bench_counts *out)
-{
-    out->param = count / (size_t)nranks;
-    out->send = out->param * (size_t)nranks;
-    out->recv = out->param;
-    out->send_inplace = 0;
-    out->recv_inplace = out->param;
-}
-
-static double
-reduce_scatter_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    return (double)count * (double)elt_size * nranks;
-}
-
-static double
-reduce_scatter_bus_factor(int nranks)
-{
-    return (double)(nranks - 1) / nranks;
-}
-
 static size_t
 reduce_scatter_expect(const struct bench_ctx *ctx, void *expected)
 {
@@ -52,9 +30,9 @@ const struct bench_coll bench_reduce_scatter = {
     .name = "reduce_scatter",
     .reduces = true,
     .rooted = false,
-    .counts = reduce_scatter_counts,
-    .alg_bytes = reduce_scatter_alg_bytes,
-    .bus_factor = reduce_scatter_bus_factor,
+    .counts = bench_counts_scattered,
+    .alg_bytes = bench_alg_bytes_per_rank,
+    .bus_factor = bench_bus_factor_ring,
     .fill = bench_fill_own,
     .expect = reduce_scatter_expect,
     .run = reduce_scatter_run,

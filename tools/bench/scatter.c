@@ -11,28 +11,6 @@
 #include "bench.h"
 
 static void
-scatter_counts(size_t count, int nranks, struct bench_counts *out)
-{
-    out->param = count / (size_t)nranks;
-    out->send = out->param * (size_t)nranks;
-    out->recv = out->param;
-    out->send_inplace = 0;
-    out->recv_inplace = out->param;
-}
-
-static double
-scatter_alg_bytes(size_t count, size_t elt_size, int nranks)
-{
-    return (double)count * (double)elt_size * nranks;
-}
-
-static double
-scatter_bus_factor(int nranks)
-{
-    return (double)(nranks - 1) / nranks;
-}
-
-static void
 scatter_fill(const struct bench_ctx *ctx, void *input)
 {
     size_t block = ctx->counts.param * ctx->data->size;
@@ -61,9 +39,9 @@ const struct bench_coll bench_scatter = {
     .name = "scatter",
     .reduces = false,
     .rooted = true,
-    .counts = scatter_counts,
-    .alg_bytes = scatter_alg_bytes,
-    .bus_factor = scatter_bus_factor,
+    .counts = bench_counts_scattered,
+    .alg_bytes = bench_alg_bytes_per_rank,
+    .bus_factor = bench_bus_factor_ring,
     .fill = scatter_fill,
     .expect = scatter_expect,
     .run = scatter_run,

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Descriptor pieces that several collectives share: the "one buffer of count elements" shape
- * (all-reduce, broadcast, reduce, sendrecv: send and receive count elements, in place at the
- * same address, algbw counting the buffer once) and each rank filling its own input.
+ * Descriptor pieces that several collectives share, as nccl-tests' getCollByteCount and getBw
+ * define them: the "one buffer of count elements" shape (all-reduce, broadcast, reduce,
+ * sendrecv: algbw counts the buffer once), the gathered and scattered shapes (a size is n
+ * blocks of count/n elements, one per rank, algbw counting all of them), the (n-1)/n bus
+ * factor, and each rank filling its own input.
  */
 #include "bench.h"
 
@@ -35,4 +37,36 @@ void
 bench_fill_own(const struct bench_ctx *ctx, void *input)
 {
     bench_data_fill(ctx->data, input, ctx->counts.send, ctx->rank, 0);
+}
+
+void
+bench_counts_gathered(size_t count, int nranks, struct bench_counts *out)
+{
+    out->param = count / (size_t)nranks;
+    out->send = out->param;
+    out->recv = out->param * (size_t)nranks;
+    out->send_inplace = out->param;
+    out->recv_inplace = 0;
+}
+
+void
+bench_counts_scattered(size_t count, int nranks, struct bench_counts *out)
+{
+    out->param = count / (size_t)nranks;
+    out->send = out->param * (size_t)nranks;
+    out->recv = out->param;
+    out->send_inplace = 0;
+    out->recv_inplace = out->param;
+}
+
+double
+bench_alg_bytes_per_rank(size_t count, size_t elt_size, int nranks)
+{
+    return (double)count * (double)elt_size * nranks;
+}
+
+double
+bench_bus_factor_ring(int nranks)
+{
+    return (double)(nranks - 1) / nranks;
 }
