@@ -136,6 +136,21 @@ run: deps
 	if [ -n "$$failed" ]; then echo "make run: FAILED:$$failed"; exit 1; fi; \
 	echo "make run: every collective passed its checks on $(NRANKS) ranks"
 
+# --- comparison -----------------------------------------------------------------------------
+# ncclshim's busbw beside Open MPI, MPICH and Gloo (when python3-torch is there), 2 and 4
+# ranks, alternating runs; table, results.csv and PNGs in $(BUILD)/compare. QUICK=1: fewer sizes.
+.PHONY: compare
+MPI_PERFS := $(BUILD)/compare/mpi_perf.openmpi $(BUILD)/compare/mpi_perf.mpich
+compare: DEPS_FOR = compare
+compare: deps
+	@$(MAKE) --no-print-directory all $(MPI_PERFS)
+	@/usr/bin/python3 tools/compare/compare.py --build $(BUILD) $(if $(QUICK),--quick)
+
+# The same MPI benchmark against each MPI, through that MPI's own compiler wrapper.
+$(BUILD)/compare/mpi_perf.%: tools/compare/mpi_perf.c
+	@mkdir -p $(dir $@)
+	/usr/bin/mpicc.$* -std=gnu11 -O2 -Wall -Wextra -Werror -o $@ $<
+
 install: $(LIB)
 	install -d $(DESTDIR)$(PREFIX)/lib
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libnccl.so.2

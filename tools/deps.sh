@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # tools/deps.sh [build|test|compare]: makes sure this machine has what `make` (build), `make
-# test` (test, the default) or the comparison against NVIDIA's NCCL (compare, for now the same
-# as test) needs.
+# test` (test, the default) or `make compare` (compare: the build set, both MPIs and matplotlib,
+# plus python3-torch for Gloo when this Debian release has a candidate for it) needs.
 # Debian packages are checked with dpkg-query; missing ones are installed with apt-get when we
 # are root (after one `apt-get update`), or named on one line (exit 1) when we are not. The
 # genuine nccl.h is looked for in $NCCL_HOME/include, then $CUDA_HOME/include (default
@@ -20,9 +20,19 @@ usage() {
 [[ $# -le 1 ]] || usage
 build_pkgs=(gcc make libucx-dev ucx-utils binutils)
 test_pkgs=("${build_pkgs[@]}" libcriterion-dev pkg-config procps)
+compare_pkgs=("${build_pkgs[@]}" openmpi-bin libopenmpi-dev mpich libmpich-dev python3
+              python3-matplotlib)
 case ${1:-test} in
     build) wanted=("${build_pkgs[@]}") ;;
-    test | compare) wanted=("${test_pkgs[@]}") ;;
+    test) wanted=("${test_pkgs[@]}") ;;
+    compare)
+        wanted=("${compare_pkgs[@]}")
+        # Gloo comes with PyTorch; optional, so only asked for where Debian offers it.
+        torch_policy=$(apt-cache policy python3-torch 2>/dev/null || true)
+        if [[ $torch_policy == *"Candidate: "[0-9]* ]]; then
+            wanted+=(python3-torch)
+        fi
+        ;;
     *) usage ;;
 esac
 
