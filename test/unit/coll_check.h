@@ -271,4 +271,44 @@ cc_sweep(alg_builder_t build, size_t (*bytes)(const struct alg_args *),
     return runs;
 }
 
+/* An all-reduce builder with one or two slots and chunks of 0 (no chunking), 1, 4, 8 and
+ * 4096 bytes, for n 1..12 and every op kind, in and out of place. */
+static inline void
+cc_allreduce_chunk_sweep(alg_builder_t build, size_t (*bytes)(const struct alg_args *),
+                         void (*cost)(const struct alg_args *, struct alg_cost *))
+{
+    static const size_t chunks[] = {0, 1, 4, 8, 4096};
+    static const enum kr_op_kind kinds[] = {KR_SUM, KR_PREMULSUM, KR_SUMPOSTDIV};
+
+    for (int n = 1; n <= 12; n++) {
+        for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+            for (int k = 0; k < 3; k++) {
+                struct cc_case c = {.build = build, .bytes = bytes, .cost = cost,
+                                    .coll = ALG_COLL_ALLREDUCE, .n = n, .count = 29,
+                                    .in_place = (n + k) & 1, .kind = kinds[k],
+                                    .chunk_bytes = chunks[i], .slots = 1 + (int)i % 2,
+                                    .seed = (unsigned)(n * 31 + (int)i * 7 + k)};
+                cc_check(&c);
+            }
+        }
+    }
+}
+
+/* 150 seeded interleavings of small cases of `coll` (count_base + seed % count_spread
+ * elements), alternating PreMulSum and integer average. */
+static inline void
+cc_interleavings(alg_builder_t build, size_t (*bytes)(const struct alg_args *),
+                 void (*cost)(const struct alg_args *, struct alg_cost *), enum alg_coll coll,
+                 size_t count_base, unsigned count_spread)
+{
+    for (unsigned seed = 1; seed <= 150; seed++) {
+        struct cc_case c = {.build = build, .bytes = bytes, .cost = cost, .coll = coll,
+                            .n = 2 + (int)seed % 12, .count = count_base + seed % count_spread,
+                            .in_place = seed & 1,
+                            .kind = seed % 3 == 0 ? KR_PREMULSUM : KR_SUMPOSTDIV,
+                            .chunk_bytes = 32, .slots = 2, .seed = seed};
+        cc_check(&c);
+    }
+}
+
 #endif

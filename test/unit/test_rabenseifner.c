@@ -17,37 +17,14 @@ Test(rabenseifner, allreduce_every_rank_count_and_op)
 
 Test(rabenseifner, one_slot_tiny_chunks_and_no_chunking)
 {
-    static const size_t chunks[] = {0, 1, 4, 8, 4096};
-    for (int n = 1; n <= 12; n++) {
-        for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
-            for (int k = 0; k < 3; k++) {
-                struct cc_case c = {.build = alg_rabenseifner_allreduce,
-                                    .bytes = alg_rabenseifner_allreduce_bytes,
-                                    .cost = alg_rabenseifner_allreduce_cost,
-                                    .coll = ALG_COLL_ALLREDUCE, .n = n, .count = 29,
-                                    .in_place = (n + k) & 1,
-                                    .kind = (enum kr_op_kind[]){KR_SUM, KR_PREMULSUM,
-                                                                KR_SUMPOSTDIV}[k],
-                                    .chunk_bytes = chunks[i], .slots = 1 + (int)i % 2,
-                                    .seed = (unsigned)(n * 31 + (int)i * 7 + k)};
-                cc_check(&c);
-            }
-        }
-    }
+    cc_allreduce_chunk_sweep(alg_rabenseifner_allreduce, alg_rabenseifner_allreduce_bytes,
+                             alg_rabenseifner_allreduce_cost);
 }
 
 Test(rabenseifner, many_interleavings)
 {
-    for (unsigned seed = 1; seed <= 150; seed++) {
-        struct cc_case c = {.build = alg_rabenseifner_allreduce,
-                            .bytes = alg_rabenseifner_allreduce_bytes,
-                            .cost = alg_rabenseifner_allreduce_cost, .coll = ALG_COLL_ALLREDUCE,
-                            .n = 2 + (int)seed % 12, .count = 40 + seed % 7,
-                            .in_place = seed & 1,
-                            .kind = seed % 3 == 0 ? KR_PREMULSUM : KR_SUMPOSTDIV,
-                            .chunk_bytes = 32, .slots = 2, .seed = seed};
-        cc_check(&c);
-    }
+    cc_interleavings(alg_rabenseifner_allreduce, alg_rabenseifner_allreduce_bytes,
+                     alg_rabenseifner_allreduce_cost, ALG_COLL_ALLREDUCE, 40, 7);
 }
 
 /* Scratch is `slots` pieces of p2 chunks (p2 the largest power of two <= n), whatever the

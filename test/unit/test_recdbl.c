@@ -23,42 +23,16 @@ Test(recdbl, allgather_every_rank_count_and_count)
 
 Test(recdbl, one_slot_tiny_chunks_and_no_chunking)
 {
-    static const size_t chunks[] = {0, 1, 4, 8, 4096};
-    for (int n = 1; n <= 12; n++) {
-        for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
-            for (int k = 0; k < 3; k++) {
-                struct cc_case c = {.build = alg_recdbl_allreduce,
-                                    .bytes = alg_recdbl_allreduce_bytes,
-                                    .cost = alg_recdbl_allreduce_cost,
-                                    .coll = ALG_COLL_ALLREDUCE, .n = n, .count = 29,
-                                    .in_place = (n + k) & 1,
-                                    .kind = (enum kr_op_kind[]){KR_SUM, KR_PREMULSUM,
-                                                                KR_SUMPOSTDIV}[k],
-                                    .chunk_bytes = chunks[i], .slots = 1 + (int)i % 2,
-                                    .seed = (unsigned)(n * 31 + (int)i * 7 + k)};
-                cc_check(&c);
-            }
-        }
-    }
+    cc_allreduce_chunk_sweep(alg_recdbl_allreduce, alg_recdbl_allreduce_bytes,
+                             alg_recdbl_allreduce_cost);
 }
 
 Test(recdbl, many_interleavings)
 {
-    for (unsigned seed = 1; seed <= 150; seed++) {
-        struct cc_case c = {.build = alg_recdbl_allreduce, .bytes = alg_recdbl_allreduce_bytes,
-                            .cost = alg_recdbl_allreduce_cost, .coll = ALG_COLL_ALLREDUCE,
-                            .n = 2 + (int)seed % 12, .count = 40 + seed % 7,
-                            .in_place = seed & 1,
-                            .kind = seed % 3 == 0 ? KR_PREMULSUM : KR_SUMPOSTDIV,
-                            .chunk_bytes = 32, .slots = 2, .seed = seed};
-        cc_check(&c);
-        c.build = alg_recdbl_allgather;
-        c.bytes = alg_recdbl_allgather_bytes;
-        c.cost = alg_recdbl_allgather_cost;
-        c.coll = ALG_COLL_ALLGATHER;
-        c.count = 1 + seed % 5;
-        cc_check(&c);
-    }
+    cc_interleavings(alg_recdbl_allreduce, alg_recdbl_allreduce_bytes, alg_recdbl_allreduce_cost,
+                     ALG_COLL_ALLREDUCE, 40, 7);
+    cc_interleavings(alg_recdbl_allgather, alg_recdbl_allgather_bytes, alg_recdbl_allgather_cost,
+                     ALG_COLL_ALLGATHER, 1, 5);
 }
 
 /* Scratch is `slots` pieces of chunk_bytes, whatever the count; all-gather needs none. */
