@@ -22,7 +22,7 @@ LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden
 LDFLAGS := $(SAN_FLAGS)
 LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
 
-LIB_SRCS := $(wildcard nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c)
+LIB_SRCS := $(wildcard nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/lib/libnccl.so.2
 INTERNAL := $(BUILD)/lib/libncclshim_internal.a

@@ -18,6 +18,7 @@
 #include "device.h"
 #include "env.h"
 #include "group.h"
+#include "shm/shm.h"
 #include "transports/transport.h"
 
 /* Live communicators, so a destroyed or made-up handle is an error and not a crash. */
@@ -189,6 +190,9 @@ shim_comm_connect(struct ncclComm *comm, const ncclUniqueId *id)
     }
     res = tp_worker_connect(comm->tp, comm->nranks, comm->rank, addrs, table->lens);
     free(addrs);
+    if (res == ncclSuccess) {
+        res = shim_comm_shm_setup(comm);
+    }
 out_table:
     shim_bootstrap_table_free(table);
     return res;
@@ -288,6 +292,7 @@ static void
 shim_comm_free(struct ncclComm *comm)
 {
     shim_comm_unregister(comm);
+    shm_team_destroy(comm->shm);
     if (comm->tp != NULL) {
         tp_worker_destroy(comm->tp);
     }
@@ -358,6 +363,7 @@ ncclResult_t
 shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs, const size_t *lens)
 {
     SHIM_CHECK(tp_worker_connect(comm->tp, comm->nranks, comm->rank, addrs, lens));
+    SHIM_CHECK(shim_comm_shm_setup(comm));
     __atomic_store_n(&comm->state, SHIM_COMM_READY, __ATOMIC_RELEASE);
     INFO(SHIM_INIT, "comm %p rank %d nranks %d cudaDev %d - Init COMPLETE (from a parent)",
          (void *)comm, comm->rank, comm->nranks, comm->cuda_dev);

@@ -15,6 +15,8 @@
 #include "algorithms/alg.h"
 #include "kernels/kernels.h"
 
+struct shm_team;
+
 #define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
 #define SHIM_COMM_DEAD 0xdeadc0de0000deadULL
 #define SHIM_MAX_USER_OPS 64
@@ -51,6 +53,8 @@ struct ncclComm {
     int ring_slots;          /* NCCLSHIM_RING_SLOTS */
     struct alg_policy policy;      /* NCCL_ALGO and NCCLSHIM_ALGO, parsed at init */
     struct alg_cost_params cost;   /* the cost model's alpha, beta, gamma */
+    struct shm_team *shm;          /* every rank on this host: shared-memory collectives */
+    uint32_t shm_colls;            /* collectives no NCCL_ALGO/NCCLSHIM_ALGO filter touched */
     uint64_t tuning_logged[ALG_COLL_COUNT]; /* size classes whose choice INFO(TUNING) told */
     void *scratch;           /* one cached scratch buffer, reused across ops */
     size_t scratch_bytes;
@@ -109,6 +113,11 @@ ncclResult_t shim_comm_child_create(const struct ncclComm *parent, int rank, int
 ncclResult_t shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs,
                                      const size_t *lens);
 void shim_comm_child_discard(struct ncclComm *comm);
+
+/* After connecting: if every rank runs on this host, maps each other's shared memory
+ * (comm_shm.c). Collective over the communicator; a rank that cannot share makes them all go
+ * without, which is not an error. */
+ncclResult_t shim_comm_shm_setup(struct ncclComm *comm);
 
 /* Creates a fresh unique id for ncclCommInitAll (never from NCCL_COMM_ID). */
 ncclResult_t shim_comm_init_all(struct ncclComm **comms, int ncomms, const int *devlist);

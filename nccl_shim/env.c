@@ -50,6 +50,14 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
                              "cost model: GB/s a rank reduces at (default 3.4)"},
     [SHIM_ENV_UCX_TLS] = {"UCX_TLS", NULL,
                           "UCX's own; read to pick the cost model's transport defaults"},
+    [SHIM_ENV_NCCL_SHM_DISABLE] = {"NCCL_SHM_DISABLE", "0",
+                                   "1: no shared-memory collectives, even on one host"},
+    [SHIM_ENV_NCCL_HOSTID] = {"NCCL_HOSTID", NULL,
+                              "host identity: ranks with equal ids share memory"},
+    [SHIM_ENV_SHM_SLOT_BYTES] = {"NCCLSHIM_SHM_SLOT_BYTES", "524288",
+                                 "chunk of the shared-memory collectives (equal on all ranks)"},
+    [SHIM_ENV_SHM_DIRECT_BYTES] = {"NCCLSHIM_SHM_DIRECT_BYTES", "16384",
+                                   "all-reduce up to this size: every rank reduces it all"},
 };
 
 static pthread_once_t shim_env_once = PTHREAD_ONCE_INIT;
@@ -77,9 +85,16 @@ shim_env_name(enum shim_env_id id)
     return shim_env_table[id].name;
 }
 
+/* Parsed once: the executor reads its tunables on every call. */
+static int64_t shim_env_ints[SHIM_ENV_COUNT];
+static int shim_env_ints_ready[SHIM_ENV_COUNT]; /* atomic */
+
 int64_t
 shim_env_int(enum shim_env_id id)
 {
+    if (__atomic_load_n(&shim_env_ints_ready[id], __ATOMIC_ACQUIRE)) {
+        return shim_env_ints[id];
+    }
     const char *text = shim_env_str(id);
     const char *fallback = shim_env_table[id].fallback;
     char *end;
@@ -90,6 +105,8 @@ shim_env_int(enum shim_env_id id)
         WARN("%s=%s is not an integer; using %s", shim_env_table[id].name, text, fallback);
         value = strtoll(fallback != NULL ? fallback : "0", NULL, 0);
     }
+    shim_env_ints[id] = value;
+    __atomic_store_n(&shim_env_ints_ready[id], 1, __ATOMIC_RELEASE);
     return value;
 }
 

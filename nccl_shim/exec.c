@@ -23,6 +23,7 @@
 #include "check.h"
 #include "comm.h"
 #include "env.h"
+#include "shm/shm.h"
 #include "tag.h"
 #include "transports/transport.h"
 
@@ -44,6 +45,10 @@ struct shim_exec {
     int first_pending;       /* every step before it is done */
     bool management;         /* split/shrink exchange: per-peer numbering (tag.h) */
     int ndone;
+    bool shm;                /* runs on the communicator's shared-memory team, no schedule */
+    bool shm_done;
+    struct shm_op shm_op;
+    struct shm_wait shm_wait; /* what the shared-memory op last blocked on */
 };
 
 static enum alg_coll
@@ -175,6 +180,37 @@ shim_exec_arm(struct shim_exec *exec)
     return ncclSuccess;
 }
 
+/* On one host, every collective goes through shared memory unless the user's NCCL_ALGO or
+ * NCCLSHIM_ALGO chose among the UCX algorithms for it. */
+static bool
+shim_exec_use_shm(const struct ncclComm *comm, const struct alg_args *args)
+{
+    return comm->shm != NULL && shm_serves(args->coll) && (comm->shm_colls & (1u << args->coll));
+}
+
+static void
+shim_exec_shm_init(struct shim_exec *exec, const struct alg_args *args)
+{
+    struct ncclComm *comm = exec->op.comm;
+    struct shm_coll_args shm_args = {
+        .coll = args->coll,
+        .send = exec->op.sendbuff,
+        .recv = exec->op.recvbuff,
+        .count = args->count,
+        .elem_size = args->elem_size,
+        .root = args->root,
+        .redop = exec->op.redop,
+        .prescale = args->prescale,
+        .in_place = args->in_place,
+    };
+    exec->shm = true;
+    exec->alg_name = "shm";
+    exec->seq = shim_exec_next_seq(comm, &exec->op);
+    shm_op_init(&exec->shm_op, comm->shm, &shm_args);
+    TRACE(SHIM_COLL, "%s seq %u: shared memory, chunk %zu bytes", shim_coll_name(exec->op.coll),
+          exec->seq, exec->shm_op.chunk);
+}
+
 ncclResult_t
 shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
 {
@@ -198,6 +234,11 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
         .slots = comm->ring_slots,
         .prescale = op->redop.kind == KR_PREMULSUM,
     };
+    if (shim_exec_use_shm(comm, &args)) {
+        shim_exec_shm_init(exec, &args);
+        *exec_out = exec;
+        return ncclSuccess;
+    }
     double estimate;
     const struct alg_algorithm *alg = alg_select(&args, &comm->policy, &comm->cost, &estimate);
     if (alg == NULL) {
@@ -247,6 +288,9 @@ shim_exec_destroy(struct shim_exec *exec)
     if (exec == NULL) {
         return;
     }
+    if (exec->shm && exec->op.comm->shm->owner == &exec->shm_op) {
+        exec->op.comm->shm->owner = NULL; /* failed midway; the communicator is failed too */
+    }
     for (int i = 0; exec->state != NULL && i < exec->sched.nsteps; i++) {
         if (exec->state[i] == SHIM_STEP_POSTED) {
             tp_request_cancel(exec->op.comm->tp, &exec->reqs[i]);
@@ -264,7 +308,7 @@ shim_exec_destroy(struct shim_exec *exec)
 bool
 shim_exec_done(const struct shim_exec *exec)
 {
-    return exec->ndone == exec->sched.nsteps;
+    return exec->shm ? exec->shm_done : exec->ndone == exec->sched.nsteps;
 }
 
 static void *
@@ -348,6 +392,13 @@ shim_exec_progress(struct shim_exec *exec, bool *progressed_out)
     struct tp_worker *tp = exec->op.comm->tp;
     bool progressed = false;
 
+    if (exec->shm) {
+        enum shm_status status =
+            shm_op_progress(&exec->shm_op, exec->op.comm->shm, &exec->shm_wait);
+        exec->shm_done = status == SHM_DONE;
+        *progressed_out = status != SHM_BLOCKED;
+        return ncclSuccess;
+    }
     for (int i = exec->first_pending; i < exec->sched.nsteps; i++) {
         if (exec->state[i] == SHIM_STEP_PENDING && shim_exec_ready(exec, &exec->sched.steps[i])) {
             SHIM_CHECK(shim_exec_start(exec, i));
@@ -392,6 +443,56 @@ shim_exec_check_comm(struct ncclComm *comm)
     return ncclSuccess;
 }
 
+/* What the ops of a run that could not move are waiting for. */
+struct shim_exec_waits {
+    bool transport;                /* a UCX message */
+    const struct shm_wait *shm;    /* a shared-memory flag */
+    const struct shim_exec *shm_exec;
+    bool oversubscribed;           /* more local ranks than CPUs */
+};
+
+static void
+shim_exec_note_wait(const struct shim_exec *exec, struct shim_exec_waits *waits)
+{
+    if (!exec->shm) {
+        waits->transport = true;
+        return;
+    }
+    waits->oversubscribed |= exec->op.comm->shm->oversubscribed;
+    if (exec->shm_wait.addr != NULL && waits->shm == NULL) {
+        waits->shm = &exec->shm_wait;
+        waits->shm_exec = exec;
+    }
+}
+
+/* A flag that has not moved for NCCLSHIM_WAIT_MS: is its owner still alive? */
+static ncclResult_t
+shim_exec_check_shm_peer(const struct shim_exec *exec)
+{
+    struct ncclComm *comm = exec->op.comm;
+    int peer = exec->shm_wait.peer;
+
+    if (!shm_team_peer_alive(comm->shm, peer)) {
+        WARN("rank %d: rank %d died during %s seq %u (shared memory)", comm->rank, peer,
+             shim_coll_name(exec->op.coll), exec->seq);
+        return ncclRemoteError;
+    }
+    return ncclSuccess;
+}
+
+/* How long a rank polls shared memory without yielding its CPU. */
+#define SHIM_PAUSE_NS 3000u
+
+static inline void
+shim_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 ncclResult_t
 shim_exec_run(struct shim_exec *const *execs, int nexecs)
 {
@@ -400,9 +501,16 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     ncclResult_t res = ncclSuccess;
     struct ncclComm *failed = NULL;
 
-    SHIM_CHECK(shim_calloc(&workers, (size_t)nexecs));
+    struct tp_worker *few_workers[16];
+    bool transport_ops = false;
+    if (nexecs <= 16) {
+        workers = few_workers;
+    } else {
+        SHIM_CHECK(shim_calloc(&workers, (size_t)nexecs));
+    }
     for (int i = 0; i < nexecs; i++) {
         struct tp_worker *tp = execs[i]->op.comm->tp;
+        transport_ops |= !execs[i]->shm;
         int w = 0;
         while (w < nworkers && workers[w] != tp) {
             w++;
@@ -418,9 +526,11 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     uint64_t last_progress = shim_now_ns();
     while (remaining > 0) {
         bool progressed = false;
-        for (int w = 0; w < nworkers; w++) {
+        /* Shared-memory ops alone leave UCX be: nothing of theirs moves there. */
+        for (int w = 0; transport_ops && w < nworkers; w++) {
             progressed |= tp_worker_progress(workers[w]);
         }
+        struct shim_exec_waits waits = {0};
         remaining = 0;
         for (int i = 0; i < nexecs; i++) {
             bool moved = false;
@@ -436,7 +546,10 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                 goto out;
             }
             progressed |= moved;
-            remaining += !shim_exec_done(execs[i]);
+            if (!shim_exec_done(execs[i])) {
+                remaining++;
+                shim_exec_note_wait(execs[i], &waits);
+            }
         }
         if (remaining == 0) {
             break;
@@ -445,16 +558,36 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         if (progressed) {
             last_progress = now;
         } else if (now - last_progress < spin_ns) {
-            sched_yield();
-        } else {
-            /* Nothing moved for a while: sleep until the network has news for us. */
-            SHIM_CHECK_GOTO(tp_worker_wait(workers, nworkers, wait_ms), res, out);
+            /* Another rank is about to answer: poll. Briefly without a system call, as a
+             * peer on another CPU answers within a microsecond or two; then yielding, in
+             * case the peer waits for our CPU. */
+            if (waits.transport || waits.oversubscribed || now - last_progress > SHIM_PAUSE_NS) {
+                sched_yield();
+            } else {
+                shim_cpu_relax();
+            }
+        } else if (waits.transport) {
+            /* Nothing moved for a while: sleep until the network has news for us (briefly,
+             * if shared-memory ops wait too: their flags have no event fd). */
+            SHIM_CHECK_GOTO(tp_worker_wait(workers, nworkers, waits.shm != NULL ? 1 : wait_ms),
+                            res, out);
+        } else if (waits.shm != NULL) {
+            shm_wait_sleep(waits.shm, wait_ms);
+            if (shim_now_ns() - last_progress >= (uint64_t)wait_ms * 1000000u) {
+                res = shim_exec_check_shm_peer(waits.shm_exec);
+                if (res != ncclSuccess) {
+                    failed = waits.shm_exec->op.comm;
+                    goto out;
+                }
+            }
         }
     }
 out:
     if (failed != NULL) {
         shim_comm_set_async_error(failed, res);
     }
-    free(workers);
+    if (workers != few_workers) {
+        free(workers);
+    }
     return res;
 }

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Forming a communicator's shared-memory team (shm/): every rank creates its segment, the
+ * ranks trade (host, segment name) over the transport, and if all share one host they map
+ * each other's segments. A second exchange confirms every rank succeeded; only then is the
+ * team used, and either way each rank removes its segment's name, so /dev/shm keeps nothing
+ * once init returns. Any failure means "no team", never an error: the UCX algorithms serve.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+#include "env.h"
+#include "exec.h"
+#include "shm/shm.h"
+
+struct shim_shm_hello {
+    uint64_t host;
+    char name[SHM_NAME_MAX]; /* empty: this rank has no segment */
+};
+
+/* Every rank's `bytes` from send into recv (rank i's at i * bytes), over the transport. */
+static ncclResult_t
+shim_comm_allgather(struct ncclComm *comm, const void *send, void *recv, size_t bytes)
+{
+    struct alg_sched sched;
+
+    alg_sched_init(&sched);
+    memcpy((uint8_t *)recv + (size_t)comm->rank * bytes, send, bytes);
+    for (int r = 0; r < comm->nranks; r++) {
+        if (r != comm->rank) {
+            alg_send(&sched, r, alg_range_make(ALG_BUF_SEND, 0, bytes), -1, -1);
+            alg_recv(&sched, r, alg_range_make(ALG_BUF_RECV, (size_t)r * bytes, bytes), -1, -1);
+        }
+    }
+    ncclResult_t res = alg_sched_finish(&sched);
+    if (res == ncclSuccess) {
+        res = shim_exec_run_schedule(comm, &sched, send, recv);
+    }
+    alg_sched_free(&sched);
+    return res;
+}
+
+/* The collectives no filter restricted: the shared-memory path stands in for every row. */
+static uint32_t
+shim_comm_unfiltered_colls(const struct ncclComm *comm)
+{
+    struct alg_policy all;
+    uint32_t colls = 0;
+
+    if (alg_policy_parse(NULL, NULL, &all) != ncclSuccess) {
+        return 0;
+    }
+    for (int c = 0; c < ALG_COLL_COUNT; c++) {
+        if (comm->policy.allowed[c] == all.allowed[c]) {
+            colls |= 1u << c;
+        }
+    }
+    return colls;
+}
+
+ncclResult_t
+shim_comm_shm_setup(struct ncclComm *comm)
+{
+    const int n = comm->nranks;
+    const size_t slot_bytes = ((size_t)shim_env_int(SHIM_ENV_SHM_SLOT_BYTES) + 4095) & ~4095ul;
+    struct shim_shm_hello me = {.host = shm_host_id(shim_env_str(SHIM_ENV_NCCL_HOSTID))};
+    struct shim_shm_hello *all;
+    struct shm_segment seg = {0};
+    struct shm_team *team = NULL;
+    char tag[48];
+    ncclResult_t res;
+
+    if (n < 2 || shim_env_int(SHIM_ENV_NCCL_SHM_DISABLE) != 0 || slot_bytes == 0) {
+        return ncclSuccess;
+    }
+    snprintf(tag, sizeof(tag), "%016" PRIx64 "-r%d", comm->id_hash, comm->rank);
+    if (shm_segment_create(tag, slot_bytes, &seg) == ncclSuccess) {
+        snprintf(me.name, sizeof(me.name), "%s", seg.name);
+    }
+    SHIM_CHECK_GOTO(shim_calloc(&all, (size_t)n), res, out_seg);
+    SHIM_CHECK_GOTO(shim_comm_allgather(comm, &me, all, sizeof(me)), res, out_all);
+
+    bool together = true;
+    for (int r = 0; r < n; r++) {
+        together &= all[r].host == me.host && all[r].name[0] != '\0';
+    }
+    char (*names)[SHM_NAME_MAX] = NULL;
+    if (together && shim_calloc(&names, (size_t)n) == ncclSuccess) {
+        for (int r = 0; r < n; r++) {
+            memcpy(names[r], all[r].name, SHM_NAME_MAX);
+            names[r][SHM_NAME_MAX - 1] = '\0';
+        }
+        if (shm_team_create(&seg, comm->rank, n, (const char (*)[SHM_NAME_MAX])names,
+                            slot_bytes, &team) != ncclSuccess) {
+            team = NULL;
+        }
+        free(names);
+    }
+
+    /* Use it only if every rank mapped every segment. */
+    uint8_t ok = team != NULL, *oks = (uint8_t *)all;
+    SHIM_CHECK_GOTO(shim_comm_allgather(comm, &ok, oks, 1), res, out_team);
+    for (int r = 0; r < n; r++) {
+        ok &= oks[r];
+    }
+    if (ok) {
+        team->direct_bytes = (size_t)shim_env_int(SHIM_ENV_SHM_DIRECT_BYTES);
+        team->oversubscribed = n > shm_cpus_available();
+        comm->shm = team;
+        comm->shm_colls = shim_comm_unfiltered_colls(comm);
+        team = NULL;
+        INFO(SHIM_INIT, "comm %p rank %d: all %d ranks on this host, collectives through "
+             "shared memory (%zu-byte slots%s)", (void *)comm, comm->rank, n, slot_bytes,
+             comm->shm->oversubscribed ? ", more ranks than CPUs" : "");
+    } else {
+        INFO(SHIM_INIT, "comm %p rank %d: ranks on more than one host (or no shared memory): "
+             "UCX serves every collective", (void *)comm, comm->rank);
+    }
+    res = ncclSuccess;
+
+out_team:
+    shm_team_destroy(team);
+out_all:
+    free(all);
+out_seg:
+    /* Everyone has mapped or given up: the name can go. */
+    shm_segment_destroy(&seg);
+    return res;
+}

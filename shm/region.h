@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The layout of one rank's segment, private to shm/. Each flag sits on a cache line of its
+ * own (the owner writes it, every peer polls it), with the count of peers asleep on it next
+ * to it so the owner knows when a futex wake is needed. Then two data slots and two result
+ * slots, one pair per chunk parity, page aligned.
+ */
+#ifndef SHM_REGION_H
+#define SHM_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shm.h"
+
+struct shm_flag {
+    _Alignas(64) uint32_t value; /* last chunk sequence number posted */
+    uint32_t waiters;            /* peers sleeping in futex on value */
+};
+
+struct shm_region {
+    struct shm_flag ready;
+    struct shm_flag reduced;
+    struct shm_flag consumed;
+    _Alignas(64) pid_t pid;      /* the owner, for liveness checks */
+    uint64_t slot_bytes;
+};
+
+#define SHM_HEADER_BYTES 4096
+
+static inline uint8_t *
+shm_region_data(struct shm_region *region, size_t slot_bytes, uint32_t seq)
+{
+    return (uint8_t *)region + SHM_HEADER_BYTES + (size_t)(seq & 1) * 2 * slot_bytes;
+}
+
+static inline uint8_t *
+shm_region_result(struct shm_region *region, size_t slot_bytes, uint32_t seq)
+{
+    return shm_region_data(region, slot_bytes, seq) + slot_bytes;
+}
+
+/* Flags (flag.c). */
+void shm_flag_post(struct shm_flag *flag, uint32_t seq);
+/* Whether flag has reached seq (modulo 2^32); else fills *wait to sleep on it. */
+bool shm_flag_reached(struct shm_flag *flag, uint32_t seq, int peer, struct shm_wait *wait);
+
+#endif

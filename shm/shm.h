@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Collectives through shared memory, for a communicator whose ranks all run on one host.
+ *
+ * Every rank owns one segment that every other rank maps. Its slots hold a chunk of what the
+ * rank contributes, so a peer reduces or copies straight out of it into its own buffers: one
+ * copy into shared memory, one read out of it, and nothing through the kernel. The slots stay
+ * in cache (a chunk is a few hundred KiB), so memory sees each user buffer once.
+ *
+ * A collective is a loop over chunks; each chunk takes the team's next sequence number s, the
+ * same on every rank (collectives are issued in the same order everywhere), and goes:
+ *
+ *   fill      write my contribution into my slot s % 2          -> ready    = s
+ *   phase 1   reduce or copy out of the slots of ranks that are ready with s
+ *             (two-phase reductions: into my result slot)       -> reduced  = s
+ *   phase 2   copy the reduced shares out of the result slots of ranks reduced with s
+ *                                                               -> consumed = s
+ *
+ * Every rank posts all three numbers for every chunk, whether or not it had work in a phase,
+ * so "rank j posted s" always means j is past that point of chunk s. Before I fill slot
+ * s % 2 again, every rank must have consumed s - 2: two chunks in flight hide one rank's lag
+ * behind another. Flags are monotonic 32-bit counters compared modulo 2^32.
+ *
+ * Nothing here blocks: shm_op_progress does what it can and says what it waits for, and the
+ * caller (nccl_shim/exec.c) spins, yields, or sleeps on the flag with shm_wait_sleep.
+ */
+#ifndef SHM_SHM_H
+#define SHM_SHM_H
+
+#include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algorithms/alg.h"
+#include "kernels/kernels.h"
+
+#define SHM_NAME_MAX 64
+
+struct shm_region;
+
+/* This rank's own segment, before the team is formed. */
+struct shm_segment {
+    char name[SHM_NAME_MAX]; /* the POSIX shm name peers open */
+    void *base;
+    size_t bytes;
+};
+
+/* This rank's view of every rank's segment. */
+struct shm_team {
+    int rank;
+    int nranks;
+    size_t slot_bytes;            /* bytes of each data slot and each result slot */
+    size_t direct_bytes;          /* all-reduce up to this size: every rank reduces it all */
+    bool oversubscribed;          /* more local ranks than CPUs: waiting must yield at once */
+    uint32_t seq;                 /* chunks this team has run, equal on every rank */
+    const void *owner;            /* the op now using the slots; ops take turns */
+    struct shm_region **regions;  /* every rank's segment, mapped (ours included) */
+    const void **srcs;            /* nranks pointers: a reduction's operands */
+    size_t map_bytes;
+};
+
+/* What a blocked op waits for: the flag at `addr` to move past `seen`. */
+struct shm_wait {
+    uint32_t *addr;
+    uint32_t *waiters; /* the flag's sleeper count, for the waker */
+    uint32_t seen;
+    int peer;          /* whose flag it is, for liveness checks and reports */
+};
+
+/* The bytes one rank's segment needs for slots of slot_bytes. */
+size_t shm_segment_bytes(size_t slot_bytes);
+/* Creates and maps this rank's segment under a fresh name made from `tag` (unique per
+ * communicator). ncclSystemError with a WARN if /dev/shm refuses. */
+ncclResult_t shm_segment_create(const char *tag, size_t slot_bytes, struct shm_segment *seg);
+/* Removes the name (mappings stay valid) and unmaps the segment unless a team took it over;
+ * safe on a zeroed or already destroyed segment. */
+void shm_segment_destroy(struct shm_segment *seg);
+
+/* Maps every peer's segment by name (names[rank] is ours, already mapped in seg) and takes
+ * seg's mapping over (seg keeps its name, for shm_segment_destroy). On failure seg is
+ * untouched. */
+ncclResult_t shm_team_create(struct shm_segment *seg, int rank, int nranks,
+                             const char (*names)[SHM_NAME_MAX], size_t slot_bytes,
+                             struct shm_team **team_out);
+void shm_team_destroy(struct shm_team *team);
+/* Whether the process that owns rank's segment still exists. */
+bool shm_team_peer_alive(const struct shm_team *team, int rank);
+
+/* An identity shared by exactly the processes that may map each other's segments: the
+ * override (NCCL_HOSTID) if not NULL, else host name, boot id and network namespace. A
+ * network namespace counts as a host of its own, as it does for every other transport. */
+uint64_t shm_host_id(const char *override);
+/* The number of CPUs this process may run on. */
+int shm_cpus_available(void);
+
+/* One collective on the team. */
+struct shm_coll_args {
+    enum alg_coll coll;      /* ALLREDUCE .. SCATTER; not SEND, RECV or BARRIER */
+    const void *send;
+    void *recv;
+    size_t count;            /* elements, as the NCCL call counts them */
+    size_t elem_size;
+    int root;
+    struct kr_redop redop;
+    bool prescale;           /* PreMulSum: each rank scales its own input as it fills */
+    bool in_place;           /* NCCL's in-place layout for coll (see alg.h) */
+};
+
+enum shm_phase {
+    SHM_PHASE_START,   /* take the team and the next chunk */
+    SHM_PHASE_FILL,    /* wait until every rank consumed s - 2, then fill */
+    SHM_PHASE_READ,    /* wait for the ready flags I read, then phase 1 */
+    SHM_PHASE_GATHER,  /* wait for the reduced flags I read, then phase 2 */
+    SHM_PHASE_DONE,
+};
+
+struct shm_op {
+    struct shm_coll_args args;
+    enum shm_phase phase;
+    bool two_phase;   /* reductions split in shares: reduce, then copy shares out */
+    size_t block;     /* bytes each chunk loop walks (a rank's block, or the whole buffer) */
+    size_t chunk;     /* bytes per chunk of that walk */
+    size_t off;       /* start of the current chunk within the walk */
+    uint32_t s;       /* the current chunk's sequence number */
+};
+
+enum shm_status {
+    SHM_DONE,
+    SHM_MOVED,   /* did something; call again */
+    SHM_BLOCKED, /* nothing to do until *wait changes */
+};
+
+/* Whether the team serves this collective (all but SEND, RECV, BARRIER). */
+bool shm_serves(enum alg_coll coll);
+void shm_op_init(struct shm_op *op, const struct shm_team *team,
+                 const struct shm_coll_args *args);
+/* Advances op as far as it can without waiting. */
+enum shm_status shm_op_progress(struct shm_op *op, struct shm_team *team,
+                                struct shm_wait *wait_out);
+/* Sleeps until the flag moves past wait->seen, a wakeup, or timeout_ms. */
+void shm_wait_sleep(const struct shm_wait *wait, int timeout_ms);
+/* One line on what op is doing, for hang reports. */
+int shm_op_describe(const struct shm_op *op, const struct shm_wait *wait, char *buf,
+                    size_t len);
+
+#endif

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The shared-memory collectives (shm/) with threads as ranks: one team per rank count, made
+ * of real POSIX shared-memory segments, runs every collective x count x root x in/out of
+ * place x reduction kind against test/sim's reference (exact int32 data, guard bytes,
+ * poisoned outputs, inputs unchanged). Slots are made small so most cases take many chunks,
+ * and one team runs case after case, so chunk sequence numbers and slot reuse carry across
+ * collectives as they do in a program. Threads wait as the library does: poll, then sleep on
+ * the flag.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shm/shm.h"
+#include "sim/reference.h"
+
+#define MAX_RANKS 8
+
+struct team_set {
+    int n;
+    struct shm_team *teams[MAX_RANKS];
+};
+
+/* Forms a team of n ranks in this process, as comm_shm.c does across processes. */
+static void
+team_set_create(struct team_set *set, int n, size_t slot_bytes, size_t direct_bytes)
+{
+    struct shm_segment segs[MAX_RANKS];
+    char names[MAX_RANKS][SHM_NAME_MAX];
+
+    set->n = n;
+    for (int r = 0; r < n; r++) {
+        char tag[32];
+        snprintf(tag, sizeof(tag), "unit-n%d-r%d", n, r);
+        cr_assert_eq(shm_segment_create(tag, slot_bytes, &segs[r]), ncclSuccess);
+        memcpy(names[r], segs[r].name, SHM_NAME_MAX);
+    }
+    for (int r = 0; r < n; r++) {
+        cr_assert_eq(shm_team_create(&segs[r], r, n, (const char(*)[SHM_NAME_MAX])names,
+                                     slot_bytes, &set->teams[r]),
+                     ncclSuccess);
+        set->teams[r]->direct_bytes = direct_bytes;
+        set->teams[r]->oversubscribed = true;
+    }
+    for (int r = 0; r < n; r++) {
+        shm_segment_destroy(&segs[r]);
+    }
+}
+
+static void
+team_set_destroy(struct team_set *set)
+{
+    for (int r = 0; r < set->n; r++) {
+        shm_team_destroy(set->teams[r]);
+    }
+}
+
+struct rank_job {
+    struct shm_team *team;
+    struct shm_coll_args args;
+    int nops; /* the same op twice in a row checks that a second one starts clean */
+};
+
+static void *
+rank_main(void *arg)
+{
+    struct rank_job *job = arg;
+    for (int k = 0; k < job->nops; k++) {
+        struct shm_op op;
+        struct shm_wait wait;
+        enum shm_status status;
+        shm_op_init(&op, job->team, &job->args);
+        while ((status = shm_op_progress(&op, job->team, &wait)) != SHM_DONE) {
+            if (status == SHM_BLOCKED) {
+                shm_wait_sleep(&wait, 100);
+            }
+        }
+    }
+    return NULL;
+}
+
+static void
+run_case(struct team_set *set, const struct ref_case *c)
+{
+    struct ref_data d;
+    struct rank_job jobs[MAX_RANKS];
+    pthread_t threads[MAX_RANKS];
+    char err[512];
+
+    cr_assert(ref_setup(c, &d));
+    for (int r = 0; r < c->nranks; r++) {
+        jobs[r] = (struct rank_job){
+            .team = set->teams[r],
+            .args = {.coll = c->coll, .send = d.send[r], .recv = d.recv[r], .count = c->count,
+                     .elem_size = 4, .root = c->root, .redop = d.redops[r],
+                     .prescale = d.redops[r].kind == KR_PREMULSUM, .in_place = d.in_place[r]},
+            .nops = 1,
+        };
+        cr_assert_eq(pthread_create(&threads[r], NULL, rank_main, &jobs[r]), 0);
+    }
+    for (int r = 0; r < c->nranks; r++) {
+        pthread_join(threads[r], NULL);
+    }
+    cr_assert(ref_check(&d, err, sizeof(err)), "%s n=%d count=%zu root=%d %s %s: %s",
+              ref_coll_name(c->coll), c->nranks, c->count, c->root,
+              c->in_place ? "in place" : "out of place", ref_kind_name(c->kind), err);
+    ref_free(&d);
+}
+
+static const enum alg_coll colls[] = {
+    ALG_COLL_ALLREDUCE, ALG_COLL_BROADCAST, ALG_COLL_REDUCE,  ALG_COLL_ALLGATHER,
+    ALG_COLL_REDUCESCATTER, ALG_COLL_ALLTOALL, ALG_COLL_GATHER, ALG_COLL_SCATTER,
+};
+
+/* Every collective on n ranks with slots of slot_bytes: counts around the chunk and share
+ * edges, roots at both ends and the middle, in and out of place, every kind at one count. */
+static int
+sweep(int n, size_t slot_bytes, size_t direct_bytes)
+{
+    const size_t counts[] = {0, 1, 7, 16 * (size_t)n + 3, 1000, 4099};
+    const enum kr_op_kind kinds[] = {KR_SUM, KR_PROD, KR_MAX, KR_MIN, KR_PREMULSUM,
+                                     KR_SUMPOSTDIV};
+    struct team_set set;
+    int runs = 0;
+
+    team_set_create(&set, n, slot_bytes, direct_bytes);
+    for (size_t ci = 0; ci < sizeof(colls) / sizeof(colls[0]); ci++) {
+        enum alg_coll coll = colls[ci];
+        int roots[3] = {0, n - 1, n / 2}, nroots = ref_coll_rooted(coll) ? 3 : 1;
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            for (int ri = 0; ri < nroots; ri++) {
+                for (int in_place = 0; in_place < 2; in_place++) {
+                    int nkinds = ref_coll_reduces(coll) && counts[k] == 1000 ? 6 : 1;
+                    for (int ki = 0; ki < nkinds; ki++) {
+                        struct ref_case c = {.coll = coll, .nranks = n, .count = counts[k],
+                                             .root = roots[ri], .in_place = in_place,
+                                             .kind = kinds[ki]};
+                        run_case(&set, &c);
+                        runs++;
+                    }
+                }
+            }
+        }
+    }
+    team_set_destroy(&set);
+    return runs;
+}
+
+Test(shm, every_collective_2_ranks_small_slots)
+{
+    cr_assert_gt(sweep(2, 4096, 256), 0);
+}
+
+Test(shm, every_collective_3_ranks_small_slots)
+{
+    cr_assert_gt(sweep(3, 4096, 256), 0);
+}
+
+Test(shm, every_collective_4_ranks_direct_reductions)
+{
+    /* Every reduction below 64 KiB takes the direct path: each rank reduces it all. */
+    cr_assert_gt(sweep(4, 8192, 65536), 0);
+}
+
+Test(shm, every_collective_5_and_8_ranks)
+{
+    cr_assert_gt(sweep(5, 4096, 0), 0);
+    cr_assert_gt(sweep(8, 16384, 512), 0);
+}
+
+Test(shm, segments_leave_no_name_behind)
+{
+    struct team_set set;
+    team_set_create(&set, 2, 4096, 0);
+    team_set_destroy(&set);
+    char path[128];
+    snprintf(path, sizeof(path), "/dev/shm/ncclshim-unit-n2-r0-%d", (int)getpid());
+    cr_assert_neq(access(path, F_OK), 0, "%s is still there", path);
+}
