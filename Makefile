@@ -31,7 +31,7 @@ UNIT_SRCS := $(wildcard test/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:test/unit/%.c=$(BUILD)/test/unit/%)
 MP_SRCS := $(filter-out test/mp/dropin.c,$(wildcard test/mp/*.c))
 MP_BINS := $(MP_SRCS:test/mp/%.c=$(BUILD)/test/mp/%)
-BENCH_SRCS := $(wildcard tools/bench/*.c)
+BENCH_SRCS := $(filter-out tools/bench/kernel_perf.c,$(wildcard tools/bench/*.c))
 BENCH := $(BUILD)/bin/nccl_perf
 BENCH_COLLS := all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter \
                sendrecv
@@ -74,7 +74,7 @@ $(INTERNAL): $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 # --- tools ----------------------------------------------------------------------------------
-tools: $(LAUNCHER) $(BENCH) $(BENCH_COLLS:%=$(BUILD)/bin/%_perf)
+tools: $(LAUNCHER) $(BENCH) $(BENCH_COLLS:%=$(BUILD)/bin/%_perf) $(BUILD)/bin/kernel_perf
 
 $(LAUNCHER): tools/launcher/launcher.c
 	@mkdir -p $(dir $@)
@@ -83,6 +83,12 @@ $(LAUNCHER): tools/launcher/launcher.c
 $(BENCH): $(BENCH_SRCS) $(wildcard tools/bench/*.h) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(CONSUMER_LDFLAGS) -lnccl -lm
+
+# The host kernels alone, linked with their objects (kr_copy_host_stream is not exported).
+KERNEL_OBJS := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJS))
+$(BUILD)/bin/kernel_perf: tools/bench/kernel_perf.c $(KERNEL_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(KERNEL_OBJS)
 
 # nccl-tests names: all_reduce_perf runs the all-reduce benchmark, as the binary name says.
 $(BUILD)/bin/%_perf: $(BENCH)

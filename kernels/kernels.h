@@ -68,6 +68,16 @@ void kr_reduce_host(void *dst, const void *a, const void *b, size_t count,
                     const struct kr_redop *op, unsigned flags);
 /* dst == src is a no-op; other overlaps are not allowed. */
 void kr_copy_host(void *dst, const void *src, size_t bytes);
+/* The same contract as kr_copy_host, for a copy whose destination will not be read again soon
+ * (final output of a collective): non-temporal stores for the destination's whole 64-byte
+ * lines, memcpy for the ends. Any alignment and length; the stores are fenced before it
+ * returns, so the bytes are visible to other threads as after a memcpy. Streaming wins once
+ * the destination as a whole (not one call's piece of it) reaches KR_STREAM_MIN_BYTES;
+ * callers decide by that (measured in reduce_host.c). */
+void kr_copy_host_stream(void *dst, const void *src, size_t bytes);
+#ifndef KR_STREAM_MIN_BYTES
+#define KR_STREAM_MIN_BYTES ((size_t)1 << 20)
+#endif
 
 /* Element conversions with CUDA's rounding: round to nearest even (subnormals included);
  * float16 and bfloat16 overflow to infinity; fp8 saturates as __NV_SATFINITE does, infinities

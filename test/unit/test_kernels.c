@@ -1069,3 +1069,160 @@ Test(copy, copies_bytes_and_allows_in_place)
     kr_copy_host(NULL, NULL, 0);
     cr_assert_eq(src[36], 36);
 }
+
+Test(copy, stream_copies_any_alignment_and_size)
+{
+    /* Sizes each side of KR_STREAM_MIN_BYTES (1 MiB) and of a 64-byte line. */
+    const size_t sizes[] = {0, 1, 63, 64, 65, 4096, (1u << 20) - 1, 1u << 20, (3u << 20) + 77};
+    const size_t cap = (3u << 20) + 256;
+    uint8_t *src = malloc(cap), *dst = malloc(cap);
+    cr_assert(src != NULL && dst != NULL);
+    for (size_t i = 0; i < cap; i++) {
+        src[i] = (uint8_t)(i * 131u + 7u);
+    }
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        for (size_t dofs = 0; dofs < 3; dofs++) {
+            size_t sofs = 2 - dofs + 5 * (k & 1);
+            memset(dst, 0xa5, cap);
+            kr_copy_host_stream(dst + dofs, src + sofs, sizes[k]);
+            cr_assert(memcmp(dst + dofs, src + sofs, sizes[k]) == 0, "size %zu offsets %zu %zu",
+                      sizes[k], dofs, sofs);
+            for (size_t i = 0; i < dofs; i++) {
+                cr_assert_eq(dst[i], 0xa5, "size %zu: byte %zu before dst written", sizes[k], i);
+            }
+            cr_assert_eq(dst[dofs + sizes[k]], 0xa5, "size %zu: byte after dst written", sizes[k]);
+        }
+    }
+    memcpy(dst, src, cap);
+    kr_copy_host_stream(dst, dst, cap);
+    cr_assert(memcmp(dst, src, cap) == 0);
+    kr_copy_host_stream(NULL, NULL, 0);
+    free(src);
+    free(dst);
+}
+
+/*
+ * float16 reductions against the scalar conversions, for every half as a and, as b, specials
+ * (signed zeros, extremes, subnormals, infinities, quiet, signalling and negative NaNs) and
+ * random halves; every op kind and flag combination, binary and unary. kr_reduce_host takes
+ * its F16C path on a CPU with AVX2, the clones elsewhere: either must give these bits.
+ */
+static float
+ref_h2f(uint16_t h)
+{
+    return kr_half_to_float(h);
+}
+
+static uint16_t
+ref_f2h(float f)
+{
+    return kr_float_to_half(f);
+}
+
+/* maximumNumber/minimumNumber with +0 > -0, as kernels.h states. */
+static float
+ref_maxmin(float a, float b, bool max)
+{
+    if (a != a) {
+        return b;
+    }
+    if (b != b) {
+        return a;
+    }
+    if (a == b) {
+        return f32_from_bits(max ? f32_bits(a) & f32_bits(b) : f32_bits(a) | f32_bits(b));
+    }
+    return (a > b) == max ? a : b;
+}
+
+static uint16_t
+ref_half_op(const struct kr_redop *op, unsigned flags, uint16_t a, const uint16_t *b)
+{
+    float s = ref_h2f((uint16_t)(op->scalar[0] | op->scalar[1] << 8));
+    switch (op->kind) {
+    case KR_SUM:
+        return b ? ref_f2h(ref_h2f(a) + ref_h2f(*b)) : a;
+    case KR_PROD:
+        return b ? ref_f2h(ref_h2f(a) * ref_h2f(*b)) : a;
+    case KR_MAX:
+    case KR_MIN:
+        return b ? ref_f2h(ref_maxmin(ref_h2f(a), ref_h2f(*b), op->kind == KR_MAX)) : a;
+    case KR_PREMULSUM: {
+        uint16_t pa = flags & KR_PRE_A ? ref_f2h(ref_h2f(a) * s) : a;
+        if (!b) {
+            return pa;
+        }
+        uint16_t pb = flags & KR_PRE_B ? ref_f2h(ref_h2f(*b) * s) : *b;
+        return ref_f2h(ref_h2f(pa) + ref_h2f(pb));
+    }
+    case KR_SUMPOSTDIV: {
+        uint16_t sum = b ? ref_f2h(ref_h2f(a) + ref_h2f(*b)) : a;
+        return flags & KR_POST ? ref_f2h(ref_h2f(sum) / (float)op->divisor) : sum;
+    }
+    }
+    return 0;
+}
+
+Test(reduce, half_matches_scalar_conversions_on_every_half)
+{
+    static const uint16_t specials[] = {0x0000, 0x8000, 0x3c00, 0xbc00, 0x7bff, 0xfbff, 0x0001,
+                                        0x8001, 0x03ff, 0x0400, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
+                                        0xfe00, 0x3555, 0xc248, 0x5bff};
+    const size_t nspecial = sizeof(specials) / sizeof(specials[0]);
+    const size_t n = 65536;
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2), *dst = malloc(n * 2);
+    cr_assert(a != NULL && b != NULL && dst != NULL);
+    struct kr_redop ops[8] = {
+        {.kind = KR_SUM}, {.kind = KR_PROD}, {.kind = KR_MAX}, {.kind = KR_MIN},
+        {.kind = KR_PREMULSUM}, {.kind = KR_PREMULSUM}, {.kind = KR_SUMPOSTDIV, .divisor = 3},
+        {.kind = KR_SUMPOSTDIV, .divisor = 7},
+    };
+    kr_scalar_from_double(ncclFloat16, 1.0 / 3.0, ops[4].scalar);
+    kr_scalar_from_double(ncclFloat16, 0x1p-20, ops[5].scalar); /* products go subnormal */
+    uint32_t x = 2463534242u;
+
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (uint16_t)i;
+    }
+    for (size_t bi = 0; bi <= nspecial; bi++) {
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            b[i] = bi < nspecial ? specials[bi] : (uint16_t)x;
+        }
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+            ops[o].type = ncclFloat16;
+            for (unsigned flags = 0; flags < 8; flags++) {
+                for (int binary = 0; binary <= 1; binary++) {
+                    kr_reduce_host(dst, a, binary ? b : NULL, n, &ops[o], flags);
+                    for (size_t i = 0; i < n; i++) {
+                        uint16_t want = ref_half_op(&ops[o], flags, a[i], binary ? &b[i] : NULL);
+                        if (dst[i] != want) {
+                            cr_assert_fail("kind %d flags %u %s: a 0x%04x b 0x%04x gave 0x%04x, "
+                                           "want 0x%04x", ops[o].kind, flags,
+                                           binary ? "binary" : "unary", a[i], b[i], dst[i], want);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* Short counts and odd offsets, in place: every tail length, lanes past it untouched. */
+    for (size_t count = 1; count <= 19; count++) {
+        for (size_t i = 0; i < 32; i++) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            a[i] = (uint16_t)x;
+            b[i] = (uint16_t)(x >> 16);
+            dst[i] = a[i];
+        }
+        kr_reduce_host(dst + 1, dst + 1, b + 3, count, &ops[0], 0);
+        cr_assert_eq(dst[0], a[0]);
+        cr_assert_eq(dst[count + 1], a[count + 1], "count %zu wrote past the end", count);
+        for (size_t i = 0; i < count; i++) {
+            cr_assert_eq(dst[i + 1], ref_half_op(&ops[0], 0, a[i + 1], &b[i + 3]),
+                         "count %zu element %zu", count, i);
+        }
+    }
+    free(a);
+    free(b);
+    free(dst);
+}
