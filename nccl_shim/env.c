@@ -30,8 +30,9 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
                                      "bootstrap interfaces: prefixes, ^ excludes, = exact"},
     [SHIM_ENV_BOOTSTRAP_TIMEOUT] = {"NCCLSHIM_BOOTSTRAP_TIMEOUT", "120",
                                     "seconds init may wait for the root and the other ranks"},
-    [SHIM_ENV_SPIN_US] = {"NCCLSHIM_SPIN_US", "20",
-                          "microseconds a waiting rank polls before it sleeps on UCX events"},
+    [SHIM_ENV_SPIN_US] = {"NCCLSHIM_SPIN_US", NULL,
+                          "microseconds a waiting rank polls before it sleeps (default 200 "
+                          "on shared memory with a CPU per rank, else 20)"},
     [SHIM_ENV_WAIT_MS] = {"NCCLSHIM_WAIT_MS", "100",
                           "longest sleep between checks for abort and peer failure"},
     [SHIM_ENV_CHUNK_BYTES] = {"NCCLSHIM_CHUNK_BYTES", "131072",

@@ -480,6 +480,22 @@ shim_exec_check_shm_peer(const struct shim_exec *exec)
     return ncclSuccess;
 }
 
+/* How long a rank polls before it sleeps: NCCLSHIM_SPIN_US if set. Otherwise long while
+ * every rank has a CPU of its own and only shared memory is awaited (a sleeping rank's
+ * wakeup costs tens of microseconds on a virtual machine, more than the wait it saves);
+ * short when ranks share CPUs or wait on the network. */
+#define SHIM_SPIN_NS_ALONE 200000u
+#define SHIM_SPIN_NS_SHARED 20000u
+
+static uint64_t
+shim_exec_spin_ns(int64_t spin_us, const struct shim_exec_waits *waits)
+{
+    if (spin_us >= 0) {
+        return (uint64_t)spin_us * 1000u;
+    }
+    return waits->transport || waits->oversubscribed ? SHIM_SPIN_NS_SHARED : SHIM_SPIN_NS_ALONE;
+}
+
 /* How long a rank polls shared memory without yielding its CPU. */
 #define SHIM_PAUSE_NS 3000u
 
@@ -521,7 +537,8 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         remaining += !shim_exec_done(execs[i]);
     }
 
-    const uint64_t spin_ns = (uint64_t)shim_env_int(SHIM_ENV_SPIN_US) * 1000u;
+    const char *spin_env = shim_env_str(SHIM_ENV_SPIN_US);
+    const int64_t spin_us = spin_env != NULL ? shim_env_int(SHIM_ENV_SPIN_US) : -1;
     const int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
     uint64_t last_progress = shim_now_ns();
     while (remaining > 0) {
@@ -557,7 +574,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         uint64_t now = shim_now_ns();
         if (progressed) {
             last_progress = now;
-        } else if (now - last_progress < spin_ns) {
+        } else if (now - last_progress < shim_exec_spin_ns(spin_us, &waits)) {
             /* Another rank is about to answer: poll. Briefly without a system call, as a
              * peer on another CPU answers within a microsecond or two; then yielding, in
              * case the peer waits for our CPU. */

@@ -122,6 +122,12 @@ shm_team_create(struct shm_segment *seg, int rank, int nranks,
     SHIM_CHECK(shim_calloc(&team, 1));
     SHIM_CHECK_GOTO(shim_calloc(&team->regions, (size_t)nranks), res, err_free);
     SHIM_CHECK_GOTO(shim_calloc(&team->srcs, (size_t)nranks), res, err_unmap);
+    team->stage = aligned_alloc(64, SHM_STAGE_BYTES);
+    if (team->stage == NULL) {
+        WARN("out of memory for a %d-byte staging buffer", SHM_STAGE_BYTES);
+        res = ncclSystemError;
+        goto err_unmap;
+    }
     team->rank = rank;
     team->nranks = nranks;
     team->slot_bytes = slot_bytes;
@@ -146,6 +152,7 @@ err_unmap:
     }
     free(team->regions);
     free(team->srcs);
+    free(team->stage);
 err_free:
     free(team);
     return res;
@@ -162,6 +169,7 @@ shm_team_destroy(struct shm_team *team)
     }
     free(team->regions);
     free(team->srcs);
+    free(team->stage);
     free(team);
 }
 

@@ -19,7 +19,8 @@
  * Every rank posts all three numbers for every chunk, whether or not it had work in a phase,
  * so "rank j posted s" always means j is past that point of chunk s. Before I fill slot
  * s % 2 again, every rank must have consumed s - 2: two chunks in flight hide one rank's lag
- * behind another. Flags are monotonic 32-bit counters compared modulo 2^32.
+ * behind another, and a rank fills chunk s + 1 while it waits for its peers' flags of chunk
+ * s. Flags are monotonic 32-bit counters compared modulo 2^32.
  *
  * Nothing here blocks: shm_op_progress does what it can and says what it waits for, and the
  * caller (nccl_shim/exec.c) spins, yields, or sleeps on the flag with shm_wait_sleep.
@@ -36,6 +37,7 @@
 #include "kernels/kernels.h"
 
 #define SHM_NAME_MAX 64
+#define SHM_STAGE_BYTES 32768 /* fits L1 and L2 with room to spare */
 
 struct shm_region;
 
@@ -57,6 +59,7 @@ struct shm_team {
     const void *owner;            /* the op now using the slots; ops take turns */
     struct shm_region **regions;  /* every rank's segment, mapped (ours included) */
     const void **srcs;            /* nranks pointers: a reduction's operands */
+    void *stage;                  /* SHM_STAGE_BYTES: a reduction's output on its way out */
     size_t map_bytes;
 };
 
@@ -108,10 +111,9 @@ struct shm_coll_args {
 };
 
 enum shm_phase {
-    SHM_PHASE_START,   /* take the team and the next chunk */
-    SHM_PHASE_FILL,    /* wait until every rank consumed s - 2, then fill */
-    SHM_PHASE_READ,    /* wait for the ready flags I read, then phase 1 */
-    SHM_PHASE_GATHER,  /* wait for the reduced flags I read, then phase 2 */
+    SHM_PHASE_START,   /* waiting for the team (an earlier op of the group has it) */
+    SHM_PHASE_READ,    /* the oldest unconsumed chunk waits for phase 1 */
+    SHM_PHASE_GATHER,  /* ... for phase 2 (two-phase reductions) */
     SHM_PHASE_DONE,
 };
 
@@ -119,10 +121,13 @@ struct shm_op {
     struct shm_coll_args args;
     enum shm_phase phase;
     bool two_phase;   /* reductions split in shares: reduce, then copy shares out */
+    bool stream_out;  /* output copies use non-temporal stores (a large output) */
     size_t block;     /* bytes each chunk loop walks (a rank's block, or the whole buffer) */
     size_t chunk;     /* bytes per chunk of that walk */
-    size_t off;       /* start of the current chunk within the walk */
-    uint32_t s;       /* the current chunk's sequence number */
+    uint32_t nchunks;
+    uint32_t s0;      /* sequence number of chunk 0 */
+    uint32_t filled;  /* chunks filled so far: at most one ahead of read */
+    uint32_t read;    /* chunks consumed so far */
 };
 
 enum shm_status {

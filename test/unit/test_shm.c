@@ -180,3 +180,21 @@ Test(shm, segments_leave_no_name_behind)
     snprintf(path, sizeof(path), "/dev/shm/ncclshim-unit-n2-r0-%d", (int)getpid());
     cr_assert_neq(access(path, F_OK), 0, "%s is still there", path);
 }
+
+Test(shm, large_outputs_go_out_with_streaming_stores)
+{
+    /* Outputs of 1 MiB and more take the non-temporal path (copies and staged reductions). */
+    for (int direct = 0; direct < 2; direct++) {
+        struct team_set set;
+        team_set_create(&set, 3, 65536, direct ? (size_t)1 << 30 : 0);
+        for (size_t ci = 0; ci < sizeof(colls) / sizeof(colls[0]); ci++) {
+            for (int in_place = 0; in_place < 2; in_place++) {
+                struct ref_case c = {.coll = colls[ci], .nranks = 3, .count = 300007,
+                                     .root = 1, .in_place = in_place,
+                                     .kind = in_place ? KR_PREMULSUM : KR_SUM};
+                run_case(&set, &c);
+            }
+        }
+        team_set_destroy(&set);
+    }
+}
