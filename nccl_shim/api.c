@@ -7,6 +7,7 @@
  * ncclGetLastError describes the most recent failing call.
  */
 #include <nccl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,11 @@ shim_api_read_config(const ncclConfig_t *config, bool *blocking_out)
              config->version, config->size);
         return ncclInvalidArgument;
     }
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 &&
+        config->blocking != 1) {
+        WARN("ncclConfig_t blocking is %d: it must be 0 or 1", config->blocking);
+        return ncclInvalidArgument;
+    }
     if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
         *blocking_out = config->blocking != 0;
     }
@@ -206,10 +212,24 @@ SHIM_API ncclResult_t
 ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
 {
     shim_error_clear();
-    if (comms == NULL || ndev < 1) {
-        WARN("ncclCommInitAll: comms %p, ndev %d: need an array of ndev >= 1 handles",
-             (void *)comms, ndev);
+    if (comms == NULL || ndev < 1 || ndev > SHIM_TAG_MAX_RANKS) {
+        WARN("ncclCommInitAll: comms %p, ndev %d: need an array of 1..%d handles",
+             (void *)comms, ndev, SHIM_TAG_MAX_RANKS);
         return ncclInvalidArgument;
+    }
+    /* NCCL's checks and codes: a negative device is a bad argument, a repeated one misuse. */
+    for (int i = 0; devlist != NULL && i < ndev; i++) {
+        if (devlist[i] < 0) {
+            WARN("ncclCommInitAll: devlist[%d] is invalid device %d", i, devlist[i]);
+            return ncclInvalidArgument;
+        }
+        for (int j = 0; j < i; j++) {
+            if (devlist[j] == devlist[i]) {
+                WARN("ncclCommInitAll: device %d is in devlist twice (at %d and %d)",
+                     devlist[i], j, i);
+                return ncclInvalidUsage;
+            }
+        }
     }
     shim_log_banner();
     return shim_comm_init_all(comms, ndev, devlist);
@@ -320,7 +340,9 @@ shim_api_unsupported(const char *api)
 SHIM_API ncclResult_t
 ncclCommRevoke(ncclComm_t comm, int revokeFlags)
 {
-    (void)comm, (void)revokeFlags;
+    (void)revokeFlags;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommRevoke"));
     return shim_api_unsupported("ncclCommRevoke");
 }
 SHIM_ALIAS(ncclCommRevoke)
@@ -383,6 +405,12 @@ ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
         res = ncclInvalidArgument;
         goto out;
     }
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+        WARN("ncclCommShrink: shrinkFlags 0x%x is not NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT",
+             shrinkFlags);
+        res = ncclInvalidArgument;
+        goto out;
+    }
     if (shrinkFlags != NCCL_SHRINK_DEFAULT) {
         /* Aborting the parent's operations first needs the fault handling still to come. */
         WARN("ncclCommShrink: shrinkFlags 0x%x is not supported yet (only NCCL_SHRINK_DEFAULT)",
@@ -401,7 +429,9 @@ SHIM_API ncclResult_t
 ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
                        int winFlags)
 {
-    (void)comm, (void)buff, (void)size, (void)win, (void)winFlags;
+    (void)buff, (void)size, (void)win, (void)winFlags;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommWindowRegister"));
     return shim_api_unsupported("ncclCommWindowRegister (symmetric memory)");
 }
 SHIM_ALIAS(ncclCommWindowRegister)
@@ -409,7 +439,9 @@ SHIM_ALIAS(ncclCommWindowRegister)
 SHIM_API ncclResult_t
 ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 {
-    (void)comm, (void)win;
+    (void)win;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommWindowDeregister"));
     return shim_api_unsupported("ncclCommWindowDeregister (symmetric memory)");
 }
 SHIM_ALIAS(ncclCommWindowDeregister)
@@ -417,7 +449,11 @@ SHIM_ALIAS(ncclCommWindowDeregister)
 SHIM_API ncclResult_t
 ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
-    (void)simInfo;
+    shim_error_clear();
+    if (simInfo == NULL) {
+        WARN("ncclGroupSimulateEnd: simInfo is NULL");
+        return ncclInvalidArgument;
+    }
     return shim_api_unsupported("ncclGroupSimulateEnd");
 }
 SHIM_ALIAS(ncclGroupSimulateEnd)
@@ -452,6 +488,54 @@ ncclCommDeregister(const ncclComm_t comm, void *handle)
 }
 SHIM_ALIAS(ncclCommDeregister)
 
+/* The host buffers ncclMemAlloc gave out and ncclMemFree has not taken back, so that
+ * ncclMemFree refuses any other pointer (free() of it would corrupt the heap or crash). An
+ * array searched from the end: programs hold a few such buffers. */
+static pthread_mutex_t shim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static void **shim_mem_ptrs; /* grows, never shrinks; kept for the life of the process */
+static size_t shim_mem_count, shim_mem_cap;
+
+static ncclResult_t
+shim_mem_track(void *ptr)
+{
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&shim_mem_lock);
+    if (shim_mem_count == shim_mem_cap) {
+        size_t cap = shim_mem_cap ? 2 * shim_mem_cap : 16;
+        void **ptrs = realloc(shim_mem_ptrs, cap * sizeof(*ptrs));
+        if (ptrs == NULL) {
+            WARN("ncclMemAlloc: out of memory tracking %zu buffers", cap);
+            res = ncclSystemError;
+            goto out;
+        }
+        shim_mem_ptrs = ptrs;
+        shim_mem_cap = cap;
+    }
+    shim_mem_ptrs[shim_mem_count++] = ptr;
+out:
+    pthread_mutex_unlock(&shim_mem_lock);
+    return res;
+}
+
+/* Forgets ptr if ncclMemAlloc gave it out; false if it did not. */
+static bool
+shim_mem_untrack(void *ptr)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&shim_mem_lock);
+    for (size_t i = shim_mem_count; i-- > 0;) {
+        if (shim_mem_ptrs[i] == ptr) {
+            shim_mem_ptrs[i] = shim_mem_ptrs[--shim_mem_count];
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shim_mem_lock);
+    return found;
+}
+
 /* ncclMemAlloc: device memory in NCCL. Without a driver the buffers our host path works on
  * are plain page-aligned host memory. */
 SHIM_API ncclResult_t
@@ -465,10 +549,16 @@ ncclMemAlloc(void **ptr, size_t size)
     if (shim_device_driver_present()) {
         return shim_api_unsupported("ncclMemAlloc of device memory");
     }
-    if (posix_memalign(ptr, 4096, size ? size : 1) != 0) {
+    void *mem;
+    if (posix_memalign(&mem, 4096, size ? size : 1) != 0) {
         WARN("ncclMemAlloc: cannot allocate %zu bytes of host memory", size);
         return ncclSystemError;
     }
+    if (shim_mem_track(mem) != ncclSuccess) {
+        free(mem);
+        return ncclSystemError;
+    }
+    *ptr = mem;
     return ncclSuccess;
 }
 SHIM_ALIAS(ncclMemAlloc)
@@ -480,12 +570,62 @@ ncclMemFree(void *ptr)
     if (shim_device_driver_present()) {
         return shim_api_unsupported("ncclMemFree of device memory");
     }
+    if (ptr == NULL) {
+        return ncclSuccess; /* as cudaFree(NULL) */
+    }
+    if (!shim_mem_untrack(ptr)) {
+        WARN("ncclMemFree: %p was not allocated by ncclMemAlloc (or was freed already)", ptr);
+        return ncclInvalidArgument;
+    }
     free(ptr);
     return ncclSuccess;
 }
 SHIM_ALIAS(ncclMemFree)
 
 /* --- reduction operators --------------------------------------------------------------------*/
+
+/*
+ * comm.c numbers a communicator's PreMulSum ops ncclNumOps + index, as NCCL does, so the op of
+ * one communicator would pass for another's that has an op at the same index. The handle the
+ * user sees also carries a tag of its communicator above the index bits:
+ * ncclNumOps + (tag << SHIM_OP_INDEX_BITS) + index, at most 2^30 + 4 < ncclMaxRedOp.
+ */
+#define SHIM_OP_INDEX_BITS 6
+#define SHIM_OP_TAG_BITS 24
+_Static_assert(SHIM_MAX_USER_OPS <= 1 << SHIM_OP_INDEX_BITS, "op index bits too few");
+
+static uint32_t
+shim_api_op_tag(const struct ncclComm *comm)
+{
+    return ((uint32_t)((uintptr_t)comm >> 4) * 0x9e3779b1u) >> (32 - SHIM_OP_TAG_BITS);
+}
+
+/* The handle of comm.c's op for the user. */
+static ncclRedOp_t
+shim_api_op_encode(const struct ncclComm *comm, ncclRedOp_t op)
+{
+    return (ncclRedOp_t)((int)op + (int)(shim_api_op_tag(comm) << SHIM_OP_INDEX_BITS));
+}
+
+/* The user's op as comm.c numbers it: built-in and negative values unchanged; a dynamic op
+ * of another communicator is refused. */
+static ncclResult_t
+shim_api_op_decode(const struct ncclComm *comm, ncclRedOp_t op, const char *api,
+                   ncclRedOp_t *op_out)
+{
+    if ((int)op < (int)ncclNumOps) {
+        *op_out = op;
+        return ncclSuccess;
+    }
+    uint32_t rel = (uint32_t)op - (uint32_t)ncclNumOps;
+    if (rel >> SHIM_OP_INDEX_BITS != shim_api_op_tag(comm)) {
+        WARN("%s: reduction op %d was not created on communicator %p (another's, or none)", api,
+             (int)op, (const void *)comm);
+        return ncclInvalidArgument;
+    }
+    *op_out = (ncclRedOp_t)((int)ncclNumOps + (int)(rel & ((1u << SHIM_OP_INDEX_BITS) - 1)));
+    return ncclSuccess;
+}
 
 SHIM_API ncclResult_t
 ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
@@ -516,7 +656,10 @@ ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
     } else {
         deferred = scalar; /* read when each collective starts, as NCCL reads it then */
     }
-    return shim_comm_redop_create(comm, &redop, deferred, op);
+    ncclRedOp_t index_op;
+    SHIM_CHECK(shim_comm_redop_create(comm, &redop, deferred, &index_op));
+    *op = shim_api_op_encode(comm, index_op);
+    return ncclSuccess;
 }
 SHIM_ALIAS(ncclRedOpCreatePreMulSum)
 
@@ -525,10 +668,15 @@ ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
 {
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclRedOpDestroy"));
+    if ((int)op < 0) {
+        WARN("ncclRedOpDestroy: op %d is not a reduction operator", (int)op);
+        return ncclInvalidArgument;
+    }
     if ((int)op < (int)ncclNumOps) {
         WARN("ncclRedOpDestroy: op %d is built in and cannot be destroyed", (int)op);
         return ncclInvalidArgument;
     }
+    SHIM_CHECK(shim_api_op_decode(comm, op, "ncclRedOpDestroy", &op));
     return shim_comm_redop_destroy(comm, op);
 }
 SHIM_ALIAS(ncclRedOpDestroy)
@@ -597,7 +745,9 @@ shim_api_check_op(struct shim_op *op, const char *api)
         return ncclInvalidArgument;
     }
     if (shim_coll_reduces(op->coll)) {
-        SHIM_CHECK(shim_comm_redop_resolve(comm, op->user_op, op->datatype, &op->redop));
+        ncclRedOp_t index_op;
+        SHIM_CHECK(shim_api_op_decode(comm, op->user_op, api, &index_op));
+        SHIM_CHECK(shim_comm_redop_resolve(comm, index_op, op->datatype, &op->redop));
     } else {
         op->redop = (struct kr_redop){.kind = KR_SUM, .type = op->datatype}; /* copies only */
     }

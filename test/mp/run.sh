@@ -3,8 +3,8 @@
 #
 # test/mp/run.sh: the multi-process tests. Runs the programs built from test/mp/*.c (in
 # $BUILD/test/mp, linked with our libnccl.so.2) through $BUILD/bin/ncclshim-launch at 1, 2,
-# 3, 4, 5 and 8 ranks with UCX's default transports (shared memory here), and at two rank
-# counts again with UCX_TLS=tcp. Every case runs under the launcher's timeout, which kills all
+# 3, 4, 5 and 8 ranks as a user runs them (on one host the collectives go through shared memory,
+# shm/), and at two rank counts again over UCX's TCP with shared memory disabled. Every case runs under the launcher's timeout, which kills all
 # its ranks. Prints each case's name, result and time (and the end of its log when it fails;
 # full logs stay in $BUILD/test/mp/logs), then `mp: N passed, M failed`; exits 1 on any
 # failure. Run by `make test-mp`, and by `make test-asan` with MP_QUICK=1: a small subset,
@@ -12,10 +12,12 @@
 # device (UCX_NET_DEVICES=lo) unless the caller chose otherwise.
 #
 # collectives.c runs every collective: its full matrix under the library's own choice of
-# algorithm at 3, 4, 5 and 8 ranks; its quick subset (-q) under every algorithm name forced with
+# algorithm at 3, 4, 5 and 8 ranks, and at 4 ranks again with NCCL_SHM_DISABLE=1 (the UCX
+# algorithms' choice); its quick subset (-q) under every algorithm name forced with
 # NCCLSHIM_ALGO, and under NCCL_ALGO=Tree, ^Tree and a per-collective list, at 2, 3, 4, 5 and
 # 8 ranks; and the full matrix of the collectives each algorithm serves at 5 and 8 ranks.
 # ncclCommShrink runs in cases of its own (-c shrink), so that a hang there is one failure.
+# badinput.c makes one bad call per row of its table at 2 and 3 ranks.
 set -euo pipefail
 
 BUILD=${BUILD:-build}
@@ -25,7 +27,8 @@ launch=$BUILD/bin/ncclshim-launch
 bindir=$BUILD/test/mp
 logdir=$BUILD/test/mp/logs
 
-for prog in "$launch" "$bindir/allreduce" "$bindir/api" "$bindir/collectives"; do
+for prog in "$launch" "$bindir/allreduce" "$bindir/api" "$bindir/badinput" \
+    "$bindir/collectives"; do
     if [[ ! -x $prog ]]; then
         echo "mp: $prog is missing (run make first)"
         echo "mp: 0 passed, 1 failed"
@@ -47,6 +50,8 @@ fi
 
 passed=0
 failed=0
+# The TCP cases: every message over UCX's TCP, none through shared memory.
+tcp=(UCX_TLS=tcp NCCL_SHM_DISABLE=1)
 
 # collectives.c's parts but shrink, which runs on its own; and what each algorithm name of
 # algorithms/select.c serves (groups go with direct, which serves ncclSend/ncclRecv).
@@ -96,7 +101,8 @@ if [[ $quick == 1 ]]; then
     done
     run_case api-n2 2 60 -- "$bindir/api"
     run_case api-n3 3 60 -- "$bindir/api"
-    run_case allreduce-quick-n2-tcp 2 240 UCX_TLS=tcp -- "$bindir/allreduce" -q
+    run_case badinput-n2 2 60 -- "$bindir/badinput"
+    run_case allreduce-quick-n2-tcp 2 240 "${tcp[@]}" -- "$bindir/allreduce" -q
     for n in 1 2 3 5; do
         run_case "collectives-quick-n$n" "$n" 240 -- "$bindir/collectives" -q -c "$colls"
     done
@@ -114,8 +120,10 @@ else
         run_case "allreduce-n$n" "$n" 300 -- "$bindir/allreduce"
     done
     for n in 2 3; do
-        run_case "api-n$n-tcp" "$n" 60 UCX_TLS=tcp -- "$bindir/api"
-        run_case "allreduce-n$n-tcp" "$n" 300 UCX_TLS=tcp -- "$bindir/allreduce" -m 65537
+        run_case "api-n$n-tcp" "$n" 60 "${tcp[@]}" -- "$bindir/api"
+        # Bad arguments to every entry point (a table; each row then checks the communicator).
+        run_case "badinput-n$n" "$n" 60 -- "$bindir/badinput"
+        run_case "allreduce-n$n-tcp" "$n" 300 "${tcp[@]}" -- "$bindir/allreduce" -m 65537
     done
 
     # Every collective under the library's own choice: the full matrix at a few rank counts.
@@ -125,7 +133,8 @@ else
     for n in 3 4 5 8; do
         run_case "collectives-n$n" "$n" 300 -- "$bindir/collectives" -c "$colls"
     done
-    run_case collectives-quick-n3-tcp 3 240 UCX_TLS=tcp -- "$bindir/collectives" -q -c "$colls"
+    run_case collectives-n4-ucx 4 300 NCCL_SHM_DISABLE=1 -- "$bindir/collectives" -c "$colls"
+    run_case collectives-quick-n3-tcp 3 240 "${tcp[@]}" -- "$bindir/collectives" -q -c "$colls"
     for n in 2 3 5; do
         run_case "shrink-n$n" "$n" 20 -- "$bindir/collectives" -c shrink
     done
