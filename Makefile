@@ -110,7 +110,7 @@ $(BUILD)/test/dropin/dropin: test/mp/dropin.c
 
 test: DEPS_FOR = test
 test: deps
-	@$(MAKE) --no-print-directory test-unit test-abi test-mp test-dropin test-asan
+	@$(MAKE) --no-print-directory test-unit test-abi test-mp test-dropin test-asan test-fuzz
 
 test-unit: $(UNIT_BINS)
 	@test/run_unit.sh $(UNIT_BINS)
@@ -156,6 +156,70 @@ compare: deps
 $(BUILD)/compare/mpi_perf.%: tools/compare/mpi_perf.c
 	@mkdir -p $(dir $@)
 	/usr/bin/mpicc.$* -std=gnu11 -O2 -Wall -Wextra -Werror -o $@ $<
+
+# --- fuzzing --------------------------------------------------------------------------------
+# libFuzzer harnesses of the bootstrap (test/fuzz/fuzz_*.c), built with clang against only the
+# sources each names below (no UCX, not the library), each run FUZZ_SECONDS from the seeds
+# test/fuzz/gen_seeds.c writes plus the corpus it grew last time; a crash or a broken
+# invariant fails `make fuzz` and leaves the input in $(BUILD)/fuzz/<harness>-crash-*.
+# test-root-abuse puts strangers at a live root through the real library; test-fuzz runs both,
+# short, as `make test` may.
+.PHONY: fuzz test-fuzz test-root-abuse
+FUZZ_SECONDS ?= 30
+FUZZ_CC ?= clang
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
+               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_NAMES := $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+FUZZ_SRCS_fuzz_bootstrap_wire := nccl_shim/bootstrap_wire.c
+FUZZ_SRCS_fuzz_bootstrap_root := nccl_shim/bootstrap_wire.c nccl_shim/socket.c \
+                                 nccl_shim/debug.c nccl_shim/env.c
+
+$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard nccl_shim/*.c nccl_shim/*.h) | check-deps
+	@mkdir -p $(dir $@)
+	@command -v $(FUZZ_CC) >/dev/null || \
+	    { echo "$(FUZZ_CC) missing: apt-get install clang libclang-rt-dev"; exit 1; }
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRCS_$(notdir $@)) -lpthread
+
+$(BUILD)/fuzz/gen_seeds: test/fuzz/gen_seeds.c nccl_shim/bootstrap_wire.c \
+                         nccl_shim/bootstrap_wire.h | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< nccl_shim/bootstrap_wire.c
+
+fuzz: $(FUZZ_BINS) $(BUILD)/fuzz/gen_seeds
+	@$(BUILD)/fuzz/gen_seeds $(BUILD)/fuzz/seeds >/dev/null
+	@failed=; for h in $(FUZZ_NAMES); do \
+	    mkdir -p $(BUILD)/fuzz/corpus/$$h; \
+	    $(BUILD)/fuzz/$$h -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	        -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$h- \
+	        $(BUILD)/fuzz/corpus/$$h $(BUILD)/fuzz/seeds/$$h >$(BUILD)/fuzz/$$h.log 2>&1 \
+	        || failed="$$failed $$h"; \
+	    runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(BUILD)/fuzz/$$h.log); \
+	    rate=$$(sed -n 's/^stat::average_exec_per_sec: *//p' $(BUILD)/fuzz/$$h.log); \
+	    cov=$$(grep -o 'cov: [0-9]* ft: [0-9]*' $(BUILD)/fuzz/$$h.log | tail -1); \
+	    echo "fuzz: $$h: $${runs:-?} runs in $(FUZZ_SECONDS) s ($${rate:-?}/s)," \
+	        "$${cov:-no coverage line}"; \
+	done; \
+	if [ -n "$$failed" ]; then \
+	    for h in $$failed; do echo "fuzz: $$h FAILED; end of $(BUILD)/fuzz/$$h.log:"; \
+	        grep -v '^#' $(BUILD)/fuzz/$$h.log | tail -40; done; \
+	    exit 1; \
+	fi
+
+$(BUILD)/fuzz/root_abuse: test/fuzz/root_abuse.c nccl_shim/bootstrap_wire.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< nccl_shim/bootstrap_wire.c $(CONSUMER_LDFLAGS) -lnccl
+
+# Twice: the strangers alone, then with a flood of idle connections past the root's
+# descriptor limit (rank 0 runs under a soft limit of 256). 60 s bounds each run.
+test-root-abuse: $(BUILD)/fuzz/root_abuse
+	@UCX_NET_DEVICES=$${UCX_NET_DEVICES:-lo} timeout 60 $(BUILD)/fuzz/root_abuse
+	@(ulimit -Sn 256 && UCX_NET_DEVICES=$${UCX_NET_DEVICES:-lo} NCCLSHIM_BOOTSTRAP_TIMEOUT=30 \
+	    timeout 60 $(BUILD)/fuzz/root_abuse -f 400)
+
+test-fuzz:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
+	@$(MAKE) --no-print-directory test-root-abuse
 
 install: $(LIB)
 	install -d $(DESTDIR)$(PREFIX)/lib

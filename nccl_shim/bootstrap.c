@@ -35,8 +35,9 @@
 #include "env.h"
 #include "socket.h"
 
-/* Connections still owing their hello that the root keeps; past it the oldest is dropped, so
- * a flood of idle strangers cannot starve the real ranks of file descriptors. */
+/* Connections still owing their hello that the root keeps; past it, or when accept runs out
+ * of file descriptors, the oldest that has not shown the secret is dropped, so a flood of
+ * idle strangers cannot starve the real ranks of descriptors. */
 #define SHIM_ROOT_MAX_PENDING 1024
 /* Seed for the secret of an NCCL_COMM_ID id, so it differs from a plain hash of the text. */
 #define SHIM_COMM_ID_SEED 0x6e63636c5f636964ULL
@@ -344,35 +345,64 @@ shim_root_conn_write(struct shim_root *root, struct shim_root_conn *conn)
     shim_root_conn_close(conn);
 }
 
+/* Counts the connections still owing their hello; returns the oldest of them that has not
+ * shown the secret (the one to drop when the root runs short of room), or -1. */
+static int
+shim_root_oldest_stranger(const struct shim_root *root, int *pending_out)
+{
+    int pending = 0, oldest = -1;
+
+    for (int i = 0; i < root->nconns; i++) {
+        const struct shim_root_conn *conn = root->conns[i];
+        if (conn->state == SHIM_CONN_HELLO) {
+            pending++;
+            if (oldest < 0 && !conn->secret_ok) {
+                oldest = i;
+            }
+        }
+    }
+    *pending_out = pending;
+    return oldest;
+}
+
 static void
 shim_root_accept(struct shim_root *root)
 {
-    for (;;) {
+    int pending, oldest;
+
+    /* A hello read below may complete the rendezvous, which closes the listening socket. A
+     * flood of connections is taken a bounded batch at a time, so the ranks' sockets are
+     * still served between batches. */
+    for (int round = 0; root->listen_fd >= 0 && round < SHIM_ROOT_MAX_PENDING; round++) {
         union shim_sockaddr peer;
         socklen_t peer_len = sizeof(peer);
         int fd = accept4(root->listen_fd, &peer.sa, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) {
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED) {
                 continue;
             }
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                /* Out of descriptors or memory: pause rather than spin on a readable socket. */
+            /* Out of descriptors, most likely held by idle strangers: a real rank may be
+             * waiting behind them in the backlog, so make room rather than wait for them. */
+            if ((err == EMFILE || err == ENFILE) &&
+                (oldest = shim_root_oldest_stranger(root, &pending)) >= 0) {
+                shim_root_conn_reject(root, root->conns[oldest], "out of file descriptors; "
+                                      "dropping the oldest connection still owing its hello");
+                continue;
+            }
+            if (err != EAGAIN && err != EWOULDBLOCK) {
+                /* Out of memory, or of descriptors with no stranger left to drop: pause
+                 * rather than spin on a readable socket. */
                 INFO(SHIM_BOOTSTRAP, "bootstrap root %s: accept failed: %s", root->addr,
-                     strerror(errno));
+                     strerror(err));
                 struct timespec pause = {.tv_nsec = 10 * 1000 * 1000};
                 nanosleep(&pause, NULL);
             }
             return;
         }
 
-        int pending = 0, oldest = -1;
-        for (int i = 0; i < root->nconns; i++) {
-            if (root->conns[i]->state == SHIM_CONN_HELLO) {
-                oldest = oldest < 0 ? i : oldest;
-                pending++;
-            }
-        }
-        if (pending >= SHIM_ROOT_MAX_PENDING) {
+        oldest = shim_root_oldest_stranger(root, &pending);
+        if (pending >= SHIM_ROOT_MAX_PENDING && oldest >= 0) {
             shim_root_conn_reject(root, root->conns[oldest], "too many connections still "
                                   "owing their hello; dropping the oldest");
         }
@@ -400,6 +430,9 @@ shim_root_accept(struct shim_root *root)
         conn->buf = buf;
         conn->need = SHIM_WIRE_HELLO_BYTES;
         root->conns[root->nconns++] = conn;
+        /* A rank sends its hello as soon as it connects: read it now, so that once its
+         * secret checks out it is no longer a stranger the loop above may drop. */
+        shim_root_conn_read(root, conn);
     }
 }
 

@@ -19,7 +19,9 @@ usage() {
 
 [[ $# -le 1 ]] || usage
 build_pkgs=(gcc make libucx-dev ucx-utils binutils)
-test_pkgs=("${build_pkgs[@]}" libcriterion-dev pkg-config procps)
+# clang (14 on bookworm) builds the fuzz harnesses of test/fuzz; its libFuzzer and sanitizer
+# runtimes (libclang-rt-dev) come only as a Recommends, which the install below skips.
+test_pkgs=("${build_pkgs[@]}" libcriterion-dev pkg-config procps clang libclang-rt-dev)
 compare_pkgs=("${build_pkgs[@]}" openmpi-bin libopenmpi-dev mpich libmpich-dev python3
               python3-matplotlib)
 case ${1:-test} in
