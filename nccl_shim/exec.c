@@ -465,17 +465,19 @@ shim_exec_note_wait(const struct shim_exec *exec, struct shim_exec_waits *waits)
     }
 }
 
-/* A flag that has not moved for NCCLSHIM_WAIT_MS: is its owner still alive? */
+/* Nothing moved for NCCLSHIM_WAIT_MS: is every rank of the team still alive? Not only the
+ * one we wait for: it may itself wait for a rank that died, and never post again. */
 static ncclResult_t
-shim_exec_check_shm_peer(const struct shim_exec *exec)
+shim_exec_check_shm_peers(const struct shim_exec *exec)
 {
     struct ncclComm *comm = exec->op.comm;
-    int peer = exec->shm_wait.peer;
 
-    if (!shm_team_peer_alive(comm->shm, peer)) {
-        WARN("rank %d: rank %d died during %s seq %u (shared memory)", comm->rank, peer,
-             shim_coll_name(exec->op.coll), exec->seq);
-        return ncclRemoteError;
+    for (int peer = 0; peer < comm->nranks; peer++) {
+        if (peer != comm->rank && !shm_team_peer_alive(comm->shm, peer)) {
+            WARN("rank %d: rank %d died during %s seq %u (shared memory)", comm->rank, peer,
+                 shim_coll_name(exec->op.coll), exec->seq);
+            return ncclRemoteError;
+        }
     }
     return ncclSuccess;
 }
@@ -591,7 +593,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         } else if (waits.shm != NULL) {
             shm_wait_sleep(waits.shm, wait_ms);
             if (shim_now_ns() - last_progress >= (uint64_t)wait_ms * 1000000u) {
-                res = shim_exec_check_shm_peer(waits.shm_exec);
+                res = shim_exec_check_shm_peers(waits.shm_exec);
                 if (res != ncclSuccess) {
                     failed = waits.shm_exec->op.comm;
                     goto out;
