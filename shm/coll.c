@@ -50,6 +50,16 @@ shm_op_init(struct shm_op *op, const struct shm_team *team, const struct shm_col
     op->block = bytes;
     op->two_phase = (args->coll == ALG_COLL_ALLREDUCE || args->coll == ALG_COLL_REDUCE) &&
                     bytes > team->direct_bytes;
+    /* A message that fits one slot is still cut in SHM_MIN_CHUNKS when that leaves chunks of
+     * SHM_MIN_CHUNK_BYTES or more: one rank's fill of a chunk then overlaps another's reading
+     * of the one before, instead of every rank waiting for a whole message. */
+    size_t pipelined = ((bytes + SHM_MIN_CHUNKS - 1) / SHM_MIN_CHUNKS + 63) & ~(size_t)63;
+    if (pipelined < SHM_MIN_CHUNK_BYTES) {
+        pipelined = SHM_MIN_CHUNK_BYTES;
+    }
+    if (chunk > pipelined) {
+        chunk = pipelined;
+    }
     if (chunk >= bytes) {
         chunk = bytes;
     } else {

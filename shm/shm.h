@@ -38,6 +38,8 @@
 
 #define SHM_NAME_MAX 64
 #define SHM_STAGE_BYTES 32768 /* fits L1 and L2 with room to spare */
+#define SHM_MIN_CHUNKS 4            /* a message is cut in at least this many chunks ... */
+#define SHM_MIN_CHUNK_BYTES 16384   /* ... unless they would be smaller than this */
 
 struct shm_region;
 
