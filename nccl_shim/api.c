@@ -340,19 +340,22 @@ shim_api_unsupported(const char *api)
 SHIM_API ncclResult_t
 ncclCommRevoke(ncclComm_t comm, int revokeFlags)
 {
-    (void)revokeFlags;
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclCommRevoke"));
-    return shim_api_unsupported("ncclCommRevoke");
+    if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+        WARN("ncclCommRevoke: revokeFlags 0x%x must be NCCL_REVOKE_DEFAULT", revokeFlags);
+        return ncclInvalidArgument;
+    }
+    return shim_comm_revoke(comm);
 }
 SHIM_ALIAS(ncclCommRevoke)
 
 /* The checks split and shrink share; *blocking_out from config, else the parent's. */
 static ncclResult_t
 shim_api_child_checks(ncclComm_t comm, ncclComm_t *newcomm, const ncclConfig_t *config,
-                      bool *blocking_out, const char *api)
+                      bool allow_failed, bool *blocking_out, const char *api)
 {
-    SHIM_CHECK(shim_comm_check_ready(comm, api));
+    SHIM_CHECK(shim_comm_check_parent(comm, allow_failed, api));
     if (newcomm == NULL) {
         WARN("%s: newcomm is NULL", api);
         return ncclInvalidArgument;
@@ -373,7 +376,8 @@ ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConf
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclCommSplit"));
     shim_comm_bind(comm);
-    SHIM_CHECK_GOTO(shim_api_child_checks(comm, newcomm, config, &blocking, "ncclCommSplit"),
+    SHIM_CHECK_GOTO(shim_api_child_checks(comm, newcomm, config, false, &blocking,
+                                          "ncclCommSplit"),
                     res, out);
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
         WARN("ncclCommSplit: color %d must be >= 0 or NCCL_SPLIT_NOCOLOR", color);
@@ -397,7 +401,9 @@ ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclCommShrink"));
     shim_comm_bind(comm);
-    SHIM_CHECK_GOTO(shim_api_child_checks(comm, newcomm, config, &blocking, "ncclCommShrink"),
+    SHIM_CHECK_GOTO(shim_api_child_checks(comm, newcomm, config,
+                                          shrinkFlags == NCCL_SHRINK_ABORT, &blocking,
+                                          "ncclCommShrink"),
                     res, out);
     if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == NULL)) {
         WARN("ncclCommShrink: excludeRanksList %p with count %d", (void *)excludeRanksList,
@@ -411,13 +417,8 @@ ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
         res = ncclInvalidArgument;
         goto out;
     }
-    if (shrinkFlags != NCCL_SHRINK_DEFAULT) {
-        /* Aborting the parent's operations first needs the fault handling still to come. */
-        WARN("ncclCommShrink: shrinkFlags 0x%x is not supported yet (only NCCL_SHRINK_DEFAULT)",
-             shrinkFlags);
-        res = ncclInvalidUsage;
-        goto out;
-    }
+    /* NCCL_SHRINK_ABORT: the parent's operations ran inside their calls, so none is in flight
+     * here; what remains is to let a parent that failed (a rank died) be shrunk. */
     res = shim_comm_shrink(comm, excludeRanksList, excludeRanksCount, blocking, newcomm);
 out:
     shim_comm_bind(NULL);

@@ -18,6 +18,7 @@
 #include "device.h"
 #include "env.h"
 #include "group.h"
+#include "report.h"
 #include "shm/shm.h"
 #include "transports/transport.h"
 
@@ -114,6 +115,11 @@ shim_comm_check_ready(struct ncclComm *comm, const char *api)
         shim_comm_join_init(comm);
         state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
     }
+    if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+        WARN("%s: communicator %p was revoked; only split, shrink, destroy and abort remain",
+             api, (void *)comm);
+        return ncclInvalidUsage;
+    }
     switch (state) {
     case SHIM_COMM_READY:
         return ncclSuccess;
@@ -125,6 +131,29 @@ shim_comm_check_ready(struct ncclComm *comm, const char *api)
              (void *)comm, ncclGetErrorString(comm->async_error));
         return ncclInvalidUsage;
     }
+}
+
+ncclResult_t
+shim_comm_check_parent(struct ncclComm *comm, bool allow_failed, const char *api)
+{
+    SHIM_CHECK(shim_comm_check(comm, api));
+    shim_comm_join_init(comm);
+    enum shim_comm_state state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+    bool revoked = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE);
+    if (state == SHIM_COMM_READY || (state == SHIM_COMM_FAILED && allow_failed) ||
+        (revoked && state != SHIM_COMM_INITIALIZING)) {
+        return ncclSuccess;
+    }
+    return shim_comm_check_ready(comm, api); /* says what is wrong */
+}
+
+ncclResult_t
+shim_comm_revoke(struct ncclComm *comm)
+{
+    __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
+    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Revoked", (void *)comm, comm->rank,
+         comm->nranks);
+    return ncclSuccess;
 }
 
 ncclResult_t
@@ -260,6 +289,7 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
         return ncclInvalidArgument;
     }
     comm->cost = shim_comm_cost_params();
+    shim_report_install();
     comm->id_hash = id_hash;
     comm->magic = SHIM_COMM_MAGIC;
     comm->rank = args->rank;

@@ -62,6 +62,7 @@ struct ncclComm {
     enum shim_comm_state state;  /* atomic: the init thread writes it */
     ncclResult_t async_error;    /* atomic */
     volatile int abort_flag;
+    int revoked;                 /* atomic: ncclCommRevoke was called; management ops only */
     pthread_t init_thread;
     bool init_thread_live;
     struct shim_user_op user_ops[SHIM_MAX_USER_OPS];
@@ -90,8 +91,15 @@ ncclResult_t shim_comm_abort(struct ncclComm *comm);
 
 /* ncclInvalidArgument with a WARN unless comm is live (not NULL, not destroyed). */
 ncclResult_t shim_comm_check(const struct ncclComm *comm, const char *api);
-/* As shim_comm_check, and also initialised and not failed: usable for collectives. */
+/* As shim_comm_check, and also initialised, not failed, not revoked: usable for
+ * collectives. */
 ncclResult_t shim_comm_check_ready(struct ncclComm *comm, const char *api);
+/* For split and shrink: a ready communicator, or a revoked one (NCCL lets management go on
+ * after ncclCommRevoke), or with allow_failed (NCCL_SHRINK_ABORT) one that failed. */
+ncclResult_t shim_comm_check_parent(struct ncclComm *comm, bool allow_failed, const char *api);
+/* ncclCommRevoke: operations in flight on other threads stop within NCCLSHIM_WAIT_MS with an
+ * error, later ones are refused; destroy, abort, split and shrink remain. */
+ncclResult_t shim_comm_revoke(struct ncclComm *comm);
 ncclResult_t shim_comm_async_error(struct ncclComm *comm);
 /* Blocks until a non-blocking init finished; returns its result. */
 ncclResult_t shim_comm_wait_init(struct ncclComm *comm);

@@ -59,6 +59,11 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
                                  "chunk of the shared-memory collectives (equal on all ranks)"},
     [SHIM_ENV_SHM_DIRECT_BYTES] = {"NCCLSHIM_SHM_DIRECT_BYTES", "16384",
                                    "all-reduce up to this size: every rank reduces it all"},
+    [SHIM_ENV_TIMEOUT] = {"NCCLSHIM_TIMEOUT", "0",
+                          "seconds without progress before an operation fails (0: never)"},
+    [SHIM_ENV_CHECK] = {"NCCLSHIM_CHECK", "0",
+                        "1: check that every rank calls the same collective, count, type, op, "
+                        "root"},
 };
 
 static pthread_once_t shim_env_once = PTHREAD_ONCE_INIT;

@@ -15,14 +15,17 @@
 #include "exec.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "algorithms/alg.h"
 #include "check.h"
 #include "comm.h"
 #include "env.h"
+#include "report.h"
 #include "shm/shm.h"
 #include "tag.h"
 #include "transports/transport.h"
@@ -260,8 +263,8 @@ err_free:
 }
 
 ncclResult_t
-shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched, const void *send,
-                       void *recv)
+shim_exec_create_schedule(struct ncclComm *comm, struct alg_sched *sched, const void *send,
+                          void *recv, struct shim_exec **exec_out)
 {
     struct shim_exec *exec;
     ncclResult_t res;
@@ -275,11 +278,69 @@ shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched, const voi
     exec->management = true;
     exec->sched = *sched;
     alg_sched_init(sched); /* the exec owns the steps now */
-    SHIM_CHECK_GOTO(shim_exec_arm(exec), res, out);
-    res = shim_exec_run(&exec, 1);
-out:
+    SHIM_CHECK_GOTO(shim_exec_arm(exec), res, err);
+    *exec_out = exec;
+    return ncclSuccess;
+err:
     shim_exec_destroy(exec);
     return res;
+}
+
+ncclResult_t
+shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched, const void *send,
+                       void *recv)
+{
+    struct shim_exec *exec;
+
+    SHIM_CHECK(shim_exec_create_schedule(comm, sched, send, recv, &exec));
+    ncclResult_t res = shim_exec_run(&exec, 1);
+    shim_exec_destroy(exec);
+    return res;
+}
+
+int
+shim_exec_describe(const struct shim_exec *exec, char *buf, size_t len)
+{
+    static const char *const kinds[] = {"send", "receive", "reduce", "copy"};
+    const struct shim_op *op = &exec->op;
+    int n = snprintf(buf, len, "%s seq %u, count %zu %s, root %d, %s: ", shim_coll_name(op->coll),
+                     exec->seq, op->count, kr_type_name(op->datatype), op->root, exec->alg_name);
+
+    if (n < 0 || (size_t)n >= len) {
+        return n;
+    }
+    buf += n, len -= (size_t)n;
+    if (exec->shm) {
+        return n + shm_op_describe(&exec->shm_op,
+                                   exec->shm_wait.addr != NULL ? &exec->shm_wait : NULL, buf,
+                                   len);
+    }
+    for (int i = exec->first_pending; i < exec->sched.nsteps; i++) {
+        const struct alg_step *step = &exec->sched.steps[i];
+        if (exec->state[i] == SHIM_STEP_DONE) {
+            continue;
+        }
+        if (exec->state[i] == SHIM_STEP_POSTED) {
+            return n + snprintf(buf, len, "%d/%d steps done, step %d waits for rank %d (%s of "
+                                "%zu bytes, tag 0x%016llx)", exec->ndone, exec->sched.nsteps, i,
+                                step->peer, kinds[step->kind],
+                                step->kind == ALG_STEP_SEND ? step->src[0].len : step->dst.len,
+                                (unsigned long long)exec->tags[i]);
+        }
+    }
+    return n + snprintf(buf, len, "%d/%d steps done", exec->ndone, exec->sched.nsteps);
+}
+
+const struct shim_op *
+shim_exec_op(const struct shim_exec *exec)
+{
+    return &exec->op;
+}
+
+uint32_t
+shim_exec_seq(const struct shim_exec *exec)
+{
+    return exec->seq;
 }
 
 void
@@ -429,15 +490,23 @@ shim_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ncclInvalidUsage if the communicator was aborted. A failed peer is not checked here: the
+/* ncclInvalidUsage if the communicator was aborted, or revoked (management exchanges, which
+ * split and shrink run after a revoke, go on). A failed peer is not checked here: the
  * transport fails exactly the requests that involve it, and a peer that finished and closed
  * its side (destroy is local) must not fail an operation that no longer needs it. */
 static ncclResult_t
-shim_exec_check_comm(struct ncclComm *comm)
+shim_exec_check_comm(const struct shim_exec *exec)
 {
+    struct ncclComm *comm = exec->op.comm;
+
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
         WARN("rank %d: communicator %p was aborted during an operation", comm->rank,
              (void *)comm);
+        return ncclInvalidUsage;
+    }
+    if (!exec->management && __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+        WARN("rank %d: communicator %p was revoked during %s seq %u", comm->rank, (void *)comm,
+             shim_coll_name(exec->op.coll), exec->seq);
         return ncclInvalidUsage;
     }
     return ncclSuccess;
@@ -447,7 +516,6 @@ shim_exec_check_comm(struct ncclComm *comm)
 struct shim_exec_waits {
     bool transport;                /* a UCX message */
     const struct shm_wait *shm;    /* a shared-memory flag */
-    const struct shim_exec *shm_exec;
     bool oversubscribed;           /* more local ranks than CPUs */
 };
 
@@ -461,12 +529,12 @@ shim_exec_note_wait(const struct shim_exec *exec, struct shim_exec_waits *waits)
     waits->oversubscribed |= exec->op.comm->shm->oversubscribed;
     if (exec->shm_wait.addr != NULL && waits->shm == NULL) {
         waits->shm = &exec->shm_wait;
-        waits->shm_exec = exec;
     }
 }
 
-/* Nothing moved for NCCLSHIM_WAIT_MS: is every rank of the team still alive? Not only the
- * one we wait for: it may itself wait for a rank that died, and never post again. */
+/* Nothing moved for NCCLSHIM_WAIT_MS: is every rank of the communicator's host team still
+ * alive? Not only the one we wait for: it may itself wait for a rank that died, and never
+ * post again. */
 static ncclResult_t
 shim_exec_check_shm_peers(const struct shim_exec *exec)
 {
@@ -511,6 +579,24 @@ shim_cpu_relax(void)
 #endif
 }
 
+/* Every unfinished op of a run, one line each, to stderr whatever NCCL_DEBUG says: the user
+ * asked (SIGUSR1) or is about to get a timeout error. */
+static void
+shim_exec_report(struct shim_exec *const *execs, int nexecs, const char *why)
+{
+    char line[512];
+
+    for (int i = 0; i < nexecs; i++) {
+        const struct ncclComm *comm = execs[i]->op.comm;
+        if (shim_exec_done(execs[i])) {
+            continue;
+        }
+        shim_exec_describe(execs[i], line, sizeof(line));
+        fprintf(stderr, "ncclshim report (%s): pid %d comm %p rank %d of %d: %s\n", why,
+                (int)getpid(), (const void *)comm, comm->rank, comm->nranks, line);
+    }
+}
+
 ncclResult_t
 shim_exec_run(struct shim_exec *const *execs, int nexecs)
 {
@@ -542,6 +628,8 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     const char *spin_env = shim_env_str(SHIM_ENV_SPIN_US);
     const int64_t spin_us = spin_env != NULL ? shim_env_int(SHIM_ENV_SPIN_US) : -1;
     const int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
+    const uint64_t timeout_ns = (uint64_t)shim_env_int(SHIM_ENV_TIMEOUT) * 1000000000u;
+    unsigned reports_seen = shim_report_requests();
     uint64_t last_progress = shim_now_ns();
     while (remaining > 0) {
         bool progressed = false;
@@ -558,7 +646,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
             }
             res = shim_exec_progress(execs[i], &moved);
             if (res == ncclSuccess && !moved) {
-                res = shim_exec_check_comm(execs[i]->op.comm);
+                res = shim_exec_check_comm(execs[i]);
             }
             if (res != ncclSuccess) {
                 failed = execs[i]->op.comm;
@@ -574,8 +662,22 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
             break;
         }
         uint64_t now = shim_now_ns();
+        if (shim_report_requests() != reports_seen) {
+            reports_seen = shim_report_requests();
+            shim_exec_report(execs, nexecs, "on request");
+        }
         if (progressed) {
             last_progress = now;
+        } else if (timeout_ns != 0 && now - last_progress >= timeout_ns) {
+            shim_exec_report(execs, nexecs, "NCCLSHIM_TIMEOUT");
+            for (int i = 0; i < nexecs && failed == NULL; i++) {
+                failed = shim_exec_done(execs[i]) ? NULL : execs[i]->op.comm;
+            }
+            WARN("rank %d: no progress for NCCLSHIM_TIMEOUT=%llu s; giving up (the report above "
+                 "says what each operation waits for)", failed->rank,
+                 (unsigned long long)(timeout_ns / 1000000000u));
+            res = ncclRemoteError;
+            goto out;
         } else if (now - last_progress < shim_exec_spin_ns(spin_us, &waits)) {
             /* Another rank is about to answer: poll. Briefly without a system call, as a
              * peer on another CPU answers within a microsecond or two; then yielding, in
@@ -592,17 +694,24 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                             res, out);
         } else if (waits.shm != NULL) {
             shm_wait_sleep(waits.shm, wait_ms);
-            if (shim_now_ns() - last_progress >= (uint64_t)wait_ms * 1000000u) {
-                res = shim_exec_check_shm_peers(waits.shm_exec);
-                if (res != ncclSuccess) {
-                    failed = waits.shm_exec->op.comm;
-                    goto out;
+        }
+        /* Long without news: on one host a dead rank shows at once by its pid, sooner than
+         * UCX's keepalive would tell (tens of seconds over shared memory). */
+        if (!progressed && shim_now_ns() - last_progress >= (uint64_t)wait_ms * 1000000u) {
+            for (int i = 0; i < nexecs; i++) {
+                if (!shim_exec_done(execs[i]) && execs[i]->op.comm->shm != NULL) {
+                    res = shim_exec_check_shm_peers(execs[i]);
+                    if (res != ncclSuccess) {
+                        failed = execs[i]->op.comm;
+                        goto out;
+                    }
                 }
             }
         }
     }
 out:
-    if (failed != NULL) {
+    /* A revoked communicator's operations stop, but it has not failed. */
+    if (failed != NULL && !__atomic_load_n(&failed->revoked, __ATOMIC_ACQUIRE)) {
         shim_comm_set_async_error(failed, res);
     }
     if (workers != few_workers) {

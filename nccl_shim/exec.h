@@ -11,6 +11,8 @@
 
 #include <nccl.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "algorithms/alg.h"
 #include "op.h"
@@ -39,6 +41,18 @@ ncclResult_t shim_exec_run(struct shim_exec *const *execs, int nexecs);
  * numbered per pair of ranks, so ranks that take no part stay in step with the others. */
 ncclResult_t shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched,
                                     const void *send, void *recv);
+
+/* As shim_exec_run_schedule, without running it: for running several together. */
+ncclResult_t shim_exec_create_schedule(struct ncclComm *comm, struct alg_sched *sched,
+                                       const void *send, void *recv,
+                                       struct shim_exec **exec_out);
+
+/* The call an exec carries out, and its sequence number. */
+const struct shim_op *shim_exec_op(const struct shim_exec *exec);
+uint32_t shim_exec_seq(const struct shim_exec *exec);
+
+/* One line on where an exec stands: what it is, how far it got, what and whom it waits for. */
+int shim_exec_describe(const struct shim_exec *exec, char *buf, size_t len);
 
 /* Runs one reduce or copy step on host buffers (bufs indexed by enum alg_buf). Shared with
  * the in-memory schedule tests so they compute exactly what the library does. */

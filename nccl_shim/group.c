@@ -12,8 +12,10 @@
 
 #include <stdlib.h>
 
+#include "call_check.h"
 #include "check.h"
 #include "comm.h"
+#include "env.h"
 #include "exec.h"
 
 struct shim_group {
@@ -73,6 +75,16 @@ shim_group_add_init(struct ncclComm *comm)
                            &shim_group.init_capacity, comm);
 }
 
+/* Runs a group's ops, after NCCLSHIM_CHECK's comparison with the other ranks' calls. */
+static ncclResult_t
+shim_group_run(struct shim_exec *const *execs, int nexecs)
+{
+    if (shim_env_int(SHIM_ENV_CHECK) != 0) {
+        SHIM_CHECK(shim_call_check(execs, nexecs));
+    }
+    return shim_exec_run(execs, nexecs);
+}
+
 ncclResult_t
 shim_group_enqueue(const struct shim_op *op)
 {
@@ -81,7 +93,7 @@ shim_group_enqueue(const struct shim_op *op)
 
     SHIM_CHECK(shim_exec_create(op, &exec));
     if (shim_group.depth == 0) {
-        res = shim_exec_run(&exec, 1);
+        res = shim_group_run(&exec, 1);
         shim_exec_destroy(exec);
         return res;
     }
@@ -116,7 +128,7 @@ shim_group_end(void)
         }
     }
     if (res == ncclSuccess && shim_group.nexecs > 0) {
-        res = shim_exec_run(shim_group.execs, shim_group.nexecs);
+        res = shim_group_run(shim_group.execs, shim_group.nexecs);
     }
     for (int i = 0; i < shim_group.nexecs; i++) {
         shim_exec_destroy(shim_group.execs[i]);

@@ -17,7 +17,11 @@
 # NCCLSHIM_ALGO, and under NCCL_ALGO=Tree, ^Tree and a per-collective list, at 2, 3, 4, 5 and
 # 8 ranks; and the full matrix of the collectives each algorithm serves at 5 and 8 ranks.
 # ncclCommShrink runs in cases of its own (-c shrink), so that a hang there is one failure.
-# badinput.c makes one bad call per row of its table at 2 and 3 ranks.
+# badinput.c makes one bad call per row of its table at 2 and 3 ranks. fault.c kills a rank in
+# the middle of a loop of each collective (it forks its own ranks, so it runs as 1 launcher
+# rank) and checks the survivors' error, abort, shrink and revoke; hang.c turns a skipped call
+# into an NCCLSHIM_TIMEOUT error with a report, prints a report on SIGUSR1, and makes
+# NCCLSHIM_CHECK=1 refuse mismatched calls.
 set -euo pipefail
 
 BUILD=${BUILD:-build}
@@ -28,7 +32,7 @@ bindir=$BUILD/test/mp
 logdir=$BUILD/test/mp/logs
 
 for prog in "$launch" "$bindir/allreduce" "$bindir/api" "$bindir/badinput" \
-    "$bindir/collectives"; do
+    "$bindir/collectives" "$bindir/fault" "$bindir/hang"; do
     if [[ ! -x $prog ]]; then
         echo "mp: $prog is missing (run make first)"
         echo "mp: 0 passed, 1 failed"
@@ -109,6 +113,8 @@ if [[ $quick == 1 ]]; then
     run_case collectives-quick-n3-tree 3 240 NCCLSHIM_ALGO=tree -- \
         "$bindir/collectives" -q -c "$colls"
     run_case shrink-n3 3 20 -- "$bindir/collectives" -c shrink
+    run_case fault-allreduce-n3-shrink 1 90 -- "$bindir/fault" -n 3 -c allreduce -s
+    run_case hang-timeout-n2 2 60 NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p timeout
 else
     for n in 1 2 3 4 5 8; do
         if ((n == 2)); then
@@ -138,6 +144,23 @@ else
     for n in 2 3 5; do
         run_case "shrink-n$n" "$n" 20 -- "$bindir/collectives" -c shrink
     done
+
+    # Faults: a rank killed in every collective; shrink, revoke; the UCX path over TCP.
+    for coll in allreduce broadcast reduce allgather reducescatter alltoall gather scatter \
+        sendrecv; do
+        run_case "fault-$coll-n3" 1 90 -- "$bindir/fault" -n 3 -c "$coll"
+    done
+    run_case fault-allreduce-n4-shrink 1 90 -- "$bindir/fault" -n 4 -c allreduce -s
+    run_case fault-alltoall-n4-revoke 1 90 -- "$bindir/fault" -n 4 -c alltoall -r
+    run_case fault-allreduce-n3-tcp-shrink 1 90 "${tcp[@]}" -- \
+        "$bindir/fault" -n 3 -c allreduce -s
+    run_case fault-sendrecv-n3-tcp 1 90 "${tcp[@]}" -- "$bindir/fault" -n 3 -c sendrecv
+    # Hangs: timeout with a report, a report on request, mismatched calls.
+    run_case hang-timeout-n3 3 60 NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p timeout
+    run_case hang-timeout-n2-tcp 2 60 NCCLSHIM_TIMEOUT=2 "${tcp[@]}" -- "$bindir/hang" -p timeout
+    run_case hang-report-n2 2 60 -- "$bindir/hang" -p report
+    run_case hang-mismatch-n3 3 60 NCCLSHIM_CHECK=1 -- "$bindir/hang" -p mismatch
+    run_case hang-mismatch-n2-tcp 2 60 NCCLSHIM_CHECK=1 "${tcp[@]}" -- "$bindir/hang" -p mismatch
 
     # Every algorithm forced, on every collective (a name that does not serve one is ignored
     # for it): the quick subset at every rank count, then the full matrix of the collectives

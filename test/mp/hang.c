@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * hang: what a silent hang becomes. Three parts (-p), run by test/mp/run.sh under the
+ * launcher, at 2 or more ranks:
+ *   timeout   the last rank skips an all-reduce; with NCCLSHIM_TIMEOUT=2 every other rank
+ *             gets an error within a few seconds, and stderr holds a report naming the
+ *             operation and the rank it waits for. The skipper then aborts too.
+ *   report    rank 0 sends itself SIGUSR1 while it waits for a late rank; the report comes,
+ *             the call still completes correctly.
+ *   mismatch  with NCCLSHIM_CHECK=1, the last rank calls with another count (then another
+ *             collective, then another root): every rank gets ncclInvalidUsage with a message
+ *             naming both calls, and the communicator still works afterwards.
+ * Each part reads its own stderr back (redirected to a file) to check what was printed.
+ */
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include "common.h"
+
+/* Runs from here on with stderr in a file, so the part can read what the library printed. */
+static char hang_log[64];
+static int hang_saved_stderr = -1;
+
+static void
+hang_capture_start(int rank)
+{
+    snprintf(hang_log, sizeof(hang_log), "/tmp/ncclshim-hang-%d-%d.log", (int)getpid(), rank);
+    int fd = open(hang_log, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    MP_ASSERT(fd >= 0, "cannot open %s", hang_log);
+    fflush(stderr);
+    hang_saved_stderr = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+}
+
+/* Restores stderr; returns whether the captured text contains `needle` (and echoes it). */
+static bool
+hang_capture_has(const char *needle)
+{
+    static char text[65536];
+    fflush(stderr);
+    dup2(hang_saved_stderr, STDERR_FILENO);
+    close(hang_saved_stderr);
+    int fd = open(hang_log, O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
+    if (fd >= 0) {
+        close(fd);
+    }
+    unlink(hang_log);
+    text[n > 0 ? n : 0] = '\0';
+    fputs(text, stderr);
+    return strstr(text, needle) != NULL;
+}
+
+static void
+part_timeout(const struct mp_world *w)
+{
+    float x[1024] = {0};
+    const int skipper = w->nranks - 1;
+
+    if (w->rank == skipper) {
+        /* Skips the call; waits until the others have given up, then leaves. */
+        sleep(6);
+        MP_CHECK(ncclCommAbort(w->comm));
+        return;
+    }
+    hang_capture_start(w->rank);
+    double t0 = mp_now();
+    ncclResult_t res = ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, w->comm, NULL);
+    double took = mp_now() - t0;
+    bool reported = hang_capture_has("ncclshim report (NCCLSHIM_TIMEOUT)");
+    MP_EXPECT(res != ncclSuccess, "the all-reduce without rank %d succeeded", skipper);
+    MP_EXPECT(took >= 1.5 && took < 5.0, "timed out after %.2f s (NCCLSHIM_TIMEOUT=2)", took);
+    MP_EXPECT(reported, "no report on stderr");
+    MP_EXPECT(strstr(mp_last_error(w->comm), "NCCLSHIM_TIMEOUT") != NULL,
+              "ncclGetLastError: \"%s\"", mp_last_error(w->comm));
+    MP_CHECK(ncclCommAbort(w->comm));
+}
+
+static void *
+hang_signal_later(void *arg)
+{
+    (void)arg;
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    kill(getpid(), SIGUSR1);
+    return NULL;
+}
+
+static void
+part_report(const struct mp_world *w)
+{
+    pthread_t thread;
+
+    if (w->rank == 0) {
+        hang_capture_start(w->rank);
+        pthread_create(&thread, NULL, hang_signal_later, NULL);
+    } else {
+        sleep(1); /* late, so rank 0 waits while it is asked for a report */
+    }
+    long wrong = mp_allreduce_check(w->comm, w->rank, w->nranks, ncclFloat, 1000, false, 3);
+    if (w->rank == 0) {
+        pthread_join(thread, NULL);
+        MP_EXPECT(hang_capture_has("ncclshim report (on request)"), "no report on SIGUSR1");
+    }
+    MP_EXPECT(wrong == 0, "the all-reduce was wrong after the report");
+    MP_CHECK(ncclCommDestroy(w->comm));
+}
+
+/* One collective call of the mismatch part; the last rank differs by `how`. */
+static ncclResult_t
+hang_mismatched_call(const struct mp_world *w, int how, float *send, float *recv)
+{
+    bool odd = w->rank == w->nranks - 1;
+    switch (how) {
+    case 0:
+        return ncclAllReduce(send, recv, odd ? 100 : 200, ncclFloat, ncclSum, w->comm, NULL);
+    case 1:
+        return odd ? ncclBroadcast(send, recv, 200, ncclFloat, 0, w->comm, NULL)
+                   : ncclAllReduce(send, recv, 200, ncclFloat, ncclSum, w->comm, NULL);
+    default:
+        return ncclReduce(send, recv, 200, ncclFloat, ncclSum, odd ? 1 : 0, w->comm, NULL);
+    }
+}
+
+static void
+part_mismatch(const struct mp_world *w)
+{
+    static const char *const what[] = {"count", "collective", "root"};
+    float send[200] = {0}, recv[200];
+
+    for (int how = 0; how < 3; how++) {
+        ncclResult_t res = hang_mismatched_call(w, how, send, recv);
+        const char *text = mp_last_error(w->comm);
+        MP_EXPECT(res == ncclInvalidUsage, "mismatched %s: %s", what[how],
+                  ncclGetErrorString(res));
+        MP_EXPECT(strstr(text, "NCCLSHIM_CHECK") != NULL && strstr(text, what[how]) != NULL,
+                  "mismatched %s: message \"%s\"", what[how], text);
+        MP_EXPECT(mp_allreduce_check(w->comm, w->rank, w->nranks, ncclFloat, 4099, false,
+                                     (uint64_t)how) == 0,
+                  "the communicator after a mismatched %s", what[how]);
+    }
+    MP_CHECK(ncclCommDestroy(w->comm));
+}
+
+int
+main(int argc, char **argv)
+{
+    struct mp_world world;
+    const char *part = "timeout";
+    int opt;
+
+    while ((opt = getopt(argc, argv, "p:")) != -1) {
+        if (opt == 'p') {
+            part = optarg;
+        } else {
+            fprintf(stderr, "usage: hang -p timeout|report|mismatch\n");
+            return 2;
+        }
+    }
+    mp_world_init(&world);
+    MP_ASSERT(world.nranks >= 2, "needs 2 or more ranks");
+    if (strcmp(part, "timeout") == 0) {
+        part_timeout(&world);
+    } else if (strcmp(part, "report") == 0) {
+        part_report(&world);
+    } else {
+        part_mismatch(&world);
+    }
+    if (world.rank == 0) {
+        printf("hang: %s, %d ranks, %d failed checks on rank 0\n", part, world.nranks,
+               mp_failures);
+    }
+    return mp_failures == 0 ? 0 : 1;
+}
