@@ -17,6 +17,7 @@
 #include "check.h"
 #include "device.h"
 #include "env.h"
+#include "exec.h"
 #include "group.h"
 #include "report.h"
 #include "shm/shm.h"
@@ -27,6 +28,11 @@ static pthread_mutex_t shim_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ncclComm *shim_comm_registry;
 
 static __thread struct ncclComm *shim_comm_bound;
+/* Bumped by every unregister, so a thread may remember the last communicator it found live
+ * (the hot path: the same communicator call after call) until any communicator goes away. */
+static unsigned shim_comm_registry_gen; /* atomic */
+static __thread const struct ncclComm *shim_comm_known_live;
+static __thread unsigned shim_comm_known_gen;
 
 static void
 shim_comm_register(struct ncclComm *comm)
@@ -48,6 +54,7 @@ shim_comm_unregister(struct ncclComm *comm)
             break;
         }
     }
+    __atomic_add_fetch(&shim_comm_registry_gen, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&shim_comm_registry_lock);
 }
 
@@ -56,9 +63,17 @@ shim_comm_is_live(const struct ncclComm *comm)
 {
     bool live = false;
 
+    if (comm == shim_comm_known_live &&
+        shim_comm_known_gen == __atomic_load_n(&shim_comm_registry_gen, __ATOMIC_ACQUIRE)) {
+        return true;
+    }
     pthread_mutex_lock(&shim_comm_registry_lock);
     for (const struct ncclComm *c = shim_comm_registry; c != NULL && !live; c = c->next_live) {
         live = c == comm;
+    }
+    if (live) {
+        shim_comm_known_live = comm;
+        shim_comm_known_gen = shim_comm_registry_gen;
     }
     pthread_mutex_unlock(&shim_comm_registry_lock);
     return live;
@@ -322,6 +337,7 @@ static void
 shim_comm_free(struct ncclComm *comm)
 {
     shim_comm_unregister(comm);
+    shim_exec_free_spare(comm);
     shm_team_destroy(comm->shm);
     if (comm->tp != NULL) {
         tp_worker_destroy(comm->tp);

@@ -16,6 +16,7 @@
 #include "kernels/kernels.h"
 
 struct shm_team;
+struct shim_exec;
 
 #define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
 #define SHIM_COMM_DEAD 0xdeadc0de0000deadULL
@@ -57,6 +58,7 @@ struct ncclComm {
     uint32_t shm_colls;            /* collectives no NCCL_ALGO/NCCLSHIM_ALGO filter touched */
     uint64_t tuning_logged[ALG_COLL_COUNT]; /* size classes whose choice INFO(TUNING) told */
     void *scratch;           /* one cached scratch buffer, reused across ops */
+    struct shim_exec *spare_exec; /* one op's state, reused (exec.c) */
     size_t scratch_bytes;
     bool blocking;
     enum shim_comm_state state;  /* atomic: the init thread writes it */

@@ -14,6 +14,7 @@
  */
 #include "exec.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +215,28 @@ shim_exec_shm_init(struct shim_exec *exec, const struct alg_args *args)
           exec->seq, exec->shm_op.chunk);
 }
 
+/* A zeroed exec: the communicator's spare one if it has it (a collective a call is the
+ * common case, and calloc of this size goes past glibc's per-thread cache), else a new one. */
+static ncclResult_t
+shim_exec_alloc(struct ncclComm *comm, struct shim_exec **exec_out)
+{
+    struct shim_exec *exec = comm->spare_exec;
+    if (exec != NULL) {
+        comm->spare_exec = NULL;
+        memset(exec, 0, sizeof(*exec));
+        *exec_out = exec;
+        return ncclSuccess;
+    }
+    return shim_calloc(exec_out, 1);
+}
+
+void
+shim_exec_free_spare(struct ncclComm *comm)
+{
+    free(comm->spare_exec);
+    comm->spare_exec = NULL;
+}
+
 ncclResult_t
 shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
 {
@@ -221,7 +244,7 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
     struct shim_exec *exec;
     ncclResult_t res;
 
-    SHIM_CHECK(shim_calloc(&exec, 1));
+    SHIM_CHECK(shim_exec_alloc(comm, &exec));
     exec->op = *op;
     alg_sched_init(&exec->sched);
 
@@ -269,7 +292,7 @@ shim_exec_create_schedule(struct ncclComm *comm, struct alg_sched *sched, const 
     struct shim_exec *exec;
     ncclResult_t res;
 
-    SHIM_CHECK(shim_calloc(&exec, 1));
+    SHIM_CHECK(shim_exec_alloc(comm, &exec));
     exec->op = (struct shim_op){.coll = SHIM_COLL_BARRIER, .sendbuff = send, .recvbuff = recv,
                                 .datatype = ncclInt8, .redop = {.kind = KR_SUM,
                                                                 .type = ncclInt8},
@@ -363,7 +386,11 @@ shim_exec_destroy(struct shim_exec *exec)
     free(exec->tags);
     free(exec->state);
     alg_sched_free(&exec->sched);
-    free(exec);
+    if (exec->op.comm != NULL && exec->op.comm->spare_exec == NULL) {
+        exec->op.comm->spare_exec = exec;
+    } else {
+        free(exec);
+    }
 }
 
 bool
@@ -512,6 +539,32 @@ shim_exec_check_comm(const struct shim_exec *exec)
     return ncclSuccess;
 }
 
+/* The environment's say in how runs wait, read once. */
+struct shim_exec_tunables {
+    int64_t spin_us; /* NCCLSHIM_SPIN_US, -1 when unset */
+    int wait_ms;
+    uint64_t timeout_ns;
+};
+
+static struct shim_exec_tunables shim_exec_tunables_value;
+static pthread_once_t shim_exec_tunables_once = PTHREAD_ONCE_INIT;
+
+static void
+shim_exec_tunables_load(void)
+{
+    struct shim_exec_tunables *t = &shim_exec_tunables_value;
+    t->spin_us = shim_env_str(SHIM_ENV_SPIN_US) != NULL ? shim_env_int(SHIM_ENV_SPIN_US) : -1;
+    t->wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
+    t->timeout_ns = (uint64_t)shim_env_int(SHIM_ENV_TIMEOUT) * 1000000000u;
+}
+
+static const struct shim_exec_tunables *
+shim_exec_tunables(void)
+{
+    pthread_once(&shim_exec_tunables_once, shim_exec_tunables_load);
+    return &shim_exec_tunables_value;
+}
+
 /* What the ops of a run that could not move are waiting for. */
 struct shim_exec_waits {
     bool transport;                /* a UCX message */
@@ -625,10 +678,10 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         remaining += !shim_exec_done(execs[i]);
     }
 
-    const char *spin_env = shim_env_str(SHIM_ENV_SPIN_US);
-    const int64_t spin_us = spin_env != NULL ? shim_env_int(SHIM_ENV_SPIN_US) : -1;
-    const int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
-    const uint64_t timeout_ns = (uint64_t)shim_env_int(SHIM_ENV_TIMEOUT) * 1000000000u;
+    const struct shim_exec_tunables *tun = shim_exec_tunables();
+    const int64_t spin_us = tun->spin_us;
+    const int wait_ms = tun->wait_ms;
+    const uint64_t timeout_ns = tun->timeout_ns;
     unsigned reports_seen = shim_report_requests();
     uint64_t last_progress = shim_now_ns();
     while (remaining > 0) {

@@ -22,8 +22,10 @@ struct shim_exec;
 /* Chooses the algorithm, builds the schedule, allocates scratch and takes the communicator's
  * next sequence number (so ops must be created in the same order on every rank). */
 ncclResult_t shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out);
-/* Cancels whatever is still in flight and frees the op. */
+/* Cancels whatever is still in flight and frees the op (keeping one spare per
+ * communicator, which shim_exec_free_spare releases when the communicator goes). */
 void shim_exec_destroy(struct shim_exec *exec);
+void shim_exec_free_spare(struct ncclComm *comm);
 
 /* Posts every step whose dependencies are done and tests what is in flight.
  * *progressed_out is set when anything changed. Errors are final for the op. */
