@@ -69,6 +69,8 @@ shm_op_init(struct shm_op *op, const struct shm_team *team, const struct shm_col
     }
     op->chunk = chunk;
     op->nchunks = chunk == 0 ? 0 : (uint32_t)((bytes + chunk - 1) / chunk);
+    op->small = op->nchunks == 1 && !op->two_phase &&
+                (size_t)pieces * chunk <= SHM_SMALL_BYTES;
     op->phase = SHM_PHASE_START;
     /* A large output is not read back soon: write it around the caches. In place too: by
      * the time a chunk's output is written, a chunk's worth of slots has pushed its input
@@ -179,7 +181,8 @@ struct shm_ctx {
 static uint8_t *
 shm_data(const struct shm_ctx *c, int j)
 {
-    return shm_region_data(c->team->regions[j], c->team->slot_bytes, c->s);
+    return c->op->small ? shm_region_small(c->team->regions[j], c->s)
+                        : shm_region_data(c->team->regions[j], c->team->slot_bytes, c->s);
 }
 
 static uint8_t *
@@ -409,8 +412,10 @@ shm_try_fill(struct shm_team *team, struct shm_op *op, struct shm_wait *wait)
         return false;
     }
     struct shm_ctx c = shm_chunk(team, op, op->filled);
-    /* Slot s % 2 is free once every rank is done with chunk s - 2. */
-    if (!shm_all_reached(team, op, SHM_FLAG(consumed), NULL, c.s - 2, wait)) {
+    /* Slot s % 2 is free once every rank is done with chunk s - 2 (the small ring's slot,
+     * with s - SHM_SMALL_SLOTS). */
+    uint32_t depth = op->small ? SHM_SMALL_SLOTS : 2;
+    if (!shm_all_reached(team, op, SHM_FLAG(consumed), NULL, c.s - depth, wait)) {
         return false;
     }
     shm_fill(&c);

@@ -2,8 +2,9 @@
 /*
  * The layout of one rank's segment, private to shm/. Each flag sits on a cache line of its
  * own (the owner writes it, every peer polls it), with the count of peers asleep on it next
- * to it so the owner knows when a futex wake is needed. Then two data slots and two result
- * slots, one pair per chunk parity, page aligned.
+ * to it so the owner knows when a futex wake is needed. Then SHM_SMALL_SLOTS small slots for
+ * one-chunk messages, then two data slots and two result slots, one pair per chunk parity,
+ * page aligned.
  */
 #ifndef SHM_REGION_H
 #define SHM_REGION_H
@@ -28,11 +29,22 @@ struct shm_region {
 };
 
 #define SHM_HEADER_BYTES 4096
+#define SHM_SMALL_AREA ((size_t)SHM_SMALL_SLOTS * SHM_SMALL_BYTES)
 
+/* Small slot seq % SHM_SMALL_SLOTS, for one-chunk messages: a deep ring, so a rank may run
+ * up to SHM_SMALL_SLOTS small collectives ahead of the slowest reader. */
+static inline uint8_t *
+shm_region_small(struct shm_region *region, uint32_t seq)
+{
+    return (uint8_t *)region + SHM_HEADER_BYTES + (size_t)(seq % SHM_SMALL_SLOTS) * SHM_SMALL_BYTES;
+}
+
+/* Data slot seq % 2 and its result slot: two chunks in flight. */
 static inline uint8_t *
 shm_region_data(struct shm_region *region, size_t slot_bytes, uint32_t seq)
 {
-    return (uint8_t *)region + SHM_HEADER_BYTES + (size_t)(seq & 1) * 2 * slot_bytes;
+    return (uint8_t *)region + SHM_HEADER_BYTES + SHM_SMALL_AREA +
+           (size_t)(seq & 1) * 2 * slot_bytes;
 }
 
 static inline uint8_t *

@@ -23,7 +23,8 @@
 size_t
 shm_segment_bytes(size_t slot_bytes)
 {
-    return SHM_HEADER_BYTES + 4 * slot_bytes; /* two parities of data and result */
+    /* the small ring, then two parities of data and result */
+    return SHM_HEADER_BYTES + SHM_SMALL_AREA + 4 * slot_bytes;
 }
 
 ncclResult_t

@@ -20,7 +20,10 @@
  * so "rank j posted s" always means j is past that point of chunk s. Before I fill slot
  * s % 2 again, every rank must have consumed s - 2: two chunks in flight hide one rank's lag
  * behind another, and a rank fills chunk s + 1 while it waits for its peers' flags of chunk
- * s. Flags are monotonic 32-bit counters compared modulo 2^32.
+ * s. A message that fits SHM_SMALL_BYTES whole goes through a ring of SHM_SMALL_SLOTS small
+ * slots instead, refilled once everyone consumed s - SHM_SMALL_SLOTS: a root, or a rank that
+ * got the CPU first, runs that many small collectives ahead, as an eager MPI send would.
+ * Flags are monotonic 32-bit counters compared modulo 2^32.
  *
  * Nothing here blocks: shm_op_progress does what it can and says what it waits for, and the
  * caller (nccl_shim/exec.c) spins, yields, or sleeps on the flag with shm_wait_sleep.
@@ -38,6 +41,8 @@
 
 #define SHM_NAME_MAX 64
 #define SHM_STAGE_BYTES 32768 /* fits L1 and L2 with room to spare */
+#define SHM_SMALL_SLOTS 16          /* one-chunk messages of up to SHM_SMALL_BYTES (all pieces) */
+#define SHM_SMALL_BYTES 8192        /* take a ring this deep (see region.h) */
 #define SHM_MIN_CHUNKS 4            /* a message is cut in at least this many chunks ... */
 #define SHM_MIN_CHUNK_BYTES 16384   /* ... unless they would be smaller than this */
 
@@ -124,6 +129,7 @@ struct shm_op {
     enum shm_phase phase;
     bool two_phase;   /* reductions split in shares: reduce, then copy shares out */
     bool stream_out;  /* output copies use non-temporal stores (a large output) */
+    bool small;       /* one chunk in the small ring (SHM_SMALL_SLOTS deep) */
     size_t block;     /* bytes each chunk loop walks (a rank's block, or the whole buffer) */
     size_t chunk;     /* bytes per chunk of that walk */
     uint32_t nchunks;

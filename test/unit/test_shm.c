@@ -61,7 +61,8 @@ team_set_destroy(struct team_set *set)
 struct rank_job {
     struct shm_team *team;
     struct shm_coll_args args;
-    int nops; /* the same op twice in a row checks that a second one starts clean */
+    int nops;          /* the same op again and again: each must start clean */
+    unsigned lag_us;   /* sleep before every 7th op */
 };
 
 static void *
@@ -69,6 +70,9 @@ rank_main(void *arg)
 {
     struct rank_job *job = arg;
     for (int k = 0; k < job->nops; k++) {
+        if (job->lag_us != 0 && k % 7 == 0) {
+            usleep(job->lag_us); /* a slow reader: the others run ahead through the ring */
+        }
         struct shm_op op;
         struct shm_wait wait;
         enum shm_status status;
@@ -83,7 +87,7 @@ rank_main(void *arg)
 }
 
 static void
-run_case(struct team_set *set, const struct ref_case *c)
+run_case_n(struct team_set *set, const struct ref_case *c, int nops, int laggard)
 {
     struct ref_data d;
     struct rank_job jobs[MAX_RANKS];
@@ -97,7 +101,8 @@ run_case(struct team_set *set, const struct ref_case *c)
             .args = {.coll = c->coll, .send = d.send[r], .recv = d.recv[r], .count = c->count,
                      .elem_size = 4, .root = c->root, .redop = d.redops[r],
                      .prescale = d.redops[r].kind == KR_PREMULSUM, .in_place = d.in_place[r]},
-            .nops = 1,
+            .nops = nops,
+            .lag_us = r == laggard ? 300 : 0,
         };
         cr_assert_eq(pthread_create(&threads[r], NULL, rank_main, &jobs[r]), 0);
     }
@@ -108,6 +113,12 @@ run_case(struct team_set *set, const struct ref_case *c)
               ref_coll_name(c->coll), c->nranks, c->count, c->root,
               c->in_place ? "in place" : "out of place", ref_kind_name(c->kind), err);
     ref_free(&d);
+}
+
+static void
+run_case(struct team_set *set, const struct ref_case *c)
+{
+    run_case_n(set, c, 1, -1);
 }
 
 static const enum alg_coll colls[] = {
@@ -197,4 +208,78 @@ Test(shm, large_outputs_go_out_with_streaming_stores)
         }
         team_set_destroy(&set);
     }
+}
+
+Test(shm, ranks_run_ahead_through_the_small_ring_and_back)
+{
+    /* 40 calls in a row with one slow rank: the others get up to SHM_SMALL_SLOTS calls
+     * ahead, then wait; every result stays right, in small and large messages alike. */
+    const size_t counts[] = {5, 1000, 4099};
+    struct team_set set;
+    team_set_create(&set, 4, 16384, 1024);
+    for (size_t ci = 0; ci < sizeof(colls) / sizeof(colls[0]); ci++) {
+        for (size_t k = 0; k < 3; k++) {
+            struct ref_case c = {.coll = colls[ci], .nranks = 4, .count = counts[k],
+                                 .root = 2, .in_place = false, .kind = KR_SUM};
+            run_case_n(&set, &c, 40, (int)(ci + k) % 4);
+        }
+    }
+    team_set_destroy(&set);
+}
+
+/* Broadcast of the call's own number, 64 calls in a row, with a slow receiver: the root runs
+ * ahead through the small ring, and every receiver must still see call k's value in call k
+ * (a slot reused too early would hand it a later call's). */
+struct ahead_job {
+    struct shm_team *team;
+    int root;
+    int32_t got[64];
+};
+
+static void *
+ahead_main(void *arg)
+{
+    struct ahead_job *job = arg;
+    for (int k = 0; k < 64; k++) {
+        int32_t send[4] = {k, k, k, k}, recv[4] = {-1, -1, -1, -1};
+        struct shm_coll_args args = {.coll = ALG_COLL_BROADCAST, .send = send, .recv = recv,
+                                     .count = 4, .elem_size = 4, .root = job->root,
+                                     .redop = {.kind = KR_SUM, .type = ncclInt32}};
+        struct shm_op op;
+        struct shm_wait wait;
+        enum shm_status status;
+        if (job->team->rank == 1 && k % 5 == 0) {
+            usleep(2000);
+        }
+        shm_op_init(&op, job->team, &args);
+        while ((status = shm_op_progress(&op, job->team, &wait)) != SHM_DONE) {
+            if (status == SHM_BLOCKED) {
+                shm_wait_sleep(&wait, 100);
+            }
+        }
+        job->got[k] = recv[3];
+    }
+    return NULL;
+}
+
+Test(shm, a_root_ahead_never_overwrites_what_a_slow_rank_still_reads)
+{
+    struct team_set set;
+    struct ahead_job jobs[3];
+    pthread_t threads[3];
+
+    team_set_create(&set, 3, 16384, 1024);
+    for (int r = 0; r < 3; r++) {
+        jobs[r] = (struct ahead_job){.team = set.teams[r], .root = 0};
+        cr_assert_eq(pthread_create(&threads[r], NULL, ahead_main, &jobs[r]), 0);
+    }
+    for (int r = 0; r < 3; r++) {
+        pthread_join(threads[r], NULL);
+    }
+    for (int r = 0; r < 3; r++) {
+        for (int k = 0; k < 64; k++) {
+            cr_assert_eq(jobs[r].got[k], k, "rank %d call %d got %d", r, k, jobs[r].got[k]);
+        }
+    }
+    team_set_destroy(&set);
 }
