@@ -175,7 +175,8 @@ FUZZ_SRCS_fuzz_bootstrap_wire := nccl_shim/bootstrap_wire.c
 FUZZ_SRCS_fuzz_bootstrap_root := nccl_shim/bootstrap_wire.c nccl_shim/socket.c \
                                  nccl_shim/debug.c nccl_shim/env.c
 
-$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard nccl_shim/*.c nccl_shim/*.h) | check-deps
+$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard test/fuzz/*.h nccl_shim/*.c nccl_shim/*.h) \
+                      | check-deps
 	@mkdir -p $(dir $@)
 	@command -v $(FUZZ_CC) >/dev/null || \
 	    { echo "$(FUZZ_CC) missing: apt-get install clang libclang-rt-dev"; exit 1; }

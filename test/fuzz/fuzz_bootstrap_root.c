@@ -50,13 +50,7 @@ shim_comm_set_last_error(struct ncclComm *comm, const char *text)
 
 /* ---- the harness ------------------------------------------------------------------------ */
 
-#define FUZZ_CHECK(cond)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);   \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "fuzz_check.h"
 
 #define FUZZ_CONNS 8
 #define FUZZ_SECRET 0x5ec2e75ec2e75ec2ULL

@@ -29,14 +29,7 @@
 
 #include "nccl_shim/bootstrap_wire.h"
 
-/* An invariant: like assert, but kept under NDEBUG and naming the line. */
-#define FUZZ_CHECK(cond)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);   \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "fuzz_check.h"
 
 #define FUZZ_WHY_POISON 0xa5
 
