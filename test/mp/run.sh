@@ -21,7 +21,8 @@
 # the middle of a loop of each collective (it forks its own ranks, so it runs as 1 launcher
 # rank) and checks the survivors' error, abort, shrink and revoke; hang.c turns a skipped call
 # into an NCCLSHIM_TIMEOUT error with a report, prints a report on SIGUSR1, and makes
-# NCCLSHIM_CHECK=1 refuse mismatched calls.
+# NCCLSHIM_CHECK=1 refuse mismatched calls. soak.c runs a random mix of checked collectives on
+# two communicators from two threads per rank and bounds the growth of its RSS.
 set -euo pipefail
 
 BUILD=${BUILD:-build}
@@ -32,7 +33,7 @@ bindir=$BUILD/test/mp
 logdir=$BUILD/test/mp/logs
 
 for prog in "$launch" "$bindir/allreduce" "$bindir/api" "$bindir/badinput" \
-    "$bindir/collectives" "$bindir/fault" "$bindir/hang"; do
+    "$bindir/collectives" "$bindir/fault" "$bindir/hang" "$bindir/soak"; do
     if [[ ! -x $prog ]]; then
         echo "mp: $prog is missing (run make first)"
         echo "mp: 0 passed, 1 failed"
@@ -115,6 +116,7 @@ if [[ $quick == 1 ]]; then
     run_case shrink-n3 3 20 -- "$bindir/collectives" -c shrink
     run_case fault-allreduce-n3-shrink 1 90 -- "$bindir/fault" -n 3 -c allreduce -s
     run_case hang-timeout-n2 2 60 NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p timeout
+    run_case soak-n4-quick 4 240 -- "$bindir/soak" -n 2000
 else
     for n in 1 2 3 4 5 8; do
         if ((n == 2)); then
@@ -161,6 +163,9 @@ else
     run_case hang-report-n2 2 60 -- "$bindir/hang" -p report
     run_case hang-mismatch-n3 3 60 NCCLSHIM_CHECK=1 -- "$bindir/hang" -p mismatch
     run_case hang-mismatch-n2-tcp 2 60 NCCLSHIM_CHECK=1 "${tcp[@]}" -- "$bindir/hang" -p mismatch
+    # Soak: two communicators, two threads, a mixed random stream; results and RSS checked.
+    run_case soak-n4 4 120 -- "$bindir/soak" -n 20000
+    run_case soak-n4-ucx 4 120 NCCL_SHM_DISABLE=1 -- "$bindir/soak" -n 10000
 
     # Every algorithm forced, on every collective (a name that does not serve one is ignored
     # for it): the quick subset at every rank count, then the full matrix of the collectives
