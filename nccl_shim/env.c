@@ -55,7 +55,7 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
                                    "1: no shared-memory collectives, even on one host"},
     [SHIM_ENV_NCCL_HOSTID] = {"NCCL_HOSTID", NULL,
                               "host identity: ranks with equal ids share memory"},
-    [SHIM_ENV_SHM_SLOT_BYTES] = {"NCCLSHIM_SHM_SLOT_BYTES", "524288",
+    [SHIM_ENV_SHM_SLOT_BYTES] = {"NCCLSHIM_SHM_SLOT_BYTES", "131072",
                                  "chunk of the shared-memory collectives (equal on all ranks)"},
     [SHIM_ENV_SHM_DIRECT_BYTES] = {"NCCLSHIM_SHM_DIRECT_BYTES", "16384",
                                    "all-reduce up to this size: every rank reduces it all"},
