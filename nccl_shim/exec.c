@@ -684,8 +684,10 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     const uint64_t timeout_ns = tun->timeout_ns;
     unsigned reports_seen = shim_report_requests();
     uint64_t last_progress = shim_now_ns();
+    uint64_t last_step = last_progress;
     while (remaining > 0) {
         bool progressed = false;
+        bool stepped = false;
         /* Shared-memory ops alone leave UCX be: nothing of theirs moves there. */
         for (int w = 0; transport_ops && w < nworkers; w++) {
             progressed |= tp_worker_progress(workers[w]);
@@ -706,6 +708,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                 goto out;
             }
             progressed |= moved;
+            stepped |= moved;
             if (!shim_exec_done(execs[i])) {
                 remaining++;
                 shim_exec_note_wait(execs[i], &waits);
@@ -719,9 +722,12 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
             reports_seen = shim_report_requests();
             shim_exec_report(execs, nexecs, "on request");
         }
-        if (progressed) {
-            last_progress = now;
-        } else if (timeout_ns != 0 && now - last_progress >= timeout_ns) {
+        /* The timeout and the liveness checks count steps of our operations, not transport
+         * events: keepalives and other peers' teardown keep UCX busy during a partition. */
+        if (stepped) {
+            last_step = now;
+        }
+        if (timeout_ns != 0 && now - last_step >= timeout_ns) {
             shim_exec_report(execs, nexecs, "NCCLSHIM_TIMEOUT");
             for (int i = 0; i < nexecs && failed == NULL; i++) {
                 failed = shim_exec_done(execs[i]) ? NULL : execs[i]->op.comm;
@@ -731,6 +737,8 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                  (unsigned long long)(timeout_ns / 1000000000u));
             res = ncclRemoteError;
             goto out;
+        } else if (progressed) {
+            last_progress = now;
         } else if (now - last_progress < shim_exec_spin_ns(spin_us, &waits)) {
             /* Another rank is about to answer: poll. Briefly without a system call, as a
              * peer on another CPU answers within a microsecond or two; then yielding, in
@@ -750,7 +758,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         }
         /* Long without news: on one host a dead rank shows at once by its pid, sooner than
          * UCX's keepalive would tell (tens of seconds over shared memory). */
-        if (!progressed && shim_now_ns() - last_progress >= (uint64_t)wait_ms * 1000000u) {
+        if (!stepped && shim_now_ns() - last_step >= (uint64_t)wait_ms * 1000000u) {
             for (int i = 0; i < nexecs; i++) {
                 if (!shim_exec_done(execs[i]) && execs[i]->op.comm->shm != NULL) {
                     res = shim_exec_check_shm_peers(execs[i]);

@@ -21,7 +21,9 @@ usage() {
 build_pkgs=(gcc make libucx-dev ucx-utils binutils)
 # clang (14 on bookworm) builds the fuzz harnesses of test/fuzz; its libFuzzer and sanitizer
 # runtimes (libclang-rt-dev) come only as a Recommends, which the install below skips.
-test_pkgs=("${build_pkgs[@]}" libcriterion-dev pkg-config procps clang libclang-rt-dev)
+# iproute2's `ip netns` builds the hosts of test/netns (make test-netns).
+test_pkgs=("${build_pkgs[@]}" libcriterion-dev pkg-config procps clang libclang-rt-dev
+           iproute2)
 compare_pkgs=("${build_pkgs[@]}" openmpi-bin libopenmpi-dev mpich libmpich-dev python3
               python3-matplotlib)
 case ${1:-test} in
