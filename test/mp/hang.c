@@ -76,6 +76,9 @@ part_timeout(const struct mp_world *w)
     MP_EXPECT(reported, "no report on stderr");
     MP_EXPECT(strstr(mp_last_error(w->comm), "NCCLSHIM_TIMEOUT") != NULL,
               "ncclGetLastError: \"%s\"", mp_last_error(w->comm));
+    /* Stay until every other waiting rank timed out too: a rank that exits earlier is a dead
+     * peer to them, which they would report instead (rightly, but not what this tests). */
+    sleep(2);
     MP_CHECK(ncclCommAbort(w->comm));
 }
 
