@@ -75,7 +75,8 @@ shim_comm_shm_setup(struct ncclComm *comm)
     char tag[48];
     ncclResult_t res;
 
-    if (n < 2 || shim_env_int(SHIM_ENV_NCCL_SHM_DISABLE) != 0 || slot_bytes == 0) {
+    /* A slot must hold a 64-byte piece per rank (all-to-all, reduce-scatter, scatter). */
+    if (n < 2 || shim_env_int(SHIM_ENV_NCCL_SHM_DISABLE) != 0 || slot_bytes < 64 * (size_t)n) {
         return ncclSuccess;
     }
     snprintf(tag, sizeof(tag), "%016" PRIx64 "-r%d", comm->id_hash, comm->rank);
