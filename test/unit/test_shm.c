@@ -6,7 +6,7 @@
  * poisoned outputs, inputs unchanged). Slots are made small so most cases take many chunks,
  * and one team runs case after case, so chunk sequence numbers and slot reuse carry across
  * collectives as they do in a program. Threads wait as the library does: poll, then sleep on
- * the flag.
+ * the flag (run_op).
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -65,6 +65,22 @@ struct rank_job {
     unsigned lag_us;   /* sleep before every 7th op */
 };
 
+/* Runs one collective to completion as the library waits: poll, then sleep on the flag. */
+static void
+run_op(struct shm_team *team, const struct shm_coll_args *args)
+{
+    struct shm_op op;
+    struct shm_wait wait;
+    enum shm_status status;
+
+    shm_op_init(&op, team, args);
+    while ((status = shm_op_progress(&op, team, &wait)) != SHM_DONE) {
+        if (status == SHM_BLOCKED) {
+            shm_wait_sleep(&wait, 100);
+        }
+    }
+}
+
 static void *
 rank_main(void *arg)
 {
@@ -73,15 +89,7 @@ rank_main(void *arg)
         if (job->lag_us != 0 && k % 7 == 0) {
             usleep(job->lag_us); /* a slow reader: the others run ahead through the ring */
         }
-        struct shm_op op;
-        struct shm_wait wait;
-        enum shm_status status;
-        shm_op_init(&op, job->team, &job->args);
-        while ((status = shm_op_progress(&op, job->team, &wait)) != SHM_DONE) {
-            if (status == SHM_BLOCKED) {
-                shm_wait_sleep(&wait, 100);
-            }
-        }
+        run_op(job->team, &job->args);
     }
     return NULL;
 }
@@ -245,18 +253,10 @@ ahead_main(void *arg)
         struct shm_coll_args args = {.coll = ALG_COLL_BROADCAST, .send = send, .recv = recv,
                                      .count = 4, .elem_size = 4, .root = job->root,
                                      .redop = {.kind = KR_SUM, .type = ncclInt32}};
-        struct shm_op op;
-        struct shm_wait wait;
-        enum shm_status status;
         if (job->team->rank == 1 && k % 5 == 0) {
             usleep(2000);
         }
-        shm_op_init(&op, job->team, &args);
-        while ((status = shm_op_progress(&op, job->team, &wait)) != SHM_DONE) {
-            if (status == SHM_BLOCKED) {
-                shm_wait_sleep(&wait, 100);
-            }
-        }
+        run_op(job->team, &args);
         job->got[k] = recv[3];
     }
     return NULL;
