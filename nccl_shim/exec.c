@@ -184,6 +184,25 @@ shim_exec_arm(struct shim_exec *exec)
     return ncclSuccess;
 }
 
+/* What a builder (or the shared-memory path) sees of an op. */
+static struct alg_args
+shim_exec_args(const struct shim_op *op)
+{
+    const struct ncclComm *comm = op->comm;
+    return (struct alg_args){
+        .coll = shim_exec_alg_coll(op->coll),
+        .count = op->count,
+        .elem_size = kr_type_size(op->datatype),
+        .rank = comm->rank,
+        .nranks = comm->nranks,
+        .root = op->root,
+        .in_place = shim_exec_in_place(op),
+        .chunk_bytes = comm->chunk_bytes,
+        .slots = comm->ring_slots,
+        .prescale = op->redop.kind == KR_PREMULSUM,
+    };
+}
+
 /* On one host, every collective goes through shared memory unless the user's NCCL_ALGO or
  * NCCLSHIM_ALGO chose among the UCX algorithms for it. */
 static bool
@@ -248,18 +267,7 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
     exec->op = *op;
     alg_sched_init(&exec->sched);
 
-    struct alg_args args = {
-        .coll = shim_exec_alg_coll(op->coll),
-        .count = op->count,
-        .elem_size = kr_type_size(op->datatype),
-        .rank = comm->rank,
-        .nranks = comm->nranks,
-        .root = op->root,
-        .in_place = shim_exec_in_place(op),
-        .chunk_bytes = comm->chunk_bytes,
-        .slots = comm->ring_slots,
-        .prescale = op->redop.kind == KR_PREMULSUM,
-    };
+    struct alg_args args = shim_exec_args(op);
     if (shim_exec_use_shm(comm, &args)) {
         shim_exec_shm_init(exec, &args);
         *exec_out = exec;
@@ -778,5 +786,45 @@ out:
     if (workers != few_workers) {
         free(workers);
     }
+    return res;
+}
+
+/* Polls of a shared-memory op before the full run loop takes over. */
+#define SHIM_QUICK_POLLS 64
+
+ncclResult_t
+shim_exec_run_one(const struct shim_op *op)
+{
+    struct ncclComm *comm = op->comm;
+    struct alg_args args = shim_exec_args(op);
+    struct shim_exec *exec;
+    ncclResult_t res;
+
+    if (shim_exec_use_shm(comm, &args)) {
+        /* A call outside a group on one host, the latency-bound case: the exec lives on the
+         * stack, and most small calls finish within a few polls, before any run loop. */
+        struct shim_exec quick;
+        memset(&quick, 0, sizeof(quick));
+        quick.op = *op;
+        shim_exec_shm_init(&quick, &args);
+        for (int poll = 0; poll < SHIM_QUICK_POLLS; poll++) {
+            enum shm_status status = shm_op_progress(&quick.shm_op, comm->shm, &quick.shm_wait);
+            if (status == SHM_DONE) {
+                return ncclSuccess;
+            }
+            if (status == SHM_BLOCKED) {
+                shim_cpu_relax();
+            }
+        }
+        exec = &quick;
+        res = shim_exec_run(&exec, 1);
+        if (comm->shm->owner == &quick.shm_op) {
+            comm->shm->owner = NULL; /* failed midway; the communicator has failed too */
+        }
+        return res;
+    }
+    SHIM_CHECK(shim_exec_create(op, &exec));
+    res = shim_exec_run(&exec, 1);
+    shim_exec_destroy(exec);
     return res;
 }

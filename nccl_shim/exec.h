@@ -44,6 +44,10 @@ ncclResult_t shim_exec_run(struct shim_exec *const *execs, int nexecs);
 ncclResult_t shim_exec_run_schedule(struct ncclComm *comm, struct alg_sched *sched,
                                     const void *send, void *recv);
 
+/* Creates and runs one op, as a call outside a group does (and faster than create, run,
+ * destroy on one host: no allocation, a few polls before the run loop). */
+ncclResult_t shim_exec_run_one(const struct shim_op *op);
+
 /* As shim_exec_run_schedule, without running it: for running several together. */
 ncclResult_t shim_exec_create_schedule(struct ncclComm *comm, struct alg_sched *sched,
                                        const void *send, void *recv,

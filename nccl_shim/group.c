@@ -75,11 +75,22 @@ shim_group_add_init(struct ncclComm *comm)
                            &shim_group.init_capacity, comm);
 }
 
+/* NCCLSHIM_CHECK=1, read once. */
+static bool
+shim_group_checked(void)
+{
+    static int checked = -1; /* racy first reads all compute the same value */
+    if (checked < 0) {
+        checked = shim_env_int(SHIM_ENV_CHECK) != 0;
+    }
+    return checked;
+}
+
 /* Runs a group's ops, after NCCLSHIM_CHECK's comparison with the other ranks' calls. */
 static ncclResult_t
 shim_group_run(struct shim_exec *const *execs, int nexecs)
 {
-    if (shim_env_int(SHIM_ENV_CHECK) != 0) {
+    if (shim_group_checked()) {
         SHIM_CHECK(shim_call_check(execs, nexecs));
     }
     return shim_exec_run(execs, nexecs);
@@ -91,6 +102,9 @@ shim_group_enqueue(const struct shim_op *op)
     struct shim_exec *exec;
     ncclResult_t res;
 
+    if (shim_group.depth == 0 && !shim_group_checked()) {
+        return shim_exec_run_one(op);
+    }
     SHIM_CHECK(shim_exec_create(op, &exec));
     if (shim_group.depth == 0) {
         res = shim_group_run(&exec, 1);
