@@ -191,6 +191,13 @@ ALG_DECLARE(direct_gather);          /* direct.c */
 ALG_DECLARE(direct_send);            /* direct.c: ncclSend, one message */
 ALG_DECLARE(direct_recv);            /* direct.c: ncclRecv */
 
+/* For communicator management (direct.c): every member sends SEND[0, bytes) to each other
+ * member and receives member i's into RECV[i * bytes, (i + 1) * bytes). Members are ranks of
+ * the communicator the schedule runs on (members == NULL: all nmembers ranks); we are
+ * member `me`. Our own block is not copied. */
+void alg_exchange_all(struct alg_sched *sched, const int *members, int nmembers, int me,
+                      size_t bytes);
+
 /* The bytes of element range [first, first + len) of count elements, for builders. */
 static inline size_t
 alg_bytes(const struct alg_args *args, size_t elems)

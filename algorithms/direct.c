@@ -138,3 +138,17 @@ alg_direct_gather_cost(const struct alg_args *args, struct alg_cost *cost_out)
     *cost_out = (struct alg_cost){.steps = others,
                                   .bytes = others * (double)alg_bytes(args, args->count)};
 }
+
+void
+alg_exchange_all(struct alg_sched *sched, const int *members, int nmembers, int me,
+                 size_t bytes)
+{
+    for (int i = 0; i < nmembers; i++) {
+        if (i != me) {
+            int peer = members != NULL ? members[i] : i;
+            alg_send(sched, peer, alg_range_make(ALG_BUF_SEND, 0, bytes), -1, -1);
+            alg_recv(sched, peer, alg_range_make(ALG_BUF_RECV, (size_t)i * bytes, bytes), -1,
+                     -1);
+        }
+    }
+}

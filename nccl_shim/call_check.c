@@ -125,13 +125,8 @@ shim_call_check(struct shim_exec *const *execs, int nexecs)
         mine[i] = shim_call_describe(execs[i]);
         all[at + (size_t)comm->rank] = mine[i];
         alg_sched_init(&sched);
-        for (int r = 0; r < comm->nranks; r++) {
-            if (r != comm->rank) {
-                const size_t d = sizeof(struct shim_call_desc);
-                alg_send(&sched, r, alg_range_make(ALG_BUF_SEND, 0, d), -1, -1);
-                alg_recv(&sched, r, alg_range_make(ALG_BUF_RECV, (size_t)r * d, d), -1, -1);
-            }
-        }
+        alg_exchange_all(&sched, NULL, comm->nranks, comm->rank,
+                         sizeof(struct shim_call_desc));
         res = alg_sched_finish(&sched);
         if (res == ncclSuccess) {
             res = shim_exec_create_schedule(comm, &sched, &mine[i], &all[at], &checks[nchecks]);

@@ -31,12 +31,7 @@ shim_comm_allgather(struct ncclComm *comm, const void *send, void *recv, size_t 
 
     alg_sched_init(&sched);
     memcpy((uint8_t *)recv + (size_t)comm->rank * bytes, send, bytes);
-    for (int r = 0; r < comm->nranks; r++) {
-        if (r != comm->rank) {
-            alg_send(&sched, r, alg_range_make(ALG_BUF_SEND, 0, bytes), -1, -1);
-            alg_recv(&sched, r, alg_range_make(ALG_BUF_RECV, (size_t)r * bytes, bytes), -1, -1);
-        }
-    }
+    alg_exchange_all(&sched, NULL, comm->nranks, comm->rank, bytes);
     ncclResult_t res = alg_sched_finish(&sched);
     if (res == ncclSuccess) {
         res = shim_exec_run_schedule(comm, &sched, send, recv);

@@ -52,12 +52,7 @@ shim_split_exchange(struct ncclComm *parent, const int *members, int nmembers, i
     SHIM_CHECK_GOTO(shim_calloc(&blobs.lens, (size_t)nmembers), res, out);
     lens64[me] = len;
     alg_sched_init(&sched);
-    for (int i = 0; i < nmembers; i++) {
-        if (i != me) {
-            alg_send(&sched, members[i], alg_range_make(ALG_BUF_SEND, 0, 8), -1, -1);
-            alg_recv(&sched, members[i], alg_range_make(ALG_BUF_RECV, (size_t)i * 8, 8), -1, -1);
-        }
-    }
+    alg_exchange_all(&sched, members, nmembers, me, 8);
     SHIM_CHECK_GOTO(alg_sched_finish(&sched), res, out_sched);
     SHIM_CHECK_GOTO(shim_exec_run_schedule(parent, &sched, &lens64[me], lens64), res, out);
 
