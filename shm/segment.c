@@ -46,7 +46,7 @@ shm_segment_create(const char *tag, size_t slot_bytes, struct shm_segment *seg)
              strerror(err));
         goto err_close;
     }
-    seg->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    seg->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (seg->base == MAP_FAILED) {
         seg->base = NULL;
         WARN("mmap of %s (%zu bytes) failed: %s", seg->name, bytes, strerror(errno));
@@ -94,7 +94,8 @@ shm_team_map(const char *name, size_t bytes, size_t slot_bytes, struct shm_regio
         close(fd);
         return ncclSystemError;
     }
-    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* populated now, so no collective pays the page faults of its first use of a slot */
+    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         WARN("mmap of a peer's shared memory %s failed: %s", name, strerror(errno));
@@ -129,6 +130,7 @@ shm_team_create(struct shm_segment *seg, int rank, int nranks,
         res = ncclSystemError;
         goto err_unmap;
     }
+    memset(team->stage, 0, SHM_STAGE_BYTES); /* faulted in now, as the mappings */
     team->rank = rank;
     team->nranks = nranks;
     team->slot_bytes = slot_bytes;
