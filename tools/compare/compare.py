@@ -7,7 +7,8 @@ all-to-all (float32, sum) through four programs that print nccl-tests' rows: our
 (build/bin/<coll>_perf under ncclshim-launch, -c 1, -a 3 so the time is the slowest rank's),
 tools/compare/mpi_perf.c built against each MPI, and tools/compare/gloo_perf.py on Debian's
 python3-torch when it is installed. Every program gets the same sizes, warm-up and
-iteration counts. Machine drift must hit every library alike, so runs alternate: each pass
+iteration counts (full mode: 8 B-64 KiB in one run of 10 warm-up and 100 timed calls a size,
+128 KiB-256 MiB in another of 2 and 10). Machine drift must hit every library alike, so runs alternate: each pass
 goes over every (collective, ranks) and runs all libraries there back to back, in an order
 that rotates from pass to pass; a size's figure is the median over passes.
 
@@ -33,16 +34,20 @@ import plot
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
 RANKS = [2, 4]
 LIBS = ["ncclshim", "openmpi", "mpich", "gloo"]
-FULL = {"sizes": ["-b", "8", "-e", "256M", "-f", "2"], "warmup": 2, "iters": 10, "passes": 3}
-QUICK = {"sizes": ["-b", "8", "-e", "8M", "-f", "1024"], "warmup": 1, "iters": 5, "passes": 2}
+# Each range is one run per library: small sizes take microseconds, so they get enough
+# iterations to rise above the noise of a shared machine; large sizes take milliseconds.
+FULL = {"ranges": [(["-b", "8", "-e", "64K", "-f", "2"], 10, 100),
+                   (["-b", "128K", "-e", "256M", "-f", "2"], 2, 10)], "passes": 3}
+QUICK = {"ranges": [(["-b", "8", "-e", "8M", "-f", "1024"], 1, 5)], "passes": 2}
 SKIPPED = 77  # exit status of a program that does not offer the collective
 TIMEOUT = 900  # seconds one run may take before it is killed and counted as failed
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def command(lib, coll, nranks, build, mode):
-    """The command line of one run, or None when the library is not there."""
-    counts = mode["sizes"] + ["-w", str(mode["warmup"]), "-n", str(mode["iters"])]
+def command(lib, coll, nranks, build, size_range):
+    """The command line of one run over one range of sizes."""
+    sizes, warmup, iters = size_range
+    counts = sizes + ["-w", str(warmup), "-n", str(iters)]
     launch = [os.path.join(build, "bin", "ncclshim-launch"), "-n", str(nranks),
               "-t", str(TIMEOUT)]
     if lib == "ncclshim":
@@ -117,11 +122,15 @@ def measure(libs, build, mode):
                     lib = libs[(k + p) % len(libs)]  # rotate who runs first
                     if (coll, nranks, lib) in broken:
                         continue
-                    rows, error = run_one(command(lib, coll, nranks, build, mode), coll, nranks)
-                    for size, (busbw, wrong) in rows.items():
-                        results.append((coll, nranks, lib, p, size, busbw))
-                        if wrong:
-                            error = error or f"{wrong} wrong elements at {size} B"
+                    for size_range in mode["ranges"]:
+                        rows, error = run_one(command(lib, coll, nranks, build, size_range),
+                                              coll, nranks)
+                        for size, (busbw, wrong) in rows.items():
+                            results.append((coll, nranks, lib, p, size, busbw))
+                            if wrong:
+                                error = error or f"{wrong} wrong elements at {size} B"
+                        if error:
+                            break
                     if error == SKIPPED:
                         broken.add((coll, nranks, lib))
                         print(f"{lib}: {coll} skipped (not supported)", file=sys.stderr)
@@ -186,8 +195,10 @@ def main():
     for tool in ("mpirun.openmpi", "mpirun.mpich"):
         if shutil.which(tool) is None:
             sys.exit(f"compare: {tool} not found: run tools/deps.sh compare")
-    print(f"compare: {', '.join(libs)}; {' '.join(mode['sizes'])} -w {mode['warmup']} "
-          f"-n {mode['iters']}; {mode['passes']} passes; ranks {RANKS}", flush=True)
+    ranges = "; ".join(f"{' '.join(sizes)} -w {warmup} -n {iters}"
+                       for sizes, warmup, iters in mode["ranges"])
+    print(f"compare: {', '.join(libs)}; {ranges}; {mode['passes']} passes; ranks {RANKS}",
+          flush=True)
 
     started = time.monotonic()
     results, failures = measure(libs, args.build, mode)
