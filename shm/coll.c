@@ -366,15 +366,15 @@ shm_phase2(const struct shm_ctx *c)
 
 /* --- the state machine ---------------------------------------------------------------------- */
 
-/* Whether every rank j for which reads(op, j, me) / reads(op, me, j) holds posted seq on the
- * chosen flag; else *wait names the first that has not. */
+/* Whether every rank j that this rank reads (reads(op, me, j)) has posted seq on the chosen
+ * flag; else *wait names the first that has not. */
 static bool
 shm_all_reached(struct shm_team *team, const struct shm_op *op, size_t flag_offset,
                 bool (*reads)(const struct shm_op *, int, int), uint32_t seq,
                 struct shm_wait *wait)
 {
     for (int j = 0; j < team->nranks; j++) {
-        if (reads != NULL && !reads(op, team->rank, j)) {
+        if (!reads(op, team->rank, j)) {
             continue;
         }
         struct shm_flag *flag = (struct shm_flag *)((uint8_t *)team->regions[j] + flag_offset);
@@ -382,6 +382,28 @@ shm_all_reached(struct shm_team *team, const struct shm_op *op, size_t flag_offs
             return false;
         }
     }
+    return true;
+}
+
+/* Whether every rank has consumed chunk seq. The oldest chunk all had consumed at the last
+ * look is kept in the team: a run of small ops then reads its peers' consumed flags once every
+ * few ops, not once an op, and each such read moves a cache line a peer has just written. */
+static bool
+shm_all_consumed(struct shm_team *team, uint32_t seq, struct shm_wait *wait)
+{
+    if ((int32_t)(team->consumed_by_all - seq) >= 0) {
+        return true;
+    }
+    uint32_t least = 0;
+    for (int j = 0; j < team->nranks; j++) {
+        struct shm_flag *flag = &team->regions[j]->consumed;
+        uint32_t value = shm_flag_load(flag);
+        if ((int32_t)(value - seq) < 0) {
+            return shm_flag_reached(flag, seq, j, wait); /* fills *wait, or it just moved */
+        }
+        least = j == 0 || (int32_t)(value - least) < 0 ? value : least;
+    }
+    team->consumed_by_all = least;
     return true;
 }
 
@@ -415,7 +437,7 @@ shm_try_fill(struct shm_team *team, struct shm_op *op, struct shm_wait *wait)
     /* Slot s % 2 is free once every rank is done with chunk s - 2 (the small ring's slot,
      * with s - SHM_SMALL_SLOTS). */
     uint32_t depth = op->small ? SHM_SMALL_SLOTS : 2;
-    if (!shm_all_reached(team, op, SHM_FLAG(consumed), NULL, c.s - depth, wait)) {
+    if (!shm_all_consumed(team, c.s - depth, wait)) {
         return false;
     }
     shm_fill(&c);

@@ -55,6 +55,11 @@ shm_region_result(struct shm_region *region, size_t slot_bytes, uint32_t seq)
 
 /* Flags (flag.c). */
 void shm_flag_post(struct shm_flag *flag, uint32_t seq);
+static inline uint32_t
+shm_flag_load(struct shm_flag *flag)
+{
+    return __atomic_load_n(&flag->value, __ATOMIC_ACQUIRE);
+}
 /* Whether flag has reached seq (modulo 2^32); else fills *wait to sleep on it. */
 bool shm_flag_reached(struct shm_flag *flag, uint32_t seq, int peer, struct shm_wait *wait);
 

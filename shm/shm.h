@@ -63,6 +63,7 @@ struct shm_team {
     size_t direct_bytes;          /* all-reduce up to this size: every rank reduces it all */
     bool oversubscribed;          /* more local ranks than CPUs: waiting must yield at once */
     uint32_t seq;                 /* chunks this team has run, equal on every rank */
+    uint32_t consumed_by_all;     /* every rank had consumed this chunk when last looked */
     const void *owner;            /* the op now using the slots; ops take turns */
     struct shm_region **regions;  /* every rank's segment, mapped (ours included) */
     const void **srcs;            /* nranks pointers: a reduction's operands */
