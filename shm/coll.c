@@ -399,7 +399,10 @@ shm_all_consumed(struct shm_team *team, uint32_t seq, struct shm_wait *wait)
         struct shm_flag *flag = &team->regions[j]->consumed;
         uint32_t value = shm_flag_load(flag);
         if ((int32_t)(value - seq) < 0) {
-            return shm_flag_reached(flag, seq, j, wait); /* fills *wait, or it just moved */
+            if (!shm_flag_reached(flag, seq, j, wait)) { /* fills *wait */
+                return false;
+            }
+            value = seq; /* it moved since: seq is a lower bound */
         }
         least = j == 0 || (int32_t)(value - least) < 0 ? value : least;
     }
