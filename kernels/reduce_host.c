@@ -412,7 +412,7 @@ kr_reduce_host(void *dst, const void *a, const void *b, size_t count,
     assert(size != 0);
     assert(op->kind != KR_SUMPOSTDIV || op->divisor >= 1);
     /* The vectorizer may peel to align on the element size: a lesser alignment would fault. */
-    assert(((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) % size == 0);
+    assert((((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) & (size - 1)) == 0);
     if (count == 0) {
         return;
     }

@@ -42,33 +42,41 @@ void
 shm_op_init(struct shm_op *op, const struct shm_team *team, const struct shm_coll_args *args)
 {
     const size_t bytes = args->count * args->elem_size;
-    const int pieces = shm_pieces(args->coll, team->nranks);
-    size_t chunk = (team->slot_bytes / (size_t)pieces) & ~(size_t)63;
+    const size_t pieces = (size_t)shm_pieces(args->coll, team->nranks);
+    size_t chunk;
 
     memset(op, 0, sizeof(*op));
     op->args = *args;
+    op->elem_shift = (unsigned)__builtin_ctzl(args->elem_size); /* a power of two */
     op->block = bytes;
     op->two_phase = (args->coll == ALG_COLL_ALLREDUCE || args->coll == ALG_COLL_REDUCE) &&
                     bytes > team->direct_bytes;
-    /* A message that fits one slot is still cut in SHM_MIN_CHUNKS when that leaves chunks of
-     * SHM_MIN_CHUNK_BYTES or more: one rank's fill of a chunk then overlaps another's reading
-     * of the one before, instead of every rank waiting for a whole message. */
-    size_t pipelined = ((bytes + SHM_MIN_CHUNKS - 1) / SHM_MIN_CHUNKS + 63) & ~(size_t)63;
-    if (pipelined < SHM_MIN_CHUNK_BYTES) {
-        pipelined = SHM_MIN_CHUNK_BYTES;
-    }
-    if (chunk > pipelined) {
-        chunk = pipelined;
-    }
-    if (chunk >= bytes) {
+    if (bytes <= SHM_MIN_CHUNK_BYTES && (bytes + 64) * pieces <= team->slot_bytes) {
+        /* One chunk, what the general case below gives too, without its divisions: small
+         * calls are latency-bound, and a division costs tens of cycles. */
         chunk = bytes;
     } else {
-        /* Even chunks, so the last one is not a sliver that costs a whole round of flags. */
-        size_t nchunks = (bytes + chunk - 1) / chunk;
-        chunk = ((bytes + nchunks - 1) / nchunks + 63) & ~(size_t)63;
+        chunk = (team->slot_bytes / pieces) & ~(size_t)63;
+        /* A message that fits one slot is still cut in SHM_MIN_CHUNKS when that leaves chunks
+         * of SHM_MIN_CHUNK_BYTES or more: one rank's fill of a chunk then overlaps another's
+         * reading of the one before, instead of every rank waiting for a whole message. */
+        size_t pipelined = ((bytes + SHM_MIN_CHUNKS - 1) / SHM_MIN_CHUNKS + 63) & ~(size_t)63;
+        if (pipelined < SHM_MIN_CHUNK_BYTES) {
+            pipelined = SHM_MIN_CHUNK_BYTES;
+        }
+        if (chunk > pipelined) {
+            chunk = pipelined;
+        }
+        if (chunk >= bytes) {
+            chunk = bytes;
+        } else {
+            /* Even chunks, so the last one is not a sliver that costs a whole round of flags. */
+            size_t nchunks = (bytes + chunk - 1) / chunk;
+            chunk = ((bytes + nchunks - 1) / nchunks + 63) & ~(size_t)63;
+        }
     }
     op->chunk = chunk;
-    op->nchunks = chunk == 0 ? 0 : (uint32_t)((bytes + chunk - 1) / chunk);
+    op->nchunks = chunk == 0 ? 0 : chunk == bytes ? 1 : (uint32_t)((bytes + chunk - 1) / chunk);
     op->small = op->nchunks == 1 && !op->two_phase &&
                 (size_t)pieces * chunk <= SHM_SMALL_BYTES;
     op->phase = SHM_PHASE_START;
@@ -129,7 +137,7 @@ static void
 shm_put(const struct shm_op *op, void *dst, const void *src, size_t bytes)
 {
     if (op->args.prescale) {
-        kr_reduce_host(dst, src, NULL, bytes / op->args.elem_size, &op->args.redop, KR_PRE_A);
+        kr_reduce_host(dst, src, NULL, bytes >> op->elem_shift, &op->args.redop, KR_PRE_A);
     } else {
         kr_copy_host(dst, src, bytes);
     }
@@ -142,7 +150,7 @@ static void
 shm_reduce(const struct shm_op *op, void *dst, const void *const *srcs, int nsrcs,
            bool own_first, size_t src_off, size_t bytes)
 {
-    const size_t count = bytes / op->args.elem_size;
+    const size_t count = bytes >> op->elem_shift;
     unsigned flags = (own_first && op->args.prescale) ? KR_PRE_A : 0;
 
     for (int k = 1; k < nsrcs; k++) {

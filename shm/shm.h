@@ -131,6 +131,7 @@ struct shm_op {
     bool two_phase;   /* reductions split in shares: reduce, then copy shares out */
     bool stream_out;  /* output copies use non-temporal stores (a large output) */
     bool small;       /* one chunk in the small ring (SHM_SMALL_SLOTS deep) */
+    unsigned elem_shift; /* log2(elem_size): bytes to elements without a division */
     size_t block;     /* bytes each chunk loop walks (a rank's block, or the whole buffer) */
     size_t chunk;     /* bytes per chunk of that walk */
     uint32_t nchunks;
