@@ -14,10 +14,11 @@ that rotates from pass to pass; a size's figure is the median over passes.
 
 Prints, per collective and rank count, the out-of-place busbw (GB/s) of each library and
 ncclshim's ratio to the best other library; writes build/compare/results.csv (every pass),
-table.txt and one PNG per collective (plot.py). Exits non-zero if any run failed or any
+table.txt, summary.md (the README's table) and one PNG per collective (plot.py).
+--from-csv reports on the results.csv of an earlier run without measuring. Exits non-zero if any run failed or any
 result was wrong, after printing what it measured.
 
-Usage: tools/compare/compare.py [--build DIR] [--quick]
+Usage: tools/compare/compare.py [--build DIR] [--quick] [--from-csv CSV]
 """
 
 import argparse
@@ -178,14 +179,88 @@ def table(med, libs):
     return "\n".join(lines)
 
 
+def ratio_to_best(med, peers, coll, nranks, size):
+    """(ncclshim's busbw, its ratio to the best peer), either None when unknown."""
+    ours = med.get((coll, nranks, "ncclshim", size))
+    best = max((med.get((coll, nranks, p, size), 0.0) for p in peers), default=0.0)
+    if ours is None or best <= 0:
+        return ours, None
+    return ours, ours / best
+
+
+def human(size):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+SUMMARY_SIZES = [8, 64 << 10, 1 << 20, 64 << 20, 256 << 20]
+
+
+def summary(med, libs):
+    """The README's table, in Markdown: ncclshim's busbw and ratio at a few sizes, and every
+    size at which a peer was faster."""
+    peers = [lib for lib in libs if lib != "ncclshim"]
+    head = ["collective, ranks"] + [human(s) for s in SUMMARY_SIZES] + \
+        ["sizes slower than the best peer"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for coll in COLLS:
+        for nranks in RANKS:
+            sizes = sorted({k[3] for k in med if k[:3] == (coll, nranks, "ncclshim")})
+            if not sizes:
+                continue
+            cells = []
+            for size in SUMMARY_SIZES:
+                ours, ratio = ratio_to_best(med, peers, coll, nranks, size)
+                cells.append("-" if ratio is None else "%.3g (%.2fx)" % (ours, ratio))
+            slower = [f"{human(size)} ({ratio:.2f})" for size in sizes
+                      for ratio in [ratio_to_best(med, peers, coll, nranks, size)[1]]
+                      if ratio is not None and ratio < 1]
+            lines.append(f"| {coll}, {nranks} ranks | " + " | ".join(cells) + " | " +
+                         (", ".join(slower) or "none") + " |")
+    return "\n".join(lines)
+
+
+def read_csv(path):
+    """The rows of a results.csv, typed as measure() returns them; and the libraries seen."""
+    results, libs = [], []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            results.append((row["collective"], int(row["ranks"]), row["library"],
+                            int(row["pass"]), int(row["size"]), float(row["busbw"])))
+            if row["library"] not in libs:
+                libs.append(row["library"])
+    return results, [lib for lib in LIBS if lib in libs]
+
+
+def report(results, libs, out):
+    """Prints the table and writes table.txt, summary.md and the PNGs under out."""
+    med = medians(results)
+    text = table(med, libs)
+    print(text)
+    with open(os.path.join(out, "table.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(summary(med, libs) + "\n")
+    for path in plot.plot_all(med, COLLS, RANKS, libs, out):
+        print(f"compare: wrote {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default="build")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
+    parser.add_argument("--from-csv", metavar="CSV",
+                        help="measure nothing: report on a results.csv of an earlier run")
     args = parser.parse_args()
     mode = QUICK if args.quick else FULL
     out = os.path.join(args.build, "compare")
     os.makedirs(out, exist_ok=True)
+    if args.from_csv:
+        results, libs = read_csv(args.from_csv)
+        report(results, libs, out)
+        return 0
 
     libs = [lib for lib in LIBS if lib != "gloo"]
     if gloo_available():
@@ -206,13 +281,7 @@ def main():
         writer = csv.writer(f)
         writer.writerow(["collective", "ranks", "library", "pass", "size", "busbw"])
         writer.writerows(results)
-    med = medians(results)
-    text = table(med, libs)
-    print(text)
-    with open(os.path.join(out, "table.txt"), "w") as f:
-        f.write(text + "\n")
-    for path in plot.plot_all(med, COLLS, RANKS, libs, out):
-        print(f"compare: wrote {path}")
+    report(results, libs, out)
     print(f"compare: measured in {time.monotonic() - started:.0f} s")
     if failures:
         print("compare: FAILED runs:\n  " + "\n  ".join(failures))
