@@ -211,27 +211,35 @@ shim_exec_use_shm(const struct ncclComm *comm, const struct alg_args *args)
     return comm->shm != NULL && shm_serves(args->coll) && (comm->shm_colls & (1u << args->coll));
 }
 
-static void
-shim_exec_shm_init(struct shim_exec *exec, const struct alg_args *args)
+/* Numbers op and sets up its shared-memory op; returns the number. */
+static uint32_t
+shim_exec_shm_start(struct ncclComm *comm, const struct shim_op *op,
+                    const struct alg_args *args, struct shm_op *shm_op)
 {
-    struct ncclComm *comm = exec->op.comm;
     struct shm_coll_args shm_args = {
         .coll = args->coll,
-        .send = exec->op.sendbuff,
-        .recv = exec->op.recvbuff,
+        .send = op->sendbuff,
+        .recv = op->recvbuff,
         .count = args->count,
         .elem_size = args->elem_size,
         .root = args->root,
-        .redop = exec->op.redop,
+        .redop = op->redop,
         .prescale = args->prescale,
         .in_place = args->in_place,
     };
+    uint32_t seq = shim_exec_next_seq(comm, op);
+    shm_op_init(shm_op, comm->shm, &shm_args);
+    TRACE(SHIM_COLL, "%s seq %u: shared memory, chunk %zu bytes", shim_coll_name(op->coll), seq,
+          shm_op->chunk);
+    return seq;
+}
+
+static void
+shim_exec_shm_init(struct shim_exec *exec, const struct alg_args *args)
+{
     exec->shm = true;
     exec->alg_name = "shm";
-    exec->seq = shim_exec_next_seq(comm, &exec->op);
-    shm_op_init(&exec->shm_op, comm->shm, &shm_args);
-    TRACE(SHIM_COLL, "%s seq %u: shared memory, chunk %zu bytes", shim_coll_name(exec->op.coll),
-          exec->seq, exec->shm_op.chunk);
+    exec->seq = shim_exec_shm_start(exec->op.comm, &exec->op, args, &exec->shm_op);
 }
 
 /* A zeroed exec: the communicator's spare one if it has it (a collective a call is the
@@ -801,14 +809,14 @@ shim_exec_run_one(const struct shim_op *op)
     ncclResult_t res;
 
     if (shim_exec_use_shm(comm, &args)) {
-        /* A call outside a group on one host, the latency-bound case: the exec lives on the
-         * stack, and most small calls finish within a few polls, before any run loop. */
-        struct shim_exec quick;
-        memset(&quick, 0, sizeof(quick));
-        quick.op = *op;
-        shim_exec_shm_init(&quick, &args);
+        /* A call outside a group on one host, the latency-bound case: most small calls
+         * finish within a few polls of an op on the stack; only one that must wait gets an
+         * exec and the run loop. */
+        struct shm_op quick;
+        struct shm_wait wait = {0};
+        uint32_t seq = shim_exec_shm_start(comm, op, &args, &quick);
         for (int poll = 0; poll < SHIM_QUICK_POLLS; poll++) {
-            enum shm_status status = shm_op_progress(&quick.shm_op, comm->shm, &quick.shm_wait);
+            enum shm_status status = shm_op_progress(&quick, comm->shm, &wait);
             if (status == SHM_DONE) {
                 return ncclSuccess;
             }
@@ -816,11 +824,25 @@ shim_exec_run_one(const struct shim_op *op)
                 shim_cpu_relax();
             }
         }
-        exec = &quick;
-        res = shim_exec_run(&exec, 1);
-        if (comm->shm->owner == &quick.shm_op) {
-            comm->shm->owner = NULL; /* failed midway; the communicator has failed too */
+        res = shim_exec_alloc(comm, &exec);
+        if (res != ncclSuccess) {
+            if (comm->shm->owner == &quick) {
+                comm->shm->owner = NULL; /* the peers will fail too, at their timeout */
+            }
+            return res;
         }
+        exec->op = *op;
+        alg_sched_init(&exec->sched);
+        exec->shm = true;
+        exec->alg_name = "shm";
+        exec->seq = seq;
+        exec->shm_op = quick;
+        exec->shm_wait = wait;
+        if (comm->shm->owner == &quick) {
+            comm->shm->owner = &exec->shm_op; /* the op moved */
+        }
+        res = shim_exec_run(&exec, 1);
+        shim_exec_destroy(exec);
         return res;
     }
     SHIM_CHECK(shim_exec_create(op, &exec));

@@ -471,7 +471,9 @@ shm_try_read(struct shm_team *team, struct shm_op *op, struct shm_wait *wait)
             return false;
         }
         shm_phase1(&c);
-        shm_post(team, SHM_FLAG(reduced), c.s);
+        if (op->two_phase) {
+            shm_post(team, SHM_FLAG(reduced), c.s);
+        }
         op->phase = SHM_PHASE_GATHER;
         moved = true;
     }

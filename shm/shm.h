@@ -16,8 +16,9 @@
  *   phase 2   copy the reduced shares out of the result slots of ranks reduced with s
  *                                                               -> consumed = s
  *
- * Every rank posts all three numbers for every chunk, whether or not it had work in a phase,
- * so "rank j posted s" always means j is past that point of chunk s. Before I fill slot
+ * Every rank posts ready and consumed for every chunk, and reduced for every chunk of a
+ * two-phase reduction (the only chunks that wait for it), whether or not it had work in a
+ * phase, so "rank j posted s" always means j is past that point of chunk s. Before I fill slot
  * s % 2 again, every rank must have consumed s - 2: two chunks in flight hide one rank's lag
  * behind another, and a rank fills chunk s + 1 while it waits for its peers' flags of chunk
  * s. A message that fits SHM_SMALL_BYTES whole goes through a ring of SHM_SMALL_SLOTS small
