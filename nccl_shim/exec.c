@@ -601,16 +601,18 @@ shim_exec_note_wait(const struct shim_exec *exec, struct shim_exec_waits *waits)
     }
 }
 
-/* Nothing moved for NCCLSHIM_WAIT_MS: is every rank of the communicator's host team still
- * alive? Not only the one we wait for: it may itself wait for a rank that died, and never
- * post again. */
+/* Nothing moved for NCCLSHIM_WAIT_MS: is every rank of the communicator's host team that
+ * the op may still need alive? Not only the one we wait for: it may itself wait for a rank
+ * that died, and never post again. A rank that finished its part and exited is no failure
+ * (a broadcast's root, or a fast rank woken first, may be gone before we look). */
 static ncclResult_t
 shim_exec_check_shm_peers(const struct shim_exec *exec)
 {
     struct ncclComm *comm = exec->op.comm;
 
     for (int peer = 0; peer < comm->nranks; peer++) {
-        if (peer != comm->rank && !shm_team_peer_alive(comm->shm, peer)) {
+        if (peer != comm->rank && shm_op_needs(&exec->shm_op, comm->shm, peer) &&
+            !shm_team_peer_alive(comm->shm, peer)) {
             WARN("rank %d: rank %d died during %s seq %u (shared memory)", comm->rank, peer,
                  shim_coll_name(exec->op.coll), exec->seq);
             return ncclRemoteError;

@@ -489,6 +489,16 @@ shm_try_read(struct shm_team *team, struct shm_op *op, struct shm_wait *wait)
     return true;
 }
 
+bool
+shm_op_needs(const struct shm_op *op, struct shm_team *team, int rank)
+{
+    if (op->phase == SHM_PHASE_START || op->phase == SHM_PHASE_DONE) {
+        return op->phase == SHM_PHASE_START; /* not numbered yet: it needs everyone */
+    }
+    uint32_t last = op->s0 + op->nchunks - 1;
+    return (int32_t)(shm_flag_load(&team->regions[rank]->consumed) - last) < 0;
+}
+
 enum shm_status
 shm_op_progress(struct shm_op *op, struct shm_team *team, struct shm_wait *wait_out)
 {

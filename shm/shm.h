@@ -151,6 +151,10 @@ enum shm_status {
 bool shm_serves(enum alg_coll coll);
 void shm_op_init(struct shm_op *op, const struct shm_team *team,
                  const struct shm_coll_args *args);
+/* Whether op may still need anything from rank: false once rank has consumed op's last
+ * chunk, having then posted all its op's flags (its slots stay readable while mapped). A
+ * rank that finished and exited is then no failure of op. */
+bool shm_op_needs(const struct shm_op *op, struct shm_team *team, int rank);
 /* Advances op as far as it can without waiting. */
 enum shm_status shm_op_progress(struct shm_op *op, struct shm_team *team,
                                 struct shm_wait *wait_out);

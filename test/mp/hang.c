@@ -10,12 +10,16 @@
  *   mismatch  with NCCLSHIM_CHECK=1, the last rank calls with another count (then another
  *             collective, then another root): every rank gets ncclInvalidUsage with a message
  *             naming both calls, and the communicator still works afterwards.
+ *   idle      the last rank comes 1.5 s late to an all-reduce: the ranks that wait for it
+ *             sleep, so the waiting thread's CPU time is under a quarter of the wait, and the
+ *             result is right.
  * Each part reads its own stderr back (redirected to a file) to check what was printed.
  */
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include "common.h"
 
@@ -148,6 +152,39 @@ part_mismatch(const struct mp_world *w)
     MP_CHECK(ncclCommDestroy(w->comm));
 }
 
+/* CPU seconds (user and system) this thread has used. */
+static double
+hang_thread_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+static void
+part_idle(const struct mp_world *w)
+{
+    const bool late = w->rank == w->nranks - 1;
+
+    /* One call first, so the wait below is not the communicator's first use. */
+    MP_EXPECT(mp_allreduce_check(w->comm, w->rank, w->nranks, ncclFloat, 64, false, 1) == 0,
+              "the first all-reduce");
+    if (late) {
+        usleep(1500 * 1000);
+    }
+    double t0 = mp_now(), cpu0 = hang_thread_cpu();
+    long wrong = mp_allreduce_check(w->comm, w->rank, w->nranks, ncclFloat, 64, false, 2);
+    double waited = mp_now() - t0, cpu = hang_thread_cpu() - cpu0;
+    MP_EXPECT(wrong == 0, "the late all-reduce was wrong");
+    if (!late) {
+        MP_EXPECT(waited > 1.0, "waited %.2f s for a rank 1.5 s late", waited);
+        MP_EXPECT(cpu < 0.25 * waited, "used %.3f s of CPU while waiting %.2f s", cpu, waited);
+        printf("hang: idle: rank %d waited %.2f s on %.3f s of CPU\n", w->rank, waited, cpu);
+    }
+    MP_CHECK(ncclCommDestroy(w->comm));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -159,7 +196,7 @@ main(int argc, char **argv)
         if (opt == 'p') {
             part = optarg;
         } else {
-            fprintf(stderr, "usage: hang -p timeout|report|mismatch\n");
+            fprintf(stderr, "usage: hang -p timeout|report|mismatch|idle\n");
             return 2;
         }
     }
@@ -169,6 +206,8 @@ main(int argc, char **argv)
         part_timeout(&world);
     } else if (strcmp(part, "report") == 0) {
         part_report(&world);
+    } else if (strcmp(part, "idle") == 0) {
+        part_idle(&world);
     } else {
         part_mismatch(&world);
     }

@@ -161,6 +161,9 @@ else
     run_case hang-timeout-n3 3 60 NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p timeout
     run_case hang-timeout-n2-tcp 2 60 NCCLSHIM_TIMEOUT=2 "${tcp[@]}" -- "$bindir/hang" -p timeout
     run_case hang-report-n2 2 60 -- "$bindir/hang" -p report
+    run_case hang-idle-n2 2 60 -- "$bindir/hang" -p idle
+    run_case hang-idle-n4 4 60 -- "$bindir/hang" -p idle
+    run_case hang-idle-n2-tcp 2 60 "${tcp[@]}" -- "$bindir/hang" -p idle
     run_case hang-mismatch-n3 3 60 NCCLSHIM_CHECK=1 -- "$bindir/hang" -p mismatch
     run_case hang-mismatch-n2-tcp 2 60 NCCLSHIM_CHECK=1 "${tcp[@]}" -- "$bindir/hang" -p mismatch
     # Soak: two communicators, two threads, a mixed random stream; results and RSS checked.
