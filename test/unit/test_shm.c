@@ -218,10 +218,13 @@ Test(shm, large_outputs_go_out_with_streaming_stores)
     }
 }
 
+#define AHEAD_CALLS (2 * SHM_SMALL_SLOTS + 8) /* calls in a row: twice round the small ring */
+
 Test(shm, ranks_run_ahead_through_the_small_ring_and_back)
 {
-    /* 40 calls in a row with one slow rank: the others get up to SHM_SMALL_SLOTS calls
-     * ahead, then wait; every result stays right, in small and large messages alike. */
+    /* Twice round the small ring and more, with one slow rank: the others get up to
+     * SHM_SMALL_SLOTS calls ahead, then wait; every result stays right, in small and large
+     * messages alike. */
     const size_t counts[] = {5, 1000, 4099};
     struct team_set set;
     team_set_create(&set, 4, 16384, 1024);
@@ -229,26 +232,26 @@ Test(shm, ranks_run_ahead_through_the_small_ring_and_back)
         for (size_t k = 0; k < 3; k++) {
             struct ref_case c = {.coll = colls[ci], .nranks = 4, .count = counts[k],
                                  .root = 2, .in_place = false, .kind = KR_SUM};
-            run_case_n(&set, &c, 40, (int)(ci + k) % 4);
+            run_case_n(&set, &c, AHEAD_CALLS, (int)(ci + k) % 4);
         }
     }
     team_set_destroy(&set);
 }
 
-/* Broadcast of the call's own number, 64 calls in a row, with a slow receiver: the root runs
+/* Broadcast of the call's own number, AHEAD_CALLS calls in a row, with a slow receiver: the root runs
  * ahead through the small ring, and every receiver must still see call k's value in call k
  * (a slot reused too early would hand it a later call's). */
 struct ahead_job {
     struct shm_team *team;
     int root;
-    int32_t got[64];
+    int32_t got[AHEAD_CALLS];
 };
 
 static void *
 ahead_main(void *arg)
 {
     struct ahead_job *job = arg;
-    for (int k = 0; k < 64; k++) {
+    for (int k = 0; k < AHEAD_CALLS; k++) {
         int32_t send[4] = {k, k, k, k}, recv[4] = {-1, -1, -1, -1};
         struct shm_coll_args args = {.coll = ALG_COLL_BROADCAST, .send = send, .recv = recv,
                                      .count = 4, .elem_size = 4, .root = job->root,
@@ -277,7 +280,7 @@ Test(shm, a_root_ahead_never_overwrites_what_a_slow_rank_still_reads)
         pthread_join(threads[r], NULL);
     }
     for (int r = 0; r < 3; r++) {
-        for (int k = 0; k < 64; k++) {
+        for (int k = 0; k < AHEAD_CALLS; k++) {
             cr_assert_eq(jobs[r].got[k], k, "rank %d call %d got %d", r, k, jobs[r].got[k]);
         }
     }
