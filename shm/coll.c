@@ -499,6 +499,15 @@ shm_op_needs(const struct shm_op *op, struct shm_team *team, int rank)
     return (int32_t)(shm_flag_load(&team->regions[rank]->consumed) - last) < 0;
 }
 
+bool
+shm_op_peer_arrived(const struct shm_op *op, const struct shm_wait *wait)
+{
+    if (op->phase == SHM_PHASE_START || wait->addr == NULL) {
+        return false;
+    }
+    return (int32_t)(wait->seen - op->s0) >= 0;
+}
+
 enum shm_status
 shm_op_progress(struct shm_op *op, struct shm_team *team, struct shm_wait *wait_out)
 {

@@ -158,6 +158,9 @@ void shm_op_init(struct shm_op *op, const struct shm_team *team,
  * chunk, having then posted all its op's flags (its slots stay readable while mapped). A
  * rank that finished and exited is then no failure of op. */
 bool shm_op_needs(const struct shm_op *op, struct shm_team *team, int rank);
+/* Whether the rank op waits for (wait, as shm_op_progress left it) has posted anything of
+ * op yet: then it is at work on op, not late to it. */
+bool shm_op_peer_arrived(const struct shm_op *op, const struct shm_wait *wait);
 /* Advances op as far as it can without waiting. */
 enum shm_status shm_op_progress(struct shm_op *op, struct shm_team *team,
                                 struct shm_wait *wait_out);
