@@ -234,12 +234,13 @@ shim_exec_shm_start(struct ncclComm *comm, const struct shim_op *op,
     return seq;
 }
 
+/* Marks exec as running its shared-memory op (set up by shim_exec_shm_start) as number seq. */
 static void
-shim_exec_shm_init(struct shim_exec *exec, const struct alg_args *args)
+shim_exec_shm_adopt(struct shim_exec *exec, uint32_t seq)
 {
     exec->shm = true;
     exec->alg_name = "shm";
-    exec->seq = shim_exec_shm_start(exec->op.comm, &exec->op, args, &exec->shm_op);
+    exec->seq = seq;
 }
 
 /* A zeroed exec: the communicator's spare one if it has it (a collective a call is the
@@ -264,6 +265,16 @@ shim_exec_free_spare(struct ncclComm *comm)
     comm->spare_exec = NULL;
 }
 
+/* A zeroed exec for op, with an empty schedule. */
+static ncclResult_t
+shim_exec_new(const struct shim_op *op, struct shim_exec **exec_out)
+{
+    SHIM_CHECK(shim_exec_alloc(op->comm, exec_out));
+    (*exec_out)->op = *op;
+    alg_sched_init(&(*exec_out)->sched);
+    return ncclSuccess;
+}
+
 ncclResult_t
 shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
 {
@@ -271,13 +282,10 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
     struct shim_exec *exec;
     ncclResult_t res;
 
-    SHIM_CHECK(shim_exec_alloc(comm, &exec));
-    exec->op = *op;
-    alg_sched_init(&exec->sched);
-
+    SHIM_CHECK(shim_exec_new(op, &exec));
     struct alg_args args = shim_exec_args(op);
     if (shim_exec_use_shm(comm, &args)) {
-        shim_exec_shm_init(exec, &args);
+        shim_exec_shm_adopt(exec, shim_exec_shm_start(comm, op, &args, &exec->shm_op));
         *exec_out = exec;
         return ncclSuccess;
     }
@@ -841,18 +849,14 @@ shim_exec_run_one(const struct shim_op *op)
                 shim_cpu_relax();
             }
         }
-        res = shim_exec_alloc(comm, &exec);
+        res = shim_exec_new(op, &exec);
         if (res != ncclSuccess) {
             if (comm->shm->owner == &quick) {
                 comm->shm->owner = NULL; /* the peers will fail too, at their timeout */
             }
             return res;
         }
-        exec->op = *op;
-        alg_sched_init(&exec->sched);
-        exec->shm = true;
-        exec->alg_name = "shm";
-        exec->seq = seq;
+        shim_exec_shm_adopt(exec, seq);
         exec->shm_op = quick;
         exec->shm_wait = wait;
         if (comm->shm->owner == &quick) {
