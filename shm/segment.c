@@ -113,6 +113,21 @@ shm_team_map(const char *name, size_t bytes, size_t slot_bytes, struct shm_regio
     return ncclSuccess;
 }
 
+/* Reads a byte of every page of every rank's small ring. Each small call touches a page of
+ * its own, and the first walk of each page's translation is cold (nested paging here): the
+ * first SHM_SMALL_SLOTS small calls of a team took about 0.1-0.2 us more each (2 ranks, 8 B
+ * all-reduce, 10 warm-up calls: 0.58-0.72 us against 0.42-0.56 at the next sizes). */
+static void
+shm_team_touch_small(const struct shm_team *team)
+{
+    for (int r = 0; r < team->nranks; r++) {
+        const volatile uint8_t *small = (const uint8_t *)team->regions[r] + SHM_HEADER_BYTES;
+        for (size_t b = 0; b < SHM_SMALL_AREA; b += 4096) {
+            (void)small[b];
+        }
+    }
+}
+
 ncclResult_t
 shm_team_create(struct shm_segment *seg, int rank, int nranks,
                 const char (*names)[SHM_NAME_MAX], size_t slot_bytes,
@@ -143,6 +158,7 @@ shm_team_create(struct shm_segment *seg, int rank, int nranks,
         SHIM_CHECK_GOTO(shm_team_map(names[r], seg->bytes, slot_bytes, &team->regions[r]),
                         res, err_unmap);
     }
+    shm_team_touch_small(team);
     seg->base = NULL; /* the team's now */
     *team_out = team;
     return ncclSuccess;
