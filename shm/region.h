@@ -25,6 +25,7 @@ struct shm_region {
     struct shm_flag reduced;
     struct shm_flag consumed;
     _Alignas(64) pid_t pid;      /* the owner, for liveness checks */
+    int32_t cpu;                 /* the CPU the owner was on when it last waited */
     uint64_t slot_bytes;
 };
 

@@ -56,6 +56,7 @@ shm_segment_create(const char *tag, size_t slot_bytes, struct shm_segment *seg)
     seg->bytes = bytes;
     struct shm_region *region = seg->base;
     region->pid = getpid();
+    region->cpu = -1; /* not waited yet */
     region->slot_bytes = slot_bytes;
     return ncclSuccess;
 
@@ -197,6 +198,18 @@ shm_team_peer_alive(const struct shm_team *team, int rank)
 {
     pid_t pid = team->regions[rank]->pid;
     return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+bool
+shm_team_peer_shares_cpu(struct shm_team *team, int peer)
+{
+    int cpu = sched_getcpu(); /* glibc reads it from the rseq area: no system call */
+    struct shm_region *own = team->regions[team->rank];
+
+    if (__atomic_load_n(&own->cpu, __ATOMIC_RELAXED) != cpu) {
+        __atomic_store_n(&own->cpu, cpu, __ATOMIC_RELAXED);
+    }
+    return cpu >= 0 && __atomic_load_n(&team->regions[peer]->cpu, __ATOMIC_RELAXED) == cpu;
 }
 
 /* FNV-1a, enough to tell hosts apart. */

@@ -101,6 +101,10 @@ ncclResult_t shm_team_create(struct shm_segment *seg, int rank, int nranks,
 void shm_team_destroy(struct shm_team *team);
 /* Whether the process that owns rank's segment still exists. */
 bool shm_team_peer_alive(const struct shm_team *team, int rank);
+/* Whether rank `peer` was last seen waiting on the CPU this rank is on now; also publishes
+ * this rank's CPU for its peers. For a rank about to wait: call it only then, as the
+ * publishing writes a line that peers read. */
+bool shm_team_peer_shares_cpu(struct shm_team *team, int peer);
 
 /* An identity shared by exactly the processes that may map each other's segments: the
  * override (NCCL_HOSTID) if not NULL, else host name, boot id and network namespace. A

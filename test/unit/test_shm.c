@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -198,6 +199,46 @@ Test(shm, segments_leave_no_name_behind)
     char path[128];
     snprintf(path, sizeof(path), "/dev/shm/ncclshim-unit-n2-r0-%d", (int)getpid());
     cr_assert_neq(access(path, F_OK), 0, "%s is still there", path);
+}
+
+/* Pins the calling thread to one CPU; false if it may not run there. */
+static bool
+pin_to(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
+Test(shm, a_rank_sees_when_the_awaited_rank_last_waited_on_its_cpu)
+{
+    cpu_set_t allowed;
+    struct team_set set;
+    int cpus[2], found = 0;
+
+    cr_assert_eq(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+    for (int c = 0; c < CPU_SETSIZE && found < 2; c++) {
+        if (CPU_ISSET(c, &allowed)) {
+            cpus[found++] = c;
+        }
+    }
+    team_set_create(&set, 2, 4096, 0);
+    cr_assert(pin_to(cpus[0]));
+    cr_assert_not(shm_team_peer_shares_cpu(set.teams[0], 1), "rank 1 never waited");
+    /* Rank 1 on rank 0's CPU: rank 0 noted it there on its call above. */
+    cr_assert(shm_team_peer_shares_cpu(set.teams[1], 0));
+    cr_assert(shm_team_peer_shares_cpu(set.teams[0], 1));
+    if (found == 2) {
+        cr_assert(pin_to(cpus[1]));
+        cr_assert_not(shm_team_peer_shares_cpu(set.teams[1], 0), "rank 0 was last on cpu %d",
+                      cpus[0]);
+        /* Rank 0 moves to rank 1's new CPU and is seen there once it waits. */
+        cr_assert(shm_team_peer_shares_cpu(set.teams[0], 1));
+        cr_assert(shm_team_peer_shares_cpu(set.teams[1], 0));
+    }
+    cr_assert(sched_setaffinity(0, sizeof(allowed), &allowed) == 0);
+    team_set_destroy(&set);
 }
 
 Test(shm, large_outputs_go_out_with_streaming_stores)
