@@ -25,6 +25,7 @@
 #include "algorithms/alg.h"
 #include "check.h"
 #include "comm.h"
+#include "cpu_move.h"
 #include "env.h"
 #include "report.h"
 #include "shm/shm.h"
@@ -228,6 +229,7 @@ shim_exec_shm_start(struct ncclComm *comm, const struct shim_op *op,
         .in_place = args->in_place,
     };
     uint32_t seq = shim_exec_next_seq(comm, op);
+    shm_team_note_cpu(comm->shm);
     shm_op_init(shm_op, comm->shm, &shm_args);
     TRACE(SHIM_COLL, "%s seq %u: shared memory, chunk %zu bytes", shim_coll_name(op->coll), seq,
           shm_op->chunk);
@@ -670,6 +672,19 @@ shim_cpu_relax(void)
 #endif
 }
 
+/* The awaited rank was last seen on our CPU, with a CPU to spare: it cannot post while we poll
+ * there, and yielding hands the CPU back and forth at 2-3 us a call; the scheduler may keep
+ * the two together for a whole run (cpu_move.c). Move to another CPU; failing that, sleep on
+ * the flag, so the peer's post wakes us, perhaps on an idle CPU. 2 ranks, 8 B all-reduce,
+ * 30 alternating runs: polling first took 8 us a call in 3 runs, yielding 2-3 us in 8. */
+static void
+shim_exec_part_from_peer(const struct shm_wait *wait, uint64_t now)
+{
+    if (!shim_cpu_move_away(now)) {
+        shm_wait_sleep(wait, 1);
+    }
+}
+
 /* Every unfinished op of a run, one line each, to stderr whatever NCCL_DEBUG says: the user
  * asked (SIGUSR1) or is about to get a timeout error. */
 static void
@@ -785,13 +800,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         } else if (progressed) {
             last_progress = now;
         } else if (waits.shares_cpu && !waits.oversubscribed && !waits.transport) {
-            /* The awaited rank was last seen on our CPU, where the scheduler can keep two
-             * ranks that never sleep (a wakeup goes to the waker's CPU): it cannot post while
-             * we poll there, and yielding hands the CPU back and forth at 2 us a call. Sleep:
-             * its post wakes us on an idle CPU, and the two part. 2 ranks, 8 B all-reduce,
-             * 30 alternating runs: no run above 1.3 us, where 8 of 30 took 2-3 us yielding
-             * and 3 of 30 took 8 us polling first. */
-            shm_wait_sleep(waits.shm, 1);
+            shim_exec_part_from_peer(waits.shm, now);
         } else if (now - last_progress < shim_exec_spin_ns(spin_us, &waits)) {
             /* Another rank is about to answer: poll. Briefly without a system call, as a
              * peer on another CPU answers within a microsecond or two; then yielding, in
@@ -861,13 +870,13 @@ shim_exec_run_one(const struct shim_op *op)
             if (status != SHM_BLOCKED) {
                 continue;
             }
-            /* As shim_exec_run waits, without its clock. */
+            /* As shim_exec_run waits. */
             if (wait.addr == NULL || !shm_team_peer_shares_cpu(comm->shm, wait.peer)) {
                 shim_cpu_relax();
             } else if (comm->shm->oversubscribed) {
                 sched_yield();
             } else {
-                shm_wait_sleep(&wait, 1);
+                shim_exec_part_from_peer(&wait, shim_now_ns());
             }
         }
         res = shim_exec_new(op, &exec);

@@ -25,7 +25,7 @@ struct shm_region {
     struct shm_flag reduced;
     struct shm_flag consumed;
     _Alignas(64) pid_t pid;      /* the owner, for liveness checks */
-    int32_t cpu;                 /* the CPU the owner was on when it last waited */
+    int32_t cpu;                 /* the owner's CPU when it last started an op or waited */
     uint64_t slot_bytes;
 };
 

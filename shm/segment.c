@@ -200,15 +200,23 @@ shm_team_peer_alive(const struct shm_team *team, int rank)
     return kill(pid, 0) == 0 || errno != ESRCH;
 }
 
-bool
-shm_team_peer_shares_cpu(struct shm_team *team, int peer)
+int
+shm_team_note_cpu(struct shm_team *team)
 {
     int cpu = sched_getcpu(); /* glibc reads it from the rseq area: no system call */
     struct shm_region *own = team->regions[team->rank];
 
+    /* Written only when it changed: peers read this line. */
     if (__atomic_load_n(&own->cpu, __ATOMIC_RELAXED) != cpu) {
         __atomic_store_n(&own->cpu, cpu, __ATOMIC_RELAXED);
     }
+    return cpu;
+}
+
+bool
+shm_team_peer_shares_cpu(struct shm_team *team, int peer)
+{
+    int cpu = shm_team_note_cpu(team);
     return cpu >= 0 && __atomic_load_n(&team->regions[peer]->cpu, __ATOMIC_RELAXED) == cpu;
 }
 

@@ -101,9 +101,11 @@ ncclResult_t shm_team_create(struct shm_segment *seg, int rank, int nranks,
 void shm_team_destroy(struct shm_team *team);
 /* Whether the process that owns rank's segment still exists. */
 bool shm_team_peer_alive(const struct shm_team *team, int rank);
-/* Whether rank `peer` was last seen waiting on the CPU this rank is on now; also publishes
- * this rank's CPU for its peers. For a rank about to wait: call it only then, as the
- * publishing writes a line that peers read. */
+/* Publishes the CPU this rank is on, for its peers, at the start of every op and whenever it
+ * waits (a note only refreshed on waits went stale in a rank that never had to wait, and
+ * its peers slept on every call); returns it. */
+int shm_team_note_cpu(struct shm_team *team);
+/* Whether rank `peer` was last noted on the CPU this rank is on now (noting ours too). */
 bool shm_team_peer_shares_cpu(struct shm_team *team, int peer);
 
 /* An identity shared by exactly the processes that may map each other's segments: the
