@@ -457,6 +457,22 @@ shm_try_fill(struct shm_team *team, struct shm_op *op, struct shm_wait *wait)
     return true;
 }
 
+/* Asks for the first line of every slot this rank is about to read, before it reads the flags
+ * that say the slots are ready: when they are, both misses are under way at once, rather
+ * than the flag's and then the data's. */
+static void
+shm_prefetch_small(const struct shm_ctx *c)
+{
+    const int r = c->team->rank, n = c->team->nranks;
+    /* Where a slot holds a piece per rank, ours is piece r. */
+    const size_t mine = shm_pieces(c->op->args.coll, n) > 1 ? (size_t)r * c->op->chunk : 0;
+    for (int j = 0; j < n; j++) {
+        if (shm_reads_data(c->op, r, j)) {
+            __builtin_prefetch(shm_data(c, j) + mine);
+        }
+    }
+}
+
 /* Phase 1, then phase 2, of the oldest chunk not yet consumed. */
 static bool
 shm_try_read(struct shm_team *team, struct shm_op *op, struct shm_wait *wait)
@@ -467,6 +483,9 @@ shm_try_read(struct shm_team *team, struct shm_op *op, struct shm_wait *wait)
     struct shm_ctx c = shm_chunk(team, op, op->read);
     bool moved = false;
     if (op->phase == SHM_PHASE_READ) {
+        if (op->small) {
+            shm_prefetch_small(&c);
+        }
         if (!shm_all_reached(team, op, SHM_FLAG(ready), shm_reads_data, c.s, wait)) {
             return false;
         }
