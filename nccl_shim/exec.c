@@ -651,12 +651,41 @@ shim_exec_check_shm_peers(const struct shim_exec *exec)
  * broadcast sweeps fell to 0.06-0.8 GB/s on some runs, where they make 4-7. */
 #define SHIM_SPIN_IN_OP_FACTOR 10u
 
+/* And up to 2^SHIM_SPIN_MAX_SHIFT times that when sleeps keep ending sooner than the spin
+ * before them would have (shim_exec_adapt_spin). Two ranks that both sleep can otherwise
+ * feed each other: each one's wakeup outlasts the other's spin, so the other sleeps too, and
+ * every call costs a spin and a wakeup. Seen as whole 2-rank runs of small all-gathers at
+ * about 275 us a call (1 pass in 3 of a full compare), where others take 0.5. Per thread: it
+ * is this thread's wakeups that are measured. */
+#define SHIM_SPIN_MAX_SHIFT 4u
+static __thread unsigned shim_spin_shift;
+
 static uint64_t
 shim_exec_spin_ns(int64_t spin_us, const struct shim_exec_waits *waits)
 {
-    uint64_t ns = spin_us >= 0 ? (uint64_t)spin_us * 1000u
-                               : waits->transport ? SHIM_SPIN_NS_NETWORK : SHIM_SPIN_NS_SHM;
-    return waits->transport || waits->newcomer ? ns : ns * SHIM_SPIN_IN_OP_FACTOR;
+    if (spin_us >= 0) {
+        uint64_t ns = (uint64_t)spin_us * 1000u; /* the user's choice, as given */
+        return waits->transport || waits->newcomer ? ns : ns * SHIM_SPIN_IN_OP_FACTOR;
+    }
+    if (waits->transport) {
+        return SHIM_SPIN_NS_NETWORK;
+    }
+    uint64_t ns = (uint64_t)SHIM_SPIN_NS_SHM << shim_spin_shift;
+    return waits->newcomer ? ns : ns * SHIM_SPIN_IN_OP_FACTOR;
+}
+
+/* After a sleep on a shared-memory flag that followed a spin of spun ns. A sleep that ended
+ * within a few spins means the peer was close: spin longer from now on. The measure includes
+ * our own wakeup, which is the cost in question (the 275 us calls above: a 200 us spin, the
+ * rest wakeups). A sleep much longer than the spin (a peer really away) brings it back down. */
+static void
+shim_exec_adapt_spin(uint64_t spun, uint64_t slept)
+{
+    if (slept < 4 * spun && shim_spin_shift < SHIM_SPIN_MAX_SHIFT) {
+        shim_spin_shift++;
+    } else if (slept > 16 * spun && shim_spin_shift > 0) {
+        shim_spin_shift--;
+    }
 }
 
 /* How long a rank polls shared memory without yielding its CPU. */
@@ -818,6 +847,9 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                             res, out);
         } else if (waits.shm != NULL) {
             shm_wait_sleep(waits.shm, wait_ms);
+            if (spin_us < 0) {
+                shim_exec_adapt_spin(shim_exec_spin_ns(spin_us, &waits), shim_now_ns() - now);
+            }
         }
         /* Long without news: on one host a dead rank shows at once by its pid, sooner than
          * UCX's keepalive would tell (tens of seconds over shared memory). */

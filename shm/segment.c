@@ -56,7 +56,7 @@ shm_segment_create(const char *tag, size_t slot_bytes, struct shm_segment *seg)
     seg->bytes = bytes;
     struct shm_region *region = seg->base;
     region->pid = getpid();
-    region->cpu = -1; /* not waited yet */
+    region->cpu = -1; /* not noted yet */
     region->slot_bytes = slot_bytes;
     return ncclSuccess;
 
