@@ -833,9 +833,8 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         } else if (now - last_progress < shim_exec_spin_ns(spin_us, &waits)) {
             /* Another rank is about to answer: poll. Briefly without a system call, as a
              * peer on another CPU answers within a microsecond or two; then yielding, in
-             * case the peer waits for our CPU (at once if we know it does). */
-            if (waits.transport || waits.oversubscribed || waits.shares_cpu ||
-                now - last_progress > SHIM_PAUSE_NS) {
+             * case the peer waits for our CPU. */
+            if (waits.transport || waits.oversubscribed || now - last_progress > SHIM_PAUSE_NS) {
                 sched_yield();
             } else {
                 shim_cpu_relax();
