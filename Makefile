@@ -16,7 +16,7 @@ NRANKS ?= 4
 
 CC ?= gcc
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer)
-CPPFLAGS := -I. -Inccl_shim -I$(NCCL_INC) -I$(CUDA_HOME)/include -D_GNU_SOURCE
+CPPFLAGS := -I. -I$(NCCL_INC) -I$(CUDA_HOME)/include -D_GNU_SOURCE
 CFLAGS := -std=gnu11 -O2 -g -fPIC -Wall -Wextra -Werror -Wno-deprecated-declarations $(SAN_FLAGS)
 # TLS descriptors: a thread-local access is a couple of instructions instead of a call to
 # __tls_get_addr (about 10 a collective call), in whatever way the library is loaded.
@@ -25,7 +25,7 @@ LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden $(TLS_DIALECT)
 LDFLAGS := $(SAN_FLAGS)
 LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
 
-LIB_SRCS := $(wildcard nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
+LIB_SRCS := $(wildcard base/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/lib/libnccl.so.2
 INTERNAL := $(BUILD)/lib/libncclshim_internal.a
@@ -177,9 +177,9 @@ FUZZ_NAMES := $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
 FUZZ_SRCS_fuzz_bootstrap_wire := nccl_shim/bootstrap_wire.c
 FUZZ_SRCS_fuzz_bootstrap_root := nccl_shim/bootstrap_wire.c nccl_shim/socket.c \
-                                 nccl_shim/debug.c nccl_shim/env.c
+                                 base/debug.c base/env.c
 
-$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard test/fuzz/*.h nccl_shim/*.c nccl_shim/*.h) \
+$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard test/fuzz/*.h base/*.[ch] nccl_shim/*.[ch]) \
                       | check-deps
 	@mkdir -p $(dir $@)
 	@command -v $(FUZZ_CC) >/dev/null || \

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "check.h"
+#include "base/check.h"
 
 static const char *const alg_coll_names[ALG_COLL_COUNT] = {
     [ALG_COLL_ALLREDUCE] = "allreduce",   [ALG_COLL_BROADCAST] = "broadcast",

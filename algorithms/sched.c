@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "base/check.h"
 
 void
 alg_sched_init(struct alg_sched *sched)

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/check.h"
 #include "bootstrap.h"
-#include "check.h"
 #include "comm.h"
 #include "device.h"
 #include "group.h"
@@ -84,7 +84,8 @@ SHIM_API const char *
 ncclGetLastError(ncclComm_t comm)
 {
     /* comm is only a hint; a stale handle must not be dereferenced. */
-    return shim_error_last(comm != NULL && shim_comm_check(comm, "") == ncclSuccess ? comm : NULL);
+    bool live = comm != NULL && shim_comm_check(comm, "") == ncclSuccess;
+    return shim_error_last(live ? &comm->log : NULL);
 }
 SHIM_ALIAS(ncclGetLastError)
 

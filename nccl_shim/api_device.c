@@ -15,7 +15,7 @@
 #include <nccl.h>
 
 #include "api.h"
-#include "check.h"
+#include "base/check.h"
 #include "comm.h"
 
 typedef struct ncclTeam {

@@ -29,10 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/env.h"
 #include "bootstrap_wire.h"
-#include "check.h"
-#include "debug.h"
-#include "env.h"
 #include "socket.h"
 
 /* Connections still owing their hello that the root keeps; past it, or when accept runs out

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "comm.h"
-#include "debug.h"
 #include "exec.h"
 
 struct shim_call_desc {

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/check.h"
+#include "base/env.h"
 #include "bootstrap.h"
-#include "check.h"
 #include "device.h"
-#include "env.h"
 #include "exec.h"
 #include "group.h"
 #include "report.h"
@@ -27,7 +27,6 @@
 static pthread_mutex_t shim_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ncclComm *shim_comm_registry;
 
-static __thread struct ncclComm *shim_comm_bound;
 /* Bumped by every unregister, so a thread may remember the last communicator it found live
  * (the hot path: the same communicator call after call) until any communicator goes away. */
 static unsigned shim_comm_registry_gen; /* atomic */
@@ -82,14 +81,7 @@ shim_comm_is_live(const struct ncclComm *comm)
 void
 shim_comm_bind(struct ncclComm *comm)
 {
-    shim_comm_bound = comm;
-    shim_error_bind_comm(comm);
-}
-
-int
-shim_comm_current_dev(void)
-{
-    return shim_comm_bound != NULL ? shim_comm_bound->cuda_dev : -1;
+    shim_log_bind(comm != NULL ? &comm->log : NULL);
 }
 
 ncclResult_t
@@ -195,20 +187,6 @@ shim_comm_set_async_error(struct ncclComm *comm, ncclResult_t res)
     __atomic_compare_exchange_n(&comm->async_error, &none, res, false, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
     __atomic_store_n(&comm->state, SHIM_COMM_FAILED, __ATOMIC_RELEASE);
-}
-
-void
-shim_comm_set_last_error(struct ncclComm *comm, const char *text)
-{
-    pthread_mutex_lock(&comm->lock);
-    snprintf(comm->last_error, sizeof(comm->last_error), "%s", text);
-    pthread_mutex_unlock(&comm->lock);
-}
-
-const char *
-shim_comm_last_error(const struct ncclComm *comm)
-{
-    return comm->last_error;
 }
 
 /* Worker, address exchange through the bootstrap root, endpoints to every peer. */
@@ -329,6 +307,7 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
     comm->mgmt_sent = comm->p2p_received + args->nranks;
     comm->mgmt_received = comm->mgmt_sent + args->nranks;
     pthread_mutex_init(&comm->lock, NULL);
+    shim_log_scope_init(&comm->log, comm->cuda_dev);
     *comm_out = comm;
     return ncclSuccess;
 }
@@ -345,6 +324,7 @@ shim_comm_free(struct ncclComm *comm)
     free(comm->scratch);
     free(comm->p2p_sent);
     pthread_mutex_destroy(&comm->lock);
+    shim_log_scope_destroy(&comm->log);
     comm->magic = SHIM_COMM_DEAD;
     free(comm);
 }

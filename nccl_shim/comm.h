@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "algorithms/alg.h"
+#include "base/debug.h"
 #include "kernels/kernels.h"
 
 struct shm_team;
@@ -68,8 +69,8 @@ struct ncclComm {
     pthread_t init_thread;
     bool init_thread_live;
     struct shim_user_op user_ops[SHIM_MAX_USER_OPS];
-    char last_error[1024];
-    pthread_mutex_t lock;       /* guards last_error and the init thread's join */
+    struct shim_log_scope log;  /* its last-error text and the device its log lines name */
+    pthread_mutex_t lock;       /* guards the init thread's join */
     struct ncclComm *next_live; /* the registry of live communicators (comm.c) */
 };
 
@@ -107,13 +108,9 @@ ncclResult_t shim_comm_async_error(struct ncclComm *comm);
 ncclResult_t shim_comm_wait_init(struct ncclComm *comm);
 void shim_comm_set_async_error(struct ncclComm *comm, ncclResult_t res);
 
-void shim_comm_set_last_error(struct ncclComm *comm, const char *text);
-const char *shim_comm_last_error(const struct ncclComm *comm);
 /* Makes comm the calling thread's current communicator: WARNs also go to its last-error text
- * and log lines show its device. NULL unbinds. */
+ * and log lines show its device (its log scope, base/debug.h). NULL unbinds. */
 void shim_comm_bind(struct ncclComm *comm);
-/* The CUDA device of the calling thread's current communicator, for log lines; -1 if none. */
-int shim_comm_current_dev(void);
 /* A communicator made from a parent's ranks (split.c): created with its transport worker,
  * then connected once the members' addresses were exchanged over the parent. Discard frees
  * one that never got connected. */

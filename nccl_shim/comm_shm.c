@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/env.h"
 #include "comm.h"
-#include "debug.h"
-#include "env.h"
 #include "exec.h"
 #include "shm/shm.h"
 

@@ -16,7 +16,7 @@
 
 #include <sched.h>
 
-#include "debug.h"
+#include "base/debug.h"
 
 /* Rate limit: a move the scheduler undoes at once is not retried in a loop. */
 #define SHIM_CPU_MOVE_INTERVAL_NS 10000000u

@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#include "debug.h"
+#include "base/debug.h"
 
 static struct {
     CUresult (*init)(unsigned int flags);

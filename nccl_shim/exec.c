@@ -19,14 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "algorithms/alg.h"
-#include "check.h"
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/env.h"
 #include "comm.h"
 #include "cpu_move.h"
-#include "env.h"
 #include "report.h"
 #include "shm/shm.h"
 #include "tag.h"
@@ -535,14 +535,6 @@ shim_exec_progress(struct shim_exec *exec, bool *progressed_out)
     return ncclSuccess;
 }
 
-static uint64_t
-shim_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* ncclInvalidUsage if the communicator was aborted, or revoked (management exchanges, which
  * split and shrink run after a revoke, go on). A failed peer is not checked here: the
  * transport fails exactly the requests that involve it, and a peer that finished and closed
@@ -765,7 +757,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     const int wait_ms = tun->wait_ms;
     const uint64_t timeout_ns = tun->timeout_ns;
     unsigned reports_seen = shim_report_requests();
-    uint64_t last_progress = shim_now_ns();
+    uint64_t last_progress = shim_clock_ns();
     uint64_t last_step = last_progress;
     struct shm_wait watched = {0}; /* the shared-memory flag awaited at the last look */
     while (remaining > 0) {
@@ -800,7 +792,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         if (remaining == 0) {
             break;
         }
-        uint64_t now = shim_now_ns();
+        uint64_t now = shim_clock_ns();
         if (shim_report_requests() != reports_seen) {
             reports_seen = shim_report_requests();
             shim_exec_report(execs, nexecs, "on request");
@@ -847,12 +839,12 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         } else if (waits.shm != NULL) {
             shm_wait_sleep(waits.shm, wait_ms);
             if (spin_us < 0) {
-                shim_exec_adapt_spin(shim_exec_spin_ns(spin_us, &waits), shim_now_ns() - now);
+                shim_exec_adapt_spin(shim_exec_spin_ns(spin_us, &waits), shim_clock_ns() - now);
             }
         }
         /* Long without news: on one host a dead rank shows at once by its pid, sooner than
          * UCX's keepalive would tell (tens of seconds over shared memory). */
-        if (!stepped && shim_now_ns() - last_step >= (uint64_t)wait_ms * 1000000u) {
+        if (!stepped && shim_clock_ns() - last_step >= (uint64_t)wait_ms * 1000000u) {
             for (int i = 0; i < nexecs; i++) {
                 if (!shim_exec_done(execs[i]) && execs[i]->op.comm->shm != NULL) {
                     res = shim_exec_check_shm_peers(execs[i]);
@@ -907,7 +899,7 @@ shim_exec_run_one(const struct shim_op *op)
             } else if (comm->shm->oversubscribed) {
                 sched_yield();
             } else {
-                shim_exec_part_from_peer(&wait, shim_now_ns());
+                shim_exec_part_from_peer(&wait, shim_clock_ns());
             }
         }
         res = shim_exec_new(op, &exec);

@@ -12,10 +12,10 @@
 
 #include <stdlib.h>
 
+#include "base/check.h"
+#include "base/env.h"
 #include "call_check.h"
-#include "check.h"
 #include "comm.h"
-#include "env.h"
 #include "exec.h"
 
 struct shim_group {

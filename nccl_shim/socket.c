@@ -20,7 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "debug.h"
+#include "base/clock.h"
+#include "base/debug.h"
 
 /* The pause between connection attempts doubles from 1 ms up to this. */
 #define SHIM_SOCKET_RETRY_MAX_NS (100 * 1000 * 1000LL)
@@ -295,23 +296,15 @@ shim_socket_pick_addr(const char *spec, union shim_sockaddr *addr_out,
 }
 
 int64_t
-shim_socket_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-int64_t
 shim_socket_deadline_ns(int64_t ms)
 {
-    return shim_socket_now_ns() + ms * 1000000LL;
+    return shim_clock_ns() + ms * 1000000LL;
 }
 
 int
 shim_socket_poll_ms(int64_t deadline_ns)
 {
-    int64_t left = deadline_ns - shim_socket_now_ns();
+    int64_t left = deadline_ns - shim_clock_ns();
     if (left <= 0) {
         return 0;
     }
@@ -428,7 +421,7 @@ shim_socket_connect(const union shim_sockaddr *addr, int64_t deadline_ns, int *f
         if (err != ETIMEDOUT || last == 0) {
             last = err; /* keep "refused" over the deadline's own ETIMEDOUT */
         }
-        int64_t left = deadline_ns - shim_socket_now_ns();
+        int64_t left = deadline_ns - shim_clock_ns();
         if (left <= 0) {
             return last;
         }

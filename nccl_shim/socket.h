@@ -9,7 +9,7 @@
  * helpers return 0 or an errno value, as pthreads does, because only the caller knows what it
  * was waiting for ("rank 3 of 4: no reply from bootstrap root ... within 5000 ms"); it writes
  * the WARN. Every socket is non-blocking and close-on-exec; every wait is a poll() bounded by
- * a deadline on CLOCK_MONOTONIC, in nanoseconds (shim_socket_now_ns).
+ * a deadline on CLOCK_MONOTONIC, in nanoseconds (base/clock.h).
  */
 #ifndef SHIM_SOCKET_H
 #define SHIM_SOCKET_H
@@ -70,7 +70,6 @@ ncclResult_t shim_socket_pick_addr(const char *spec, union shim_sockaddr *addr_o
                                    char ifname_out[IF_NAMESIZE]);
 
 /* CLOCK_MONOTONIC in nanoseconds, and a deadline `ms` from now. */
-int64_t shim_socket_now_ns(void);
 int64_t shim_socket_deadline_ns(int64_t ms);
 
 /* A non-blocking listening socket bound to addr (port 0: an ephemeral port). With reuse,

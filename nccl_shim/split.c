@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "comm.h"
 #include "exec.h"
 #include "transports/transport.h"

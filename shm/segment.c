@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "region.h"
 
 size_t

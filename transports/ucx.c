@@ -28,11 +28,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <ucp/api/ucp.h>
 
-#include "check.h"
-#include "debug.h"
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/debug.h"
 
 /* Teardown never waits longer than this for UCX to finish closing endpoints (force-closing
  * needs no reply from the peer, so it normally takes microseconds). */
@@ -98,15 +98,6 @@ static pthread_mutex_t tp_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static ucp_context_h tp_ctx;
 static int tp_ctx_refs;
 static char tp_ctx_resources[256]; /* transports UCX found, for the INFO line */
-
-static int64_t
-tp_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Which ncclResult_t a failed UCX operation becomes. A peer that died or closed its endpoint
  * shows up as one of the connection errors, or as CANCELED for our own sends UCX purged when
@@ -333,12 +324,12 @@ tp_req_release(struct tp_ucx_req *u)
 static void
 tp_req_cancel(struct tp_worker *w, struct tp_ucx_req *u)
 {
-    int64_t deadline = tp_now_ms() + (u->is_recv ? TP_CANCEL_BUDGET_MS : 0);
+    int64_t deadline = shim_clock_ms() + (u->is_recv ? TP_CANCEL_BUDGET_MS : 0);
 
     ucp_request_cancel(w->ucp, u);
     do {
         ucp_worker_progress(w->ucp);
-    } while (ucp_request_check_status(u) == UCS_INPROGRESS && tp_now_ms() < deadline);
+    } while (ucp_request_check_status(u) == UCS_INPROGRESS && shim_clock_ms() < deadline);
     if (ucp_request_check_status(u) != UCS_INPROGRESS) {
         tp_req_release(u);
     } else {
@@ -461,7 +452,7 @@ tp_worker_flush(struct tp_worker *w, int64_t deadline)
     if (!UCS_PTR_IS_PTR(sp)) {
         return;
     }
-    while (ucp_request_check_status(sp) == UCS_INPROGRESS && tp_now_ms() < deadline) {
+    while (ucp_request_check_status(sp) == UCS_INPROGRESS && shim_clock_ms() < deadline) {
         ucp_worker_progress(w->ucp);
     }
     if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
@@ -481,7 +472,7 @@ tp_peers_close(struct tp_worker *w, struct tp_peer *peers, int n)
         .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
         .flags = UCP_EP_CLOSE_FLAG_FORCE,
     };
-    int64_t deadline = tp_now_ms() + TP_CLOSE_BUDGET_MS;
+    int64_t deadline = shim_clock_ms() + TP_CLOSE_BUDGET_MS;
     bool busy = true;
 
     if (w->inflight.next == &w->inflight) {
@@ -495,7 +486,7 @@ tp_peers_close(struct tp_worker *w, struct tp_peer *peers, int n)
         peers[r].ep = NULL;
         peers[r].close_req = UCS_PTR_IS_PTR(sp) ? sp : NULL;
     }
-    while (busy && tp_now_ms() < deadline) {
+    while (busy && shim_clock_ms() < deadline) {
         busy = false;
         for (int r = 0; r < n; r++) {
             busy |= peers[r].close_req != NULL &&

@@ -4,8 +4,7 @@
  * without its thread: the harness includes bootstrap.c for its static functions, makes a root
  * by hand, gives it up to 8 connections over AF_UNIX socket pairs, and runs shim_root_poll
  * only when one of the root's sockets is ready, so every run is single-threaded and
- * repeatable. Built by `make fuzz` with bootstrap_wire.c, socket.c, debug.c and env.c; the
- * three comm.c functions debug.c calls are stubbed below.
+ * repeatable. Built by `make fuzz` with bootstrap_wire.c, socket.c, debug.c and env.c.
  *
  * The input is a list of records {op, len, len bytes}: the bytes are sent on connection
  * op & 7, then the root runs until nothing is ready and every client drains what it was sent.
@@ -25,28 +24,6 @@
 #include "nccl_shim/bootstrap.c"
 
 #include <fcntl.h>
-
-/* ---- doubles for comm.c, which debug.c calls --------------------------------------------- */
-
-int
-shim_comm_current_dev(void)
-{
-    return -1;
-}
-
-const char *
-shim_comm_last_error(const struct ncclComm *comm)
-{
-    (void)comm;
-    return "";
-}
-
-void
-shim_comm_set_last_error(struct ncclComm *comm, const char *text)
-{
-    (void)comm;
-    (void)text;
-}
 
 /* ---- the harness ------------------------------------------------------------------------ */
 

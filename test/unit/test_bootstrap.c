@@ -20,9 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "base/debug.h"
 #include "nccl_shim/bootstrap.h"
 #include "nccl_shim/bootstrap_wire.h"
-#include "nccl_shim/debug.h"
 #include "nccl_shim/socket.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
@@ -43,7 +44,7 @@ open_fds(void)
 static double
 now_s(void)
 {
-    return (double)shim_socket_now_ns() / 1e9;
+    return (double)shim_clock_ns() / 1e9;
 }
 
 /* Waits, loosely, for every root thread of this process to finish. */

@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 #include <sched.h>
 
-#include "cpu_move.h"
+#include "nccl_shim/cpu_move.h"
 
 /* The first two CPUs this thread may run on; how many there are (0, 1 or 2). */
 static int

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "debug.h"
+#include "base/debug.h"
 #include "transports/transport.h"
 
 #define MAX_RANKS 3

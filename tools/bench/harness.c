@@ -755,7 +755,7 @@ bench_test(struct bench_run *run, const struct bench_type *type, int op, int roo
     return res;
 }
 
-/* The algorithm forcing in the environment, read by the library (nccl_shim/env.c). */
+/* The algorithm forcing in the environment, read by the library (base/env.c). */
 static void
 bench_print_algorithm(void)
 {

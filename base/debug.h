@@ -9,6 +9,7 @@
 #ifndef SHIM_DEBUG_H
 #define SHIM_DEBUG_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -76,12 +77,27 @@ shim_log_enabled(int level, uint32_t subsys)
             shim_log(SHIM_LOG_TRACE, (subsys), __FILE__, __LINE__, __func__, __VA_ARGS__);   \
     } while (0)
 
-/* The last-error text. WARN writes it for the calling thread and, when one is bound with
- * shim_error_bind_comm, for that communicator too (non-blocking init runs on its own thread). */
-struct ncclComm;
+/* The last-error text. WARN writes it for the calling thread and, while a scope is bound to
+ * the thread, into that scope too. A scope is what a thread logs for: each communicator owns
+ * one (non-blocking init runs on its own thread, and ncclGetLastError(comm) reads the
+ * communicator's text), and its device is the [dev] of the thread's log lines. Keeping the
+ * scope here, not a communicator, is what lets every layer log without knowing the layer
+ * that owns communicators. */
+#define SHIM_ERROR_LEN 1024
+struct shim_log_scope {
+    int dev;              /* the CUDA device log lines name; -1 for none */
+    pthread_mutex_t lock; /* guards last_error: WARNs from any thread may write it */
+    char last_error[SHIM_ERROR_LEN];
+};
+
+void shim_log_scope_init(struct shim_log_scope *scope, int dev);
+void shim_log_scope_destroy(struct shim_log_scope *scope);
+/* Makes scope the calling thread's: its WARNs also go to scope's text, its lines show scope's
+ * device. NULL unbinds. The scope must outlive the binding. */
+void shim_log_bind(struct shim_log_scope *scope);
 void shim_error_clear(void);
-void shim_error_bind_comm(struct ncclComm *comm);
-const char *shim_error_last(const struct ncclComm *comm);
+/* scope's last error if it has one, else the calling thread's; scope may be NULL. */
+const char *shim_error_last(const struct shim_log_scope *scope);
 
 /* Prints the one banner line naming ncclshim, once per process, at NCCL_DEBUG=VERSION or more. */
 void shim_log_banner(void);

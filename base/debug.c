@@ -16,7 +16,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "comm.h"
 #include "env.h"
 #include "version.h"
 
@@ -27,10 +26,9 @@ static pthread_mutex_t shim_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *shim_log_file;
 static char shim_log_host[64];
 
-/* The last-error text: per thread, and per communicator when one is bound. */
-#define SHIM_ERROR_LEN 1024
+/* The last-error text: per thread, and per scope while one is bound. */
 static __thread char shim_error_text[SHIM_ERROR_LEN];
-static __thread struct ncclComm *shim_error_comm;
+static __thread struct shim_log_scope *shim_log_bound;
 
 static const struct {
     const char *name;
@@ -144,10 +142,21 @@ shim_log_reset(void)
 static void
 shim_error_record(const char *text)
 {
+    struct shim_log_scope *scope = shim_log_bound;
+
     snprintf(shim_error_text, sizeof(shim_error_text), "%s", text);
-    if (shim_error_comm != NULL) {
-        shim_comm_set_last_error(shim_error_comm, text);
+    if (scope != NULL) {
+        pthread_mutex_lock(&scope->lock);
+        snprintf(scope->last_error, sizeof(scope->last_error), "%s", text);
+        pthread_mutex_unlock(&scope->lock);
     }
+}
+
+/* The device a log line names: the bound scope's. */
+static int
+shim_log_dev(void)
+{
+    return shim_log_bound != NULL ? shim_log_bound->dev : -1;
 }
 
 void
@@ -173,10 +182,10 @@ shim_log(int level, uint32_t subsys, const char *file, int line, const char *fun
     pthread_mutex_lock(&shim_log_lock);
     if (level == SHIM_LOG_WARN) {
         fprintf(shim_log_file, "%s:%d:%ld [%d] %s:%d (%s) NCCL WARN %s\n", shim_log_host,
-                (int)getpid(), tid, shim_comm_current_dev(), base, line, func, text);
+                (int)getpid(), tid, shim_log_dev(), base, line, func, text);
     } else {
         fprintf(shim_log_file, "%s:%d:%ld [%d] NCCL %s %s\n", shim_log_host, (int)getpid(),
-                tid, shim_comm_current_dev(), level == SHIM_LOG_TRACE ? "TRACE" : "INFO", text);
+                tid, shim_log_dev(), level == SHIM_LOG_TRACE ? "TRACE" : "INFO", text);
     }
     fflush(shim_log_file);
     pthread_mutex_unlock(&shim_log_lock);
@@ -200,7 +209,7 @@ shim_log_banner_print(void)
     fprintf(shim_log_file,
             "%s:%d:%ld [%d] NCCL INFO ncclshim %s, serving the NCCL %d.%d.%d ABI "
             "(host memory over UCX; not NVIDIA NCCL)\n",
-            shim_log_host, (int)getpid(), (long)syscall(SYS_gettid), shim_comm_current_dev(),
+            shim_log_host, (int)getpid(), (long)syscall(SYS_gettid), shim_log_dev(),
             SHIM_VERSION_STRING, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
     fflush(shim_log_file);
     pthread_mutex_unlock(&shim_log_lock);
@@ -213,14 +222,28 @@ shim_error_clear(void)
 }
 
 void
-shim_error_bind_comm(struct ncclComm *comm)
+shim_log_scope_init(struct shim_log_scope *scope, int dev)
 {
-    shim_error_comm = comm;
+    scope->dev = dev;
+    pthread_mutex_init(&scope->lock, NULL);
+    scope->last_error[0] = '\0';
+}
+
+void
+shim_log_scope_destroy(struct shim_log_scope *scope)
+{
+    pthread_mutex_destroy(&scope->lock);
+}
+
+void
+shim_log_bind(struct shim_log_scope *scope)
+{
+    shim_log_bound = scope;
 }
 
 const char *
-shim_error_last(const struct ncclComm *comm)
+shim_error_last(const struct shim_log_scope *scope)
 {
-    const char *text = comm != NULL ? shim_comm_last_error(comm) : NULL;
+    const char *text = scope != NULL ? scope->last_error : NULL;
     return text != NULL && text[0] != '\0' ? text : shim_error_text;
 }
