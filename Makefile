@@ -25,7 +25,7 @@ LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden $(TLS_DIALECT)
 LDFLAGS := $(SAN_FLAGS)
 LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
 
-LIB_SRCS := $(wildcard base/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
+LIB_SRCS := $(wildcard base/*.c bootstrap/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/lib/libnccl.so.2
 INTERNAL := $(BUILD)/lib/libncclshim_internal.a
@@ -175,21 +175,20 @@ FUZZ_CFLAGS := -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_NAMES := $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
-FUZZ_SRCS_fuzz_bootstrap_wire := nccl_shim/bootstrap_wire.c
-FUZZ_SRCS_fuzz_bootstrap_root := nccl_shim/bootstrap_wire.c nccl_shim/socket.c \
+FUZZ_SRCS_fuzz_bootstrap_wire := bootstrap/wire.c
+FUZZ_SRCS_fuzz_bootstrap_root := bootstrap/wire.c bootstrap/socket.c \
                                  base/debug.c base/env.c
 
-$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard test/fuzz/*.h base/*.[ch] nccl_shim/*.[ch]) \
+$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard test/fuzz/*.h base/*.[ch] bootstrap/*.[ch]) \
                       | check-deps
 	@mkdir -p $(dir $@)
 	@command -v $(FUZZ_CC) >/dev/null || \
 	    { echo "$(FUZZ_CC) missing: apt-get install clang libclang-rt-dev"; exit 1; }
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRCS_$(notdir $@)) -lpthread
 
-$(BUILD)/fuzz/gen_seeds: test/fuzz/gen_seeds.c nccl_shim/bootstrap_wire.c \
-                         nccl_shim/bootstrap_wire.h | check-deps
+$(BUILD)/fuzz/gen_seeds: test/fuzz/gen_seeds.c bootstrap/wire.c bootstrap/wire.h | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< nccl_shim/bootstrap_wire.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< bootstrap/wire.c
 
 fuzz: $(FUZZ_BINS) $(BUILD)/fuzz/gen_seeds
 	@$(BUILD)/fuzz/gen_seeds $(BUILD)/fuzz/seeds >/dev/null
@@ -211,9 +210,9 @@ fuzz: $(FUZZ_BINS) $(BUILD)/fuzz/gen_seeds
 	    exit 1; \
 	fi
 
-$(BUILD)/fuzz/root_abuse: test/fuzz/root_abuse.c nccl_shim/bootstrap_wire.c $(LIB)
+$(BUILD)/fuzz/root_abuse: test/fuzz/root_abuse.c bootstrap/wire.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< nccl_shim/bootstrap_wire.c $(CONSUMER_LDFLAGS) -lnccl
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< bootstrap/wire.c $(CONSUMER_LDFLAGS) -lnccl
 
 # Twice: the strangers alone, then with a flood of idle connections past the root's
 # descriptor limit (rank 0 runs under a soft limit of 256). 60 s bounds each run.

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "base/check.h"
-#include "bootstrap.h"
+#include "bootstrap/bootstrap.h"
 #include "comm.h"
 #include "device.h"
 #include "group.h"

@@ -15,7 +15,7 @@
 
 #include "base/check.h"
 #include "base/env.h"
-#include "bootstrap.h"
+#include "bootstrap/bootstrap.h"
 #include "device.h"
 #include "exec.h"
 #include "group.h"

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libFuzzer harness for the bootstrap root's state machine (nccl_shim/bootstrap.c), driven
- * without its thread: the harness includes bootstrap.c for its static functions, makes a root
+ * libFuzzer harness for the bootstrap root's state machine (bootstrap/root.c), driven
+ * without its thread: the harness includes root.c for its static functions, makes a root
  * by hand, gives it up to 8 connections over AF_UNIX socket pairs, and runs shim_root_poll
  * only when one of the root's sockets is ready, so every run is single-threaded and
- * repeatable. Built by `make fuzz` with bootstrap_wire.c, socket.c, debug.c and env.c.
+ * repeatable. Built by `make fuzz` with wire.c, socket.c, debug.c and env.c.
  *
  * The input is a list of records {op, len, len bytes}: the bytes are sent on connection
  * op & 7, then the root runs until nothing is ready and every client drains what it was sent.
@@ -21,7 +21,7 @@
  *   - the root never loops: it goes quiet within a bounded number of poll rounds.
  * ASan and LeakSanitizer check the root frees everything it allocated (shim_root_free).
  */
-#include "nccl_shim/bootstrap.c"
+#include "bootstrap/root.c"
 
 #include <fcntl.h>
 

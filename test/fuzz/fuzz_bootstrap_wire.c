@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libFuzzer harness for every parser in nccl_shim/bootstrap_wire.h: the unique id decoder,
+ * libFuzzer harness for every parser in bootstrap/wire.h: the unique id decoder,
  * the hello a rank sends the root and the root's reply (header, refusal or table). Built by
- * `make fuzz` with clang -fsanitize=fuzzer,address,undefined against bootstrap_wire.c alone.
+ * `make fuzz` with clang -fsanitize=fuzzer,address,undefined against bootstrap/wire.c alone.
  *
  * The first input byte picks a mode, the rest is the payload:
  *   0 id, raw: the payload is the 128-byte id (zero-padded or cut).
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl_shim/bootstrap_wire.h"
+#include "bootstrap/wire.h"
 
 #include "fuzz_check.h"
 

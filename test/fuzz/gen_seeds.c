@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "nccl_shim/bootstrap_wire.h"
+#include "bootstrap/wire.h"
 
 enum { MODE_ID = 0, MODE_ID_SEALED, MODE_HELLO, MODE_REPLY, MODE_HELLO_ENC, MODE_REPLY_ENC };
 

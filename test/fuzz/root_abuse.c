@@ -3,7 +3,7 @@
  * Strangers at a live bootstrap root, through the real libnccl.so.2. Rank 0 calls
  * ncclGetUniqueId, starts this program again as rank 1 (the id on its command line), and
  * waits in ncclCommInitRank(nranks = 2). While it waits, rank 1 first plays strangers at the
- * root's port, taken from the id (layout in nccl_shim/bootstrap_wire.h):
+ * root's port, taken from the id (layout in bootstrap/wire.h):
  *   garbage      an HTTP request;
  *   bad magic    32 bytes that are not a hello;
  *   wrong secret a complete, well-formed hello for rank 1 with the secret flipped;
@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nccl_shim/bootstrap_wire.h"
+#include "bootstrap/wire.h"
 
 #define ABUSE_COUNT 1000 /* floats in the all-reduce */
 #define ABUSE_WAIT_MS 10000

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Unit tests of the bootstrap (nccl_shim/bootstrap.c, bootstrap_wire.c, socket.c): the pure
+ * Unit tests of the bootstrap (bootstrap/: bootstrap.c, root.c, wire.c, socket.c): the pure
  * parts exhaustively (NCCL_SOCKET_IFNAME matching, interface choice, host:port splitting, the
  * id, hello and reply parsers), then real rendezvous over 127.0.0.1 with threads acting as
  * ranks: 1, 2, 3 and 8 ranks with blobs of many sizes, NCCL_COMM_ID with a late rank 0, ids
@@ -22,9 +22,10 @@
 
 #include "base/clock.h"
 #include "base/debug.h"
-#include "nccl_shim/bootstrap.h"
-#include "nccl_shim/bootstrap_wire.h"
-#include "nccl_shim/socket.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/root.h"
+#include "bootstrap/socket.h"
+#include "bootstrap/wire.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -52,10 +53,10 @@ static void
 assert_roots_gone(void)
 {
     double until = now_s() + 20;
-    while (shim_bootstrap_root_count() > 0 && now_s() < until) {
+    while (shim_root_count() > 0 && now_s() < until) {
         usleep(10 * 1000);
     }
-    cr_assert_eq(shim_bootstrap_root_count(), 0, "a bootstrap root thread is still running");
+    cr_assert_eq(shim_root_count(), 0, "a bootstrap root thread is still running");
 }
 
 static uint8_t
@@ -145,7 +146,7 @@ rendezvous(int nranks)
     struct rank_job *jobs = calloc((size_t)nranks, sizeof(*jobs));
 
     cr_assert_eq(shim_bootstrap_get_unique_id(&id), ncclSuccess);
-    cr_assert_eq(shim_bootstrap_root_count(), 1);
+    cr_assert_eq(shim_root_count(), 1);
     for (int r = 0; r < nranks; r++) {
         /* Reverse order and a stagger: the root must not care who comes first. */
         jobs[r] = (struct rank_job){.id = &id, .rank = nranks - 1 - r, .nranks = nranks,
@@ -281,7 +282,7 @@ Test(ifname, no_match_is_invalid_usage)
     ncclUniqueId id;
     cr_assert_eq(shim_bootstrap_get_unique_id(&id), ncclInvalidUsage);
     cr_assert(strstr(shim_error_last(NULL), "nosuchif9") != NULL, "%s", shim_error_last(NULL));
-    cr_assert_eq(shim_bootstrap_root_count(), 0);
+    cr_assert_eq(shim_root_count(), 0);
 }
 
 Test(ifname, lo_is_used, .timeout = 30)
@@ -574,7 +575,7 @@ Test(exchange, concurrent_roots, .timeout = 60)
 
     cr_assert_eq(shim_bootstrap_get_unique_id(&a), ncclSuccess);
     cr_assert_eq(shim_bootstrap_private_id(&b), ncclSuccess);
-    cr_assert_eq(shim_bootstrap_root_count(), 2);
+    cr_assert_eq(shim_root_count(), 2);
     for (int i = 0; i < 6; i++) {
         jobs[i] = (struct rank_job){.id = i < 3 ? &a : &b, .rank = i % 3, .nranks = 3,
                                     .timeout_ms = 20000, .len = 100 + (size_t)i};
@@ -596,7 +597,7 @@ Test(exchange, private_id_ignores_comm_id, .timeout = 60)
     ncclUniqueId id;
     cr_assert_eq(shim_bootstrap_private_id(&id), ncclSuccess);
     cr_assert_eq(decode(&id).flags & SHIM_WIRE_ID_FROM_ENV, 0);
-    cr_assert_eq(shim_bootstrap_root_count(), 1);
+    cr_assert_eq(shim_root_count(), 1);
     struct rank_job jobs[2] = {{.id = &id, .rank = 0, .nranks = 2, .timeout_ms = 20000},
                                {.id = &id, .rank = 1, .nranks = 2, .timeout_ms = 20000}};
     run_ranks(jobs, 2);
@@ -616,7 +617,7 @@ Test(exchange, comm_id, .timeout = 60)
     cr_assert_eq(shim_bootstrap_get_unique_id(&a), ncclSuccess);
     cr_assert_eq(shim_bootstrap_get_unique_id(&b), ncclSuccess);
     cr_assert_eq(memcmp(&a, &b, sizeof(a)), 0, "ranks must compute the same id");
-    cr_assert_eq(shim_bootstrap_root_count(), 0, "no root before rank 0 joins");
+    cr_assert_eq(shim_root_count(), 0, "no root before rank 0 joins");
     cr_assert(decode(&a).flags & SHIM_WIRE_ID_FROM_ENV);
 
     struct rank_job jobs[4];
@@ -746,7 +747,7 @@ Test(failure, unused_id_root_exits, .timeout = 30)
     int fds = open_fds();
 
     cr_assert_eq(shim_bootstrap_get_unique_id(&id), ncclSuccess);
-    cr_assert_eq(shim_bootstrap_root_count(), 1);
+    cr_assert_eq(shim_root_count(), 1);
     assert_roots_gone();
     cr_assert_eq(open_fds(), fds);
 }

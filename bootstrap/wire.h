@@ -19,8 +19,8 @@
  *   0 u32 magic "NCSR", 4 u16 version, 6 u16 status, 8 u32 nranks, 12 u32 arg[3],
  *   24 u64 session, 32 u64 total blob bytes
  */
-#ifndef SHIM_BOOTSTRAP_WIRE_H
-#define SHIM_BOOTSTRAP_WIRE_H
+#ifndef SHIM_WIRE_H
+#define SHIM_WIRE_H
 
 #include <nccl.h>
 #include <stdbool.h>

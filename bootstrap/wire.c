@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Encoders and parsers for the bootstrap's unique id, hello and reply (layouts in
- * bootstrap_wire.h). Pure functions over byte buffers: they never read past `len`, never
+ * wire.h). Pure functions over byte buffers: they never read past `len`, never
  * allocate and never log, so a fuzzer can call them on anything. bootstrap.c calls them and
  * turns a refusal into a WARN.
  */
-#include "bootstrap_wire.h"
+#include "wire.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -8,8 +8,8 @@
  * hellos carrying the secret, then sends every rank the table of all ranks' blobs. With
  * NCCL_COMM_ID=host:port the id is computed from that address (every rank computes the same
  * one) and rank 0 starts the root when it joins. NCCL_SOCKET_IFNAME picks the interface whose
- * address the id advertises. The byte layouts of the id and the messages are in
- * bootstrap_wire.h, the sockets in socket.h.
+ * address the id advertises. The root is root.h, the byte layouts of the id and the messages
+ * wire.h, the sockets socket.h.
  */
 #ifndef SHIM_BOOTSTRAP_H
 #define SHIM_BOOTSTRAP_H
@@ -24,7 +24,7 @@
  * NCCL_COMM_ID=host:port: encodes that address and a secret derived from the text, starts
  * nothing, and so returns the same id in every process. ncclInvalidUsage for a malformed
  * NCCL_COMM_ID or an NCCL_SOCKET_IFNAME matching no interface; ncclSystemError if the socket or
- * thread cannot be made. Layout: bootstrap_wire.h. */
+ * thread cannot be made. Layout: wire.h. */
 ncclResult_t shim_bootstrap_get_unique_id(ncclUniqueId *id);
 
 /* As shim_bootstrap_get_unique_id, but always a fresh root in this process, whatever
@@ -67,8 +67,5 @@ ncclResult_t shim_bootstrap_exchange(const ncclUniqueId *id, int rank, int nrank
                                      const void *blob, size_t len, int timeout_ms,
                                      struct shim_bootstrap_table **table_out);
 void shim_bootstrap_table_free(struct shim_bootstrap_table *table);
-
-/* Root threads of this process still running, for tests and leak checks. */
-int shim_bootstrap_root_count(void);
 
 #endif
