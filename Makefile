@@ -27,6 +27,9 @@ LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
 
 LIB_SRCS := $(wildcard base/*.c bootstrap/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB_HDRS := $(wildcard $(addsuffix *.h,$(sort $(dir $(LIB_SRCS)))))
+# Stamp of tools/check_layers.sh: no include of the library runs up a layer.
+LAYERS_OK := $(BUILD)/layers.ok
 LIB := $(BUILD)/lib/libnccl.so.2
 INTERNAL := $(BUILD)/lib/libncclshim_internal.a
 
@@ -43,7 +46,8 @@ LAUNCHER := $(BUILD)/bin/ncclshim-launch
 # A consumer of the library links it like NCCL, and finds it next door at run time.
 CONSUMER_LDFLAGS := $(LDFLAGS) -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,'$$ORIGIN/../../lib'
 
-.PHONY: all lib tools check-deps deps test test-unit test-mp test-abi test-dropin test-asan run install clean
+.PHONY: all lib tools check-deps deps test test-unit test-layers test-mp test-abi test-dropin \
+        test-asan run install clean
 all: lib tools
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -57,24 +61,30 @@ deps:
 # --- the library ----------------------------------------------------------------------------
 lib: check-deps $(LIB)
 
-$(BUILD)/obj/%.o: %.c | check-deps
+# Which layer may include which is the ```layers block of ARCHITECTURE.md; the check runs
+# before anything compiles, and again whenever a source, a header or the block changes.
+$(LAYERS_OK): tools/check_layers.sh ARCHITECTURE.md $(LIB_SRCS) $(LIB_HDRS)
+	@tools/check_layers.sh ARCHITECTURE.md $(LIB_SRCS) $(LIB_HDRS)
+	@mkdir -p $(dir $@) && touch $@
+
+$(BUILD)/obj/%.o: %.c | check-deps $(LAYERS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(LIB_CFLAGS) -MMD -MP -c $< -o $@
 
 # Element loops are the hot path: let the compiler vectorize them.
-$(BUILD)/obj/kernels/%.o: kernels/%.c | check-deps
+$(BUILD)/obj/kernels/%.o: kernels/%.c | check-deps $(LAYERS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(LIB_CFLAGS) -O3 -MMD -MP -c $< -o $@
 
-$(LIB): $(LIB_OBJS) nccl_shim/exports.map
+$(LIB): $(LIB_OBJS) nccl_shim/exports.map $(LAYERS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=nccl_shim/exports.map \
 	    -Wl,--no-undefined $(LDFLAGS) -o $@ $(LIB_OBJS) $(LIB_LDLIBS)
 	ln -sf libnccl.so.2 $(BUILD)/lib/libnccl.so
 
-$(INTERNAL): $(LIB_OBJS)
+$(INTERNAL): $(LIB_OBJS) $(LAYERS_OK)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
 
 # --- tools ----------------------------------------------------------------------------------
 tools: $(LAUNCHER) $(BENCH) $(BENCH_COLLS:%=$(BUILD)/bin/%_perf) $(BUILD)/bin/kernel_perf
@@ -113,11 +123,15 @@ $(BUILD)/test/dropin/dropin: test/mp/dropin.c
 
 test: DEPS_FOR = test
 test: deps
-	@$(MAKE) --no-print-directory test-unit test-abi test-mp test-dropin test-asan test-fuzz \
-	    test-netns
+	@$(MAKE) --no-print-directory test-layers test-unit test-abi test-mp test-dropin test-asan \
+	    test-fuzz test-netns
 
 test-unit: $(UNIT_BINS)
 	@test/run_unit.sh $(UNIT_BINS)
+
+# The layer check itself: planted upward includes must fail it, the real tree must pass.
+test-layers:
+	@test/layers.sh $(LIB_SRCS) $(LIB_HDRS)
 
 test-abi: $(LIB)
 	@test/abi_check.sh $(NCCL_LIBDIR)/libnccl.so.2 $(LIB)
