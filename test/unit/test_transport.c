@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/debug.h"
 #include "transports/transport.h"
 
@@ -31,15 +32,6 @@
 
 static uint64_t rng_seed;
 static uint64_t rng_state;
-
-static int64_t
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void
 rng_init(void)
@@ -239,11 +231,11 @@ msg_check(const struct msg *m)
 static void
 msgs_finish(struct rig *rig, struct msg *msgs, int n)
 {
-    int64_t deadline = now_ms() + DEADLINE_MS;
+    int64_t deadline = shim_clock_ms() + DEADLINE_MS;
     bool all_done = false;
 
     while (!all_done) {
-        cr_assert(now_ms() < deadline, "messages still pending after %d ms (seed %" PRIu64 ")",
+        cr_assert(shim_clock_ms() < deadline, "messages still pending after %d ms (seed %" PRIu64 ")",
                   DEADLINE_MS, rng_seed);
         rig_progress(rig);
         all_done = true;
@@ -306,13 +298,13 @@ Test(transport, zero_length_null_buffers)
     struct tp_request rreq = {0};
     bool sdone = false;
     bool rdone = false;
-    int64_t deadline = now_ms() + DEADLINE_MS;
+    int64_t deadline = shim_clock_ms() + DEADLINE_MS;
 
     rig_up(&rig, 2);
     cr_assert_eq(tp_recv_post(rig.w[1], 0, NULL, 0, 7, &rreq), ncclSuccess);
     cr_assert_eq(tp_send_post(rig.w[0], 1, NULL, 0, 7, &sreq), ncclSuccess);
     while (!sdone || !rdone) {
-        cr_assert(now_ms() < deadline, "zero-length message never completed");
+        cr_assert(shim_clock_ms() < deadline, "zero-length message never completed");
         rig_progress(&rig);
         cr_assert_eq(tp_request_test(rig.w[0], &sreq, &sdone), ncclSuccess);
         cr_assert_eq(tp_request_test(rig.w[1], &rreq, &rdone), ncclSuccess);
@@ -431,7 +423,7 @@ mismatch(struct rig *rig, size_t send_len, size_t recv_len, bool recv_first, uin
     ncclResult_t rres = ncclSuccess;
     bool sdone = false;
     bool rdone = false;
-    int64_t deadline = now_ms() + DEADLINE_MS;
+    int64_t deadline = shim_clock_ms() + DEADLINE_MS;
 
     cr_assert(sbuf != NULL && rbuf != NULL);
     if (recv_first) {
@@ -447,7 +439,7 @@ mismatch(struct rig *rig, size_t send_len, size_t recv_len, bool recv_first, uin
         rdone = rres != ncclSuccess;
     }
     while (!rdone) {
-        cr_assert(now_ms() < deadline, "mismatched receive never ended");
+        cr_assert(shim_clock_ms() < deadline, "mismatched receive never ended");
         rig_progress(rig);
         rres = tp_request_test(rig->w[1], &rreq, &rdone);
         rdone |= rres != ncclSuccess;
@@ -455,7 +447,7 @@ mismatch(struct rig *rig, size_t send_len, size_t recv_len, bool recv_first, uin
     cr_assert(!rreq.active && rreq.handle == NULL, "a failed receive is not idle");
     /* UCX may or may not report the disagreement to the sender; it must not hang. */
     while (!sdone) {
-        cr_assert(now_ms() < deadline, "send of a mismatched message never ended");
+        cr_assert(shim_clock_ms() < deadline, "send of a mismatched message never ended");
         rig_progress(rig);
         if (tp_request_test(rig->w[0], &sreq, &sdone) != ncclSuccess) {
             sdone = true;
@@ -540,10 +532,10 @@ sender_main(void *arg)
     int64_t deadline;
 
     usleep((useconds_t)s->delay_ms * 1000);
-    deadline = now_ms() + DEADLINE_MS;
+    deadline = shim_clock_ms() + DEADLINE_MS;
     atomic_store(&s->posting, true);
     s->res = tp_send_post(s->w, 1, s->buf, s->len, s->tag, &req);
-    while (s->res == ncclSuccess && now_ms() < deadline) {
+    while (s->res == ncclSuccess && shim_clock_ms() < deadline) {
         s->res = tp_request_test(s->w, &req, &s->done);
         if (s->done || s->res != ncclSuccess) {
             break;
@@ -598,10 +590,10 @@ run_wait_wakes(size_t len, bool warm)
     msg_init(&m, 0, 1, len, msg_tag(0, 1, 1));
     s = (struct sender){.w = rig.w[0], .buf = m.sbuf, .len = len, .tag = m.tag, .delay_ms = 300};
     msg_post_recv(&rig, &m);
-    int64_t start = now_ms();
+    int64_t start = shim_clock_ms();
     cr_assert_eq(pthread_create(&thread, NULL, sender_main, &s), 0);
     while (!m.recv_done) {
-        cr_assert(now_ms() - start < DEADLINE_MS, "the receive never completed");
+        cr_assert(shim_clock_ms() - start < DEADLINE_MS, "the receive never completed");
         cr_assert_eq(tp_request_test(rig.w[1], &m.rreq, &m.recv_done), ncclSuccess, "%s",
                      shim_error_last(NULL));
         if (!m.recv_done && !tp_worker_progress(rig.w[1])) {
@@ -610,7 +602,7 @@ run_wait_wakes(size_t len, bool warm)
             idle_wakeups += !atomic_load(&s.posting);
         }
     }
-    int64_t elapsed = now_ms() - start;
+    int64_t elapsed = shim_clock_ms() - start;
     pthread_join(thread, NULL);
     cr_assert_eq(s.res, ncclSuccess, "the sender failed: %s", shim_error_last(NULL));
     cr_assert(s.done, "the send did not complete");
@@ -654,12 +646,12 @@ run_wait_times_out(void)
     int64_t longest = 0;
 
     rig_up(&rig, 2);
-    int64_t start = now_ms();
-    while (now_ms() - start < 1000) {
-        int64_t t = now_ms();
+    int64_t start = shim_clock_ms();
+    while (shim_clock_ms() - start < 1000) {
+        int64_t t = shim_clock_ms();
         rig_progress(&rig);
         cr_assert_eq(tp_worker_wait(rig.w, 2, 250), ncclSuccess);
-        longest = now_ms() - t > longest ? now_ms() - t : longest;
+        longest = shim_clock_ms() - t > longest ? shim_clock_ms() - t : longest;
         calls++;
     }
     cr_assert_leq(calls, 40, "%d returns from tp_worker_wait in one second: spinning", calls);
@@ -800,9 +792,9 @@ run_destroy_outstanding(void)
     for (int i = 0; i < 200; i++) {
         rig_progress(&rig);
     }
-    int64_t start = now_ms();
+    int64_t start = shim_clock_ms();
     rig_down(&rig); /* the requests are stale now, and not touched again */
-    int64_t elapsed = now_ms() - start;
+    int64_t elapsed = shim_clock_ms() - start;
     cr_assert_lt(elapsed, 10000, "destroying two workers took %" PRId64 " ms", elapsed);
     free(sbuf);
 }
@@ -867,9 +859,9 @@ Test(transport_tcp, dead_peer_is_an_error, .init = use_tcp, .timeout = 60)
                  ncclSuccess);
     tp_worker_destroy(rig.w[1]);
     rig.n = 1;
-    int64_t deadline = now_ms() + DEADLINE_MS;
+    int64_t deadline = shim_clock_ms() + DEADLINE_MS;
     while (!done && res == ncclSuccess) {
-        cr_assert(now_ms() < deadline, "the peer's death was not noticed");
+        cr_assert(shim_clock_ms() < deadline, "the peer's death was not noticed");
         if (!tp_worker_progress(rig.w[0])) {
             tp_worker_wait(&rig.w[0], 1, 100);
         }
