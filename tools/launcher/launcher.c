@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,34 +122,76 @@ launch_parse_seconds(const char *text, double *seconds_out)
     return true;
 }
 
-/*
- * Asks the kernel for a free port on 127.0.0.1: bind port 0, read the port, close. Another
- * process may take it before the ranks bind it; torchrun accepts the same small race.
- */
+/* The kernel's ephemeral port range: where bind(0) and connect() pick ports themselves. */
+static void
+launch_ephemeral_range(int *low_out, int *high_out)
+{
+    FILE *file = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+    *low_out = 32768; /* Linux's default */
+    *high_out = 60999;
+    if (file != NULL) {
+        if (fscanf(file, "%d %d", low_out, high_out) != 2) {
+            *low_out = 32768;
+            *high_out = 60999;
+        }
+        fclose(file);
+    }
+}
+
+/* Binds a socket to 127.0.0.1:port (0: the kernel's choice) and returns the port it got, or
+ * -1; the socket is closed again, leaving the port free for a rank to bind. */
 static int
-launch_free_port(int *port_out)
+launch_probe_port(int port)
 {
     struct sockaddr_in addr;
     socklen_t len = sizeof(addr);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int got = -1;
 
     if (fd < 0) {
-        fprintf(stderr, LAUNCH_NAME ": socket: %s\n", strerror(errno));
         return -1;
     }
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
-        fprintf(stderr, LAUNCH_NAME ": cannot get a free port on 127.0.0.1: %s\n",
-                strerror(errno));
-        close(fd);
-        return -1;
+    addr.sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
+        got = ntohs(addr.sin_port);
     }
     close(fd);
-    *port_out = ntohs(addr.sin_port);
+    return got;
+}
+
+/*
+ * A free port on 127.0.0.1 for the ranks to bind later. Taken below the kernel's ephemeral
+ * range: a port bind(0) hands out is free for the kernel to hand out again, as the source
+ * port of any connection or to any other bind(0) (a bootstrap root, a UCX listener of a rank
+ * of this very job), before rank 0 binds it; below the range only a process that names the
+ * port can take it. Random ports are probed until one binds; the kernel's choice is the
+ * fallback when the range leaves no room below it.
+ */
+static int
+launch_free_port(int *port_out)
+{
+    int low, high, port = -1;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL) ^ (unsigned)(uintptr_t)port_out;
+
+    launch_ephemeral_range(&low, &high);
+    int base = low > 12000 ? 10000 : 1024;
+    for (int tries = 0; tries < 100 && port < 0 && low - base > 1000; tries++) {
+        port = launch_probe_port(base + (int)(rand_r(&seed) % (unsigned)(low - base)));
+    }
+    if (port < 0) {
+        port = launch_probe_port(0);
+    }
+    if (port < 0) {
+        fprintf(stderr, LAUNCH_NAME ": cannot get a free port on 127.0.0.1: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    *port_out = port;
     return 0;
 }
 
