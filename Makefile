@@ -25,8 +25,8 @@ LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden $(TLS_DIALECT)
 LDFLAGS := $(SAN_FLAGS)
 LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
 
-LIB_SRCS := $(wildcard base/*.c bootstrap/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB_SRCS := $(wildcard base/*.c gpu/*.c bootstrap/*.c cudaipc/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/kernels/fatbin.o
 LIB_HDRS := $(wildcard $(addsuffix *.h,$(sort $(dir $(LIB_SRCS)))))
 # Stamp of tools/check_layers.sh: no include of the library runs up a layer.
 LAYERS_OK := $(BUILD)/layers.ok
@@ -76,6 +76,34 @@ $(BUILD)/obj/kernels/%.o: kernels/%.c | check-deps $(LAYERS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(LIB_CFLAGS) -O3 -MMD -MP -c $< -o $@
 
+# --- the CUDA kernels ------------------------------------------------------------------------
+# kernels/reduce_device.cu, compiled by nvcc (when the toolkit has it) for every architecture
+# that nvcc lists, plus PTX of the newest for the ones after it, into one compressed fatbin that
+# kernels/fatbin.S embeds in the library's .nv_fatbin section. A kernel that fails to compile
+# fails the build. Without nvcc the fatbin is empty: the library is built host only, and a
+# device buffer gets an error saying so.
+NVCC := $(wildcard $(CUDA_HOME)/bin/nvcc)
+KERNEL_ARCHS := $(if $(NVCC),$(patsubst compute_%,%,$(shell $(NVCC) --list-gpu-arch 2>/dev/null)))
+KERNEL_PTX_ARCH := $(lastword $(shell printf '%s\n' $(KERNEL_ARCHS) | sort -n))
+comma := ,
+NVCC_GENCODE := $(foreach a,$(KERNEL_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)) \
+                $(if $(KERNEL_PTX_ARCH),-gencode=arch=compute_$(KERNEL_PTX_ARCH)$(comma)code=compute_$(KERNEL_PTX_ARCH))
+FATBIN := $(BUILD)/kernels/reduce_device.fatbin
+
+$(FATBIN): kernels/reduce_device.cu kernels/reduce_ops.h kernels/device_abi.h
+	@mkdir -p $(dir $@)
+ifneq ($(NVCC),)
+	$(NVCC) -fatbin -O3 --fmad=false --threads 0 -Xfatbin -compress-all -I. $(NVCC_GENCODE) \
+	    -o $@ $<
+else
+	@echo "nvcc not found under $(CUDA_HOME): building host only, without the CUDA kernels"
+	@: > $@
+endif
+
+$(BUILD)/obj/kernels/fatbin.o: kernels/fatbin.S $(FATBIN)
+	@mkdir -p $(dir $@)
+	$(CC) -c -Wa,-I,$(dir $(FATBIN)) -o $@ $<
+
 $(LIB): $(LIB_OBJS) nccl_shim/exports.map $(LAYERS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=nccl_shim/exports.map \
@@ -98,7 +126,7 @@ $(BENCH): $(BENCH_SRCS) $(wildcard tools/bench/*.h) $(LIB)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(CONSUMER_LDFLAGS) -lnccl -lm
 
 # The host kernels alone, linked with their objects (kr_copy_host_stream is not exported).
-KERNEL_OBJS := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJS))
+KERNEL_OBJS := $(BUILD)/obj/kernels/reduce_host.o $(BUILD)/obj/kernels/types.o
 $(BUILD)/bin/kernel_perf: tools/bench/kernel_perf.c $(KERNEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(KERNEL_OBJS)
@@ -106,6 +134,19 @@ $(BUILD)/bin/kernel_perf: tools/bench/kernel_perf.c $(KERNEL_OBJS)
 # nccl-tests names: all_reduce_perf runs the all-reduce benchmark, as the binary name says.
 $(BUILD)/bin/%_perf: $(BENCH)
 	ln -sf nccl_perf $@
+
+# --- the CUDA driver's test double -----------------------------------------------------------
+# test/doubles/fake_cuda/: a libcuda.so.1 that runs the device path on the CPU, so that CI
+# tests it for real. Tests find it through LD_LIBRARY_PATH=$(FAKE_CUDA_DIR); the library under
+# test dlopens it as it would the real driver.
+FAKE_CUDA_DIR := $(BUILD)/test/doubles
+FAKE_CUDA := $(FAKE_CUDA_DIR)/libcuda.so.1
+FAKE_CUDA_SRCS := $(wildcard test/doubles/fake_cuda/*.c) kernels/reduce_host.c kernels/types.c
+
+$(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard test/doubles/fake_cuda/*.h kernels/*.h) | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ $(FAKE_CUDA_SRCS) \
+	    -lpthread
 
 # --- tests ----------------------------------------------------------------------------------
 $(BUILD)/test/unit/%: test/unit/%.c $(wildcard test/sim/*.c test/sim/*.h) $(INTERNAL)
@@ -126,8 +167,10 @@ test: deps
 	@$(MAKE) --no-print-directory test-layers test-unit test-abi test-mp test-dropin test-asan \
 	    test-fuzz test-netns
 
-test-unit: $(UNIT_BINS)
-	@test/run_unit.sh $(UNIT_BINS)
+# Every unit test sees the driver's double: the device layers' tests need it, and the others
+# must not care whether a driver is present.
+test-unit: $(UNIT_BINS) $(FAKE_CUDA)
+	@LD_LIBRARY_PATH=$(FAKE_CUDA_DIR) test/run_unit.sh $(UNIT_BINS)
 
 # The layer check itself: planted upward includes must fail it, the real tree must pass.
 test-layers:

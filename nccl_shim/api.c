@@ -15,7 +15,9 @@
 #include "base/check.h"
 #include "bootstrap/bootstrap.h"
 #include "comm.h"
-#include "device.h"
+#include "exec_device.h"
+#include "gpu/driver.h"
+#include "gpu/memory.h"
 #include "group.h"
 #include "op.h"
 #include "split.h"
@@ -157,7 +159,12 @@ shim_api_init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *id, int ran
         return ncclInvalidArgument;
     }
     SHIM_CHECK(shim_api_read_config(config, &args.blocking));
-    args.cuda_dev = shim_device_current();
+    /* The current device, as NCCL takes it; with none current, device 0, as the runtime's
+     * cudaGetDevice says. */
+    args.cuda_dev = gpu_device_current();
+    if (args.cuda_dev < 0 && gpu_device_count() > 0) {
+        args.cuda_dev = 0;
+    }
     INFO(SHIM_INIT, "%s: comm %p rank %d nranks %d cudaDev %d blocking %d", api, (void *)comm,
          rank, nranks, args.cuda_dev, (int)args.blocking);
 
@@ -538,8 +545,9 @@ shim_mem_untrack(void *ptr)
     return found;
 }
 
-/* ncclMemAlloc: device memory in NCCL. Without a driver the buffers our host path works on
- * are plain page-aligned host memory. */
+/* ncclMemAlloc: device memory in NCCL, and here with a driver: a cuMem allocation other
+ * ranks' processes can map (gpu/memory.c). Without a driver the buffers our host path works
+ * on are plain page-aligned host memory. */
 SHIM_API ncclResult_t
 ncclMemAlloc(void **ptr, size_t size)
 {
@@ -548,8 +556,8 @@ ncclMemAlloc(void **ptr, size_t size)
         WARN("ncclMemAlloc: ptr is NULL");
         return ncclInvalidArgument;
     }
-    if (shim_device_driver_present()) {
-        return shim_api_unsupported("ncclMemAlloc of device memory");
+    if (gpu_device_count() > 0) {
+        return gpu_mem_alloc(size, ptr);
     }
     void *mem;
     if (posix_memalign(&mem, 4096, size ? size : 1) != 0) {
@@ -569,11 +577,11 @@ SHIM_API ncclResult_t
 ncclMemFree(void *ptr)
 {
     shim_error_clear();
-    if (shim_device_driver_present()) {
-        return shim_api_unsupported("ncclMemFree of device memory");
-    }
     if (ptr == NULL) {
         return ncclSuccess; /* as cudaFree(NULL) */
+    }
+    if (gpu_device_count() > 0) {
+        return gpu_mem_free(ptr);
     }
     if (!shim_mem_untrack(ptr)) {
         WARN("ncclMemFree: %p was not allocated by ncclMemAlloc (or was freed already)", ptr);
@@ -651,15 +659,19 @@ ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
         return ncclInvalidArgument;
     }
     const void *deferred = NULL;
+    bool on_device = false;
     if (residence == ncclScalarHostImmediate) {
         memcpy(redop.scalar, scalar, kr_type_size(datatype));
-    } else if (shim_device_is_device_ptr(scalar)) {
-        return shim_api_unsupported("a PreMulSum scalar in device memory");
     } else {
-        deferred = scalar; /* read when each collective starts, as NCCL reads it then */
+        /* Read when each collective starts, as NCCL reads it then: by the kernel if a kernel
+         * can reach it, else by the host at the call. */
+        struct gpu_mem_info mem;
+        gpu_mem_query(scalar, &mem);
+        on_device = gpu_mem_reachable(mem.kind);
+        deferred = scalar;
     }
     ncclRedOp_t index_op;
-    SHIM_CHECK(shim_comm_redop_create(comm, &redop, deferred, &index_op));
+    SHIM_CHECK(shim_comm_redop_create(comm, &redop, deferred, on_device, &index_op));
     *op = shim_api_op_encode(comm, index_op);
     return ncclSuccess;
 }
@@ -729,6 +741,27 @@ shim_api_buffers_used(const struct shim_op *op, bool *send_used_out, bool *recv_
     }
 }
 
+/* Where the buffers live decides the path: memory a kernel reaches (device, managed,
+ * registered) makes the call stream ordered; plain host memory runs in the call. NCCL takes
+ * only the former; both buffers of one call must be of the same side. */
+static ncclResult_t
+shim_api_check_memory(struct shim_op *op, const char *api)
+{
+    gpu_mem_query(op->sendbuff, &op->send_mem);
+    gpu_mem_query(op->recvbuff, &op->recv_mem);
+    bool send_dev = gpu_mem_reachable(op->send_mem.kind);
+    bool recv_dev = gpu_mem_reachable(op->recv_mem.kind);
+    op->device = send_dev || recv_dev;
+    if (op->device && op->sendbuff != NULL && op->recvbuff != NULL && send_dev != recv_dev) {
+        WARN("%s: sendbuff %p is %s but recvbuff %p is %s: both must be memory a kernel can "
+             "reach (device, managed or registered host memory), or both plain host memory",
+             api, op->sendbuff, gpu_mem_kind_name(op->send_mem.kind), op->recvbuff,
+             gpu_mem_kind_name(op->recv_mem.kind));
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
 /* Checks that hold for every collective and point-to-point call. */
 static ncclResult_t
 shim_api_check_op(struct shim_op *op, const char *api)
@@ -749,12 +782,9 @@ shim_api_check_op(struct shim_op *op, const char *api)
              kr_type_name(op->datatype));
         return ncclInvalidArgument;
     }
+    ncclRedOp_t index_op = ncclSum;
     if (shim_coll_reduces(op->coll)) {
-        ncclRedOp_t index_op;
         SHIM_CHECK(shim_api_op_decode(comm, op->user_op, api, &index_op));
-        SHIM_CHECK(shim_comm_redop_resolve(comm, index_op, op->datatype, &op->redop));
-    } else {
-        op->redop = (struct kr_redop){.kind = KR_SUM, .type = op->datatype}; /* copies only */
     }
     if (shim_coll_rooted(op->coll) && (op->root < 0 || op->root >= comm->nranks)) {
         WARN("%s: %s %d is out of range for %d ranks", api,
@@ -777,11 +807,14 @@ shim_api_check_op(struct shim_op *op, const char *api)
              op->sendbuff, op->recvbuff, elem_size, kr_type_name(op->datatype));
         return ncclInvalidArgument;
     }
-    if (shim_device_is_device_ptr(op->sendbuff) || shim_device_is_device_ptr(op->recvbuff)) {
-        WARN("%s: device memory is not supported by ncclshim yet; pass host buffers", api);
-        return ncclInvalidUsage;
+    SHIM_CHECK(shim_api_check_memory(op, api));
+    if (shim_coll_reduces(op->coll)) {
+        SHIM_CHECK(shim_comm_redop_resolve(comm, index_op, op->datatype, op->device,
+                                           &op->redop, &op->scalar_dev));
+    } else {
+        op->redop = (struct kr_redop){.kind = KR_SUM, .type = op->datatype}; /* copies only */
     }
-    return ncclSuccess;
+    return op->device ? shim_devexec_check(op, api) : ncclSuccess;
 }
 
 /* Every collective: checks, the NCCL-style log line, then the group (or a group of one). */

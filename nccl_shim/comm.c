@@ -15,11 +15,12 @@
 
 #include "base/check.h"
 #include "base/env.h"
+#include "base/report.h"
 #include "bootstrap/bootstrap.h"
-#include "device.h"
+#include "cudaipc/cudaipc.h"
 #include "exec.h"
+#include "exec_device.h"
 #include "group.h"
-#include "report.h"
 #include "shm/shm.h"
 #include "transports/transport.h"
 
@@ -158,6 +159,9 @@ ncclResult_t
 shim_comm_revoke(struct ncclComm *comm)
 {
     __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
+    if (comm->dev != NULL) {
+        cipc_team_release(comm->dev); /* device operations in flight stop waiting */
+    }
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Revoked", (void *)comm, comm->rank,
          comm->nranks);
     return ncclSuccess;
@@ -170,14 +174,18 @@ shim_comm_async_error(struct ncclComm *comm)
         return ncclInProgress;
     }
     shim_comm_join_init(comm);
-    return __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    ncclResult_t res = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    /* A failure the device team's thread found: a dead rank, a timeout, a CUDA error. */
+    return res != ncclSuccess ? res : shim_devexec_comm_error(comm);
 }
 
 ncclResult_t
 shim_comm_wait_init(struct ncclComm *comm)
 {
     shim_comm_join_init(comm);
-    return __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    ncclResult_t res = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    /* A failure the device team's thread found: a dead rank, a timeout, a CUDA error. */
+    return res != ncclSuccess ? res : shim_devexec_comm_error(comm);
 }
 
 void
@@ -312,11 +320,14 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
     return ncclSuccess;
 }
 
+/* abort: the device team releases every stream waiting on this rank's operations instead of
+ * waiting for them. */
 static void
-shim_comm_free(struct ncclComm *comm)
+shim_comm_free(struct ncclComm *comm, bool abort)
 {
     shim_comm_unregister(comm);
     shim_exec_free_spare(comm);
+    shim_devexec_comm_free(comm, abort); /* before the segments its control blocks are in */
     shm_team_destroy(comm->shm);
     if (comm->tp != NULL) {
         tp_worker_destroy(comm->tp);
@@ -360,7 +371,7 @@ shim_comm_init(const struct shim_comm_args *args, struct ncclComm **comm_out)
     return ncclInProgress;
 
 err_free:
-    shim_comm_free(comm);
+    shim_comm_free(comm, true);
     return res;
 }
 
@@ -381,7 +392,7 @@ shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks, uint
     return ncclSuccess;
 
 err_free:
-    shim_comm_free(comm);
+    shim_comm_free(comm, true);
     return res;
 }
 
@@ -399,7 +410,7 @@ shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs, const s
 void
 shim_comm_child_discard(struct ncclComm *comm)
 {
-    shim_comm_free(comm);
+    shim_comm_free(comm, true);
 }
 
 struct shim_comm_init_all_job {
@@ -487,7 +498,7 @@ shim_comm_destroy(struct ncclComm *comm)
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Destroy COMPLETE", (void *)comm, comm->rank,
          comm->nranks);
     shim_comm_bind(NULL);
-    shim_comm_free(comm);
+    shim_comm_free(comm, false);
     return ncclSuccess;
 }
 
@@ -499,7 +510,7 @@ shim_comm_abort(struct ncclComm *comm)
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void *)comm, comm->rank,
          comm->nranks);
     shim_comm_bind(NULL);
-    shim_comm_free(comm);
+    shim_comm_free(comm, true);
     return ncclSuccess;
 }
 
@@ -541,11 +552,11 @@ shim_comm_scratch_put(struct ncclComm *comm, void *buf, size_t bytes)
 
 ncclResult_t
 shim_comm_redop_create(struct ncclComm *comm, const struct kr_redop *redop,
-                       const void *scalar_ptr, ncclRedOp_t *op_out)
+                       const void *scalar_ptr, bool scalar_device, ncclRedOp_t *op_out)
 {
     for (int i = 0; i < SHIM_MAX_USER_OPS; i++) {
         if (!comm->user_ops[i].in_use) {
-            comm->user_ops[i] = (struct shim_user_op){true, *redop, scalar_ptr};
+            comm->user_ops[i] = (struct shim_user_op){true, *redop, scalar_ptr, scalar_device};
             *op_out = (ncclRedOp_t)(ncclNumOps + i);
             return ncclSuccess;
         }
@@ -580,10 +591,11 @@ shim_comm_redop_destroy(struct ncclComm *comm, ncclRedOp_t op)
 
 ncclResult_t
 shim_comm_redop_resolve(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t datatype,
-                        struct kr_redop *redop_out)
+                        bool device, struct kr_redop *redop_out, const void **scalar_dev_out)
 {
     struct kr_redop redop = {.type = datatype};
 
+    *scalar_dev_out = NULL;
     switch (op) {
     case ncclSum:
         redop.kind = KR_SUM;
@@ -623,7 +635,14 @@ shim_comm_redop_resolve(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t da
             return ncclInvalidArgument;
         }
         redop = user->redop;
-        if (user->scalar_ptr != NULL) {
+        if (user->scalar_device && !device) {
+            WARN("reduction op %d has its scalar in device memory, but the call's buffers are "
+                 "host memory: a device scalar needs device buffers", (int)op);
+            return ncclInvalidUsage;
+        }
+        if (user->scalar_device) {
+            *scalar_dev_out = user->scalar_ptr;
+        } else if (user->scalar_ptr != NULL) {
             memcpy(redop.scalar, user->scalar_ptr, kr_type_size(datatype));
         }
     }

@@ -18,6 +18,8 @@
 
 struct shm_team;
 struct shim_exec;
+struct cipc_team;
+struct shim_dev_solo;
 
 #define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
 #define SHIM_COMM_DEAD 0xdeadc0de0000deadULL
@@ -36,6 +38,7 @@ struct shim_user_op {
     bool in_use;
     struct kr_redop redop;
     const void *scalar_ptr;
+    bool scalar_device; /* scalar_ptr is device memory: read by the kernel, not the host */
 };
 
 struct ncclComm {
@@ -56,6 +59,8 @@ struct ncclComm {
     struct alg_policy policy;      /* NCCL_ALGO and NCCLSHIM_ALGO, parsed at init */
     struct alg_cost_params cost;   /* the cost model's alpha, beta, gamma */
     struct shm_team *shm;          /* every rank on this host: shared-memory collectives */
+    struct cipc_team *dev;         /* ... and their device team, for device buffers */
+    struct shim_dev_solo *solo;    /* one rank, device buffers: issue order (exec_device.c) */
     uint32_t shm_colls;            /* collectives no NCCL_ALGO/NCCLSHIM_ALGO filter touched */
     uint64_t tuning_logged[ALG_COLL_COUNT]; /* size classes whose choice INFO(TUNING) told */
     void *scratch;           /* one cached scratch buffer, reused across ops */
@@ -136,12 +141,17 @@ void shim_comm_scratch_put(struct ncclComm *comm, void *buf, size_t bytes);
 
 /* PreMulSum operators: ncclRedOpCreatePreMulSum and ncclRedOpDestroy. */
 /* scalar_ptr: NULL when redop->scalar already holds the value (host-immediate residence),
- * else where to read it at each call (ncclScalarDevice). */
+ * else where to read it at each call (ncclScalarDevice): by the host, or, scalar_device, by
+ * the kernel (device, managed or registered memory). */
 ncclResult_t shim_comm_redop_create(struct ncclComm *comm, const struct kr_redop *redop,
-                                    const void *scalar_ptr, ncclRedOp_t *op_out);
+                                    const void *scalar_ptr, bool scalar_device,
+                                    ncclRedOp_t *op_out);
 ncclResult_t shim_comm_redop_destroy(struct ncclComm *comm, ncclRedOp_t op);
-/* Resolves a user's op for a call with `datatype` into a concrete kernel op. */
+/* Resolves a user's op for a call with `datatype` into a concrete kernel op. A scalar the
+ * kernel reads comes back in *scalar_dev_out (NULL otherwise); only a call on device memory
+ * (`device`) can use one: ncclInvalidUsage with a WARN for a host call. */
 ncclResult_t shim_comm_redop_resolve(struct ncclComm *comm, ncclRedOp_t op,
-                                     ncclDataType_t datatype, struct kr_redop *redop_out);
+                                     ncclDataType_t datatype, bool device,
+                                     struct kr_redop *redop_out, const void **scalar_dev_out);
 
 #endif

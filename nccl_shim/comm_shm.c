@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Forming a communicator's shared-memory team (shm/): every rank creates its segment, the
- * ranks trade (host, segment name) over the transport, and if all share one host they map
- * each other's segments. A second exchange confirms every rank succeeded; only then is the
- * team used, and either way each rank removes its segment's name, so /dev/shm keeps nothing
- * once init returns. Any failure means "no team", never an error: the UCX algorithms serve.
+ * ranks trade (host, segment name, device) over the transport, and if all share one host they
+ * map each other's segments. A second exchange confirms every rank succeeded, and says which
+ * ranks' device memory each rank's process can map (its device, or one with peer access);
+ * only then is the team used, and either way each rank removes its segment's name, so
+ * /dev/shm keeps nothing once init returns. Any failure means "no team", never an error: the
+ * UCX algorithms serve. With a CUDA driver, the team's ranks also form a device team
+ * (cudaipc/) for device buffers; without one, or past its size, device buffers are refused.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,12 +18,16 @@
 #include "base/debug.h"
 #include "base/env.h"
 #include "comm.h"
+#include "cudaipc/cudaipc.h"
 #include "exec.h"
+#include "gpu/driver.h"
 #include "shm/shm.h"
 
 struct shim_shm_hello {
     uint64_t host;
     char name[SHM_NAME_MAX]; /* empty: this rank has no segment */
+    CUuuid device;           /* the rank's device, when has_device */
+    uint8_t has_device;
 };
 
 /* Every rank's `bytes` from send into recv (rank i's at i * bytes), over the transport. */
@@ -58,6 +65,48 @@ shim_comm_unfiltered_colls(const struct ncclComm *comm)
     return colls;
 }
 
+/* This rank's device, for the hello. */
+static void
+shim_comm_hello_device(const struct ncclComm *comm, struct shim_shm_hello *me)
+{
+    me->has_device = comm->cuda_dev >= 0 && gpu_device_uuid(comm->cuda_dev, &me->device) ==
+                                                ncclSuccess;
+}
+
+/* row[b]: whether this rank's process can map rank b's device memory. */
+static void
+shim_comm_reach_row(const struct ncclComm *comm, const struct shim_shm_hello *all, uint8_t *row)
+{
+    for (int b = 0; b < comm->nranks; b++) {
+        int local = all[b].has_device ? gpu_device_by_uuid(&all[b].device) : -1;
+        row[b] = local >= 0 && gpu_device_can_reach(comm->cuda_dev, local);
+    }
+}
+
+/* The device team, when a driver is present: verdicts holds every rank's reach row (after
+ * its ok byte). Without one, device buffers are refused; never an error of init. */
+static void
+shim_comm_device_team(struct ncclComm *comm, const uint8_t *verdicts)
+{
+    const int n = comm->nranks;
+    uint8_t *reach;
+
+    if (gpu_device_count() == 0 || shim_calloc(&reach, (size_t)n * n) != ncclSuccess) {
+        return;
+    }
+    for (int a = 0; a < n; a++) {
+        memcpy(reach + (size_t)a * n, verdicts + (size_t)a * (n + 1) + 1, (size_t)n);
+    }
+    struct cipc_team_args args = {.shm = comm->shm, .device = comm->cuda_dev, .reach = reach,
+                                  .id = comm->id_hash, .log = &comm->log};
+    if (cipc_team_create(&args, &comm->dev) != ncclSuccess) {
+        comm->dev = NULL;
+        INFO(SHIM_INIT, "comm %p rank %d: no device team: device buffers will be refused",
+             (void *)comm, comm->rank);
+    }
+    free(reach);
+}
+
 ncclResult_t
 shim_comm_shm_setup(struct ncclComm *comm)
 {
@@ -75,6 +124,7 @@ shim_comm_shm_setup(struct ncclComm *comm)
         return ncclSuccess;
     }
     snprintf(tag, sizeof(tag), "%016" PRIx64 "-r%d", comm->id_hash, comm->rank);
+    shim_comm_hello_device(comm, &me);
     if (shm_segment_create(tag, slot_bytes, &seg) == ncclSuccess) {
         snprintf(me.name, sizeof(me.name), "%s", seg.name);
     }
@@ -99,10 +149,15 @@ shim_comm_shm_setup(struct ncclComm *comm)
     }
 
     /* Use it only if every rank mapped every segment. */
-    uint8_t ok = team != NULL, *oks = (uint8_t *)all;
-    SHIM_CHECK_GOTO(shim_comm_allgather(comm, &ok, oks, 1), res, out_team);
+    uint8_t *mine = NULL, *verdicts = NULL;
+    SHIM_CHECK_GOTO(shim_calloc(&mine, 2 * (size_t)n + 2 + (size_t)n * n), res, out_team);
+    verdicts = mine + n + 1;
+    mine[0] = team != NULL;
+    shim_comm_reach_row(comm, all, mine + 1);
+    SHIM_CHECK_GOTO(shim_comm_allgather(comm, mine, verdicts, (size_t)n + 1), res, out_mine);
+    uint8_t ok = 1;
     for (int r = 0; r < n; r++) {
-        ok &= oks[r];
+        ok &= verdicts[(size_t)r * (n + 1)];
     }
     if (ok) {
         team->direct_bytes = (size_t)shim_env_int(SHIM_ENV_SHM_DIRECT_BYTES);
@@ -113,12 +168,15 @@ shim_comm_shm_setup(struct ncclComm *comm)
         INFO(SHIM_INIT, "comm %p rank %d: all %d ranks on this host, collectives through "
              "shared memory (%zu-byte slots%s)", (void *)comm, comm->rank, n, slot_bytes,
              comm->shm->oversubscribed ? ", more ranks than CPUs" : "");
+        shim_comm_device_team(comm, verdicts);
     } else {
         INFO(SHIM_INIT, "comm %p rank %d: ranks on more than one host (or no shared memory): "
              "UCX serves every collective", (void *)comm, comm->rank);
     }
     res = ncclSuccess;
 
+out_mine:
+    free(mine);
 out_team:
     shm_team_destroy(team);
 out_all:

@@ -25,9 +25,9 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/env.h"
+#include "base/report.h"
 #include "comm.h"
 #include "cpu_move.h"
-#include "report.h"
 #include "shm/shm.h"
 #include "tag.h"
 #include "transports/transport.h"
@@ -55,25 +55,6 @@ struct shim_exec {
     struct shm_op shm_op;
     struct shm_wait shm_wait; /* what the shared-memory op last blocked on */
 };
-
-static enum alg_coll
-shim_exec_alg_coll(enum shim_coll coll)
-{
-    static const enum alg_coll map[SHIM_COLL_COUNT] = {
-        [SHIM_COLL_ALLREDUCE] = ALG_COLL_ALLREDUCE,
-        [SHIM_COLL_BROADCAST] = ALG_COLL_BROADCAST,
-        [SHIM_COLL_REDUCE] = ALG_COLL_REDUCE,
-        [SHIM_COLL_ALLGATHER] = ALG_COLL_ALLGATHER,
-        [SHIM_COLL_REDUCESCATTER] = ALG_COLL_REDUCESCATTER,
-        [SHIM_COLL_ALLTOALL] = ALG_COLL_ALLTOALL,
-        [SHIM_COLL_GATHER] = ALG_COLL_GATHER,
-        [SHIM_COLL_SCATTER] = ALG_COLL_SCATTER,
-        [SHIM_COLL_SEND] = ALG_COLL_SEND,
-        [SHIM_COLL_RECV] = ALG_COLL_RECV,
-        [SHIM_COLL_BARRIER] = ALG_COLL_BARRIER,
-    };
-    return map[coll];
-}
 
 /* NCCL's in-place definitions (see alg.h), which builders use to avoid hazards. */
 static bool
@@ -129,21 +110,6 @@ shim_exec_assign_tags(struct shim_exec *exec)
     return ncclSuccess;
 }
 
-/* Collectives take the communicator's next number; a send or receive the next number of its
- * (peer, direction), which is how NCCL matches them: in order per pair of ranks. */
-static uint32_t
-shim_exec_next_seq(struct ncclComm *comm, const struct shim_op *op)
-{
-    switch (op->coll) {
-    case SHIM_COLL_SEND:
-        return comm->p2p_sent[op->root]++;
-    case SHIM_COLL_RECV:
-        return comm->p2p_received[op->root]++;
-    default:
-        return comm->seq++;
-    }
-}
-
 /* One INFO(TUNING) line per collective and power-of-two size class, per communicator. */
 static void
 shim_exec_log_choice(struct ncclComm *comm, const struct shim_op *op,
@@ -177,7 +143,7 @@ shim_exec_arm(struct shim_exec *exec)
                                      (void **)&exec->bufs[ALG_BUF_SCRATCH]));
     exec->bufs[ALG_BUF_SEND] = (uint8_t *)exec->op.sendbuff;
     exec->bufs[ALG_BUF_RECV] = exec->op.recvbuff;
-    exec->seq = exec->management ? 0 : shim_exec_next_seq(comm, &exec->op);
+    exec->seq = exec->management ? 0 : shim_op_next_seq(comm, &exec->op);
     SHIM_CHECK(shim_exec_assign_tags(exec));
     TRACE(SHIM_COLL, "%s seq %u: %s, %d steps, %zu scratch bytes",
           shim_coll_name(exec->op.coll), exec->seq, exec->alg_name, nsteps,
@@ -191,7 +157,7 @@ shim_exec_args(const struct shim_op *op)
 {
     const struct ncclComm *comm = op->comm;
     return (struct alg_args){
-        .coll = shim_exec_alg_coll(op->coll),
+        .coll = shim_op_alg_coll(op->coll),
         .count = op->count,
         .elem_size = kr_type_size(op->datatype),
         .rank = comm->rank,
@@ -228,7 +194,7 @@ shim_exec_shm_start(struct ncclComm *comm, const struct shim_op *op,
         .prescale = args->prescale,
         .in_place = args->in_place,
     };
-    uint32_t seq = shim_exec_next_seq(comm, op);
+    uint32_t seq = shim_op_next_seq(comm, op);
     shm_team_note_cpu(comm->shm);
     shm_op_init(shm_op, comm->shm, &shm_args);
     TRACE(SHIM_COLL, "%s seq %u: shared memory, chunk %zu bytes", shim_coll_name(op->coll), seq,

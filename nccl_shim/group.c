@@ -4,8 +4,11 @@
  * that opened it. What the outermost ncclGroupEnd does:
  *   1. wait for communicator inits started inside the group (they ran on their own threads,
  *      because every rank of a single-process clique must join the rendezvous at once);
- *   2. run every queued op together on this thread (shim_exec_run);
- *   3. free them. If any call inside the group failed, nothing queued runs and its error is
+ *   2. enqueue the ops on device memory together (shim_devexec_run): stream ordered, they
+ *      return at once;
+ *   3. run every op on host memory together on this thread (shim_exec_run), each after the
+ *      device ops issued before it on its communicator are done;
+ *   4. free them. If any call inside the group failed, nothing queued runs and its error is
  *      returned, as NCCL does.
  */
 #include "group.h"
@@ -17,12 +20,15 @@
 #include "call_check.h"
 #include "comm.h"
 #include "exec.h"
+#include "exec_device.h"
 
 struct shim_group {
     int depth;
     ncclResult_t error;
     struct shim_exec **execs;
     int nexecs, exec_capacity;
+    struct shim_op *devops;  /* ops on device memory, in call order */
+    int ndevops, devop_capacity;
     struct ncclComm **inits;
     int ninits, init_capacity;
 };
@@ -86,14 +92,50 @@ shim_group_checked(void)
     return checked;
 }
 
-/* Runs a group's ops, after NCCLSHIM_CHECK's comparison with the other ranks' calls. */
+/* Host ops of a communicator come after the device ops issued on it before them. */
+static ncclResult_t
+shim_group_drain(struct ncclComm *comm)
+{
+    return comm->dev != NULL || comm->solo != NULL ? shim_devexec_drain(comm) : ncclSuccess;
+}
+
+/* Runs a group's host ops, after NCCLSHIM_CHECK's comparison with the other ranks' calls. */
 static ncclResult_t
 shim_group_run(struct shim_exec *const *execs, int nexecs)
 {
+    for (int i = 0; i < nexecs; i++) {
+        SHIM_CHECK(shim_group_drain(shim_exec_op(execs[i])->comm));
+    }
     if (shim_group_checked()) {
         SHIM_CHECK(shim_call_check(execs, nexecs));
     }
     return shim_exec_run(execs, nexecs);
+}
+
+/* A device op: numbered now, in call order among the communicator's ops, then run (outside a
+ * group) or kept for ncclGroupEnd. NCCLSHIM_CHECK compares host calls only: comparing would
+ * make a device call wait for its peers. */
+static ncclResult_t
+shim_group_enqueue_device(const struct shim_op *op)
+{
+    struct shim_op numbered = *op;
+
+    numbered.seq = shim_op_next_seq(op->comm, op);
+    if (shim_group.depth == 0) {
+        return shim_devexec_run(&numbered, 1);
+    }
+    if (shim_group.ndevops == shim_group.devop_capacity) {
+        int grown = shim_group.devop_capacity ? 2 * shim_group.devop_capacity : 16;
+        struct shim_op *bigger = realloc(shim_group.devops, (size_t)grown * sizeof(*bigger));
+        if (bigger == NULL) {
+            WARN("out of memory growing a group to %d device operations", grown);
+            return ncclSystemError;
+        }
+        shim_group.devops = bigger;
+        shim_group.devop_capacity = grown;
+    }
+    shim_group.devops[shim_group.ndevops++] = numbered;
+    return ncclSuccess;
 }
 
 ncclResult_t
@@ -102,7 +144,11 @@ shim_group_enqueue(const struct shim_op *op)
     struct shim_exec *exec;
     ncclResult_t res;
 
+    if (op->device) {
+        return shim_group_enqueue_device(op);
+    }
     if (shim_group.depth == 0 && !shim_group_checked()) {
+        SHIM_CHECK(shim_group_drain(op->comm));
         return shim_exec_run_one(op);
     }
     SHIM_CHECK(shim_exec_create(op, &exec));
@@ -141,6 +187,9 @@ shim_group_end(void)
             res = init_res;
         }
     }
+    if (res == ncclSuccess && shim_group.ndevops > 0) {
+        res = shim_devexec_run(shim_group.devops, shim_group.ndevops);
+    }
     if (res == ncclSuccess && shim_group.nexecs > 0) {
         res = shim_group_run(shim_group.execs, shim_group.nexecs);
     }
@@ -148,6 +197,7 @@ shim_group_end(void)
         shim_exec_destroy(shim_group.execs[i]);
     }
     free(shim_group.execs);
+    free(shim_group.devops);
     free(shim_group.inits);
     shim_group = (struct shim_group){0};
     return res;

@@ -7,8 +7,12 @@
 #define SHIM_OP_H
 
 #include <nccl.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "algorithms/alg.h"
+#include "gpu/memory.h"
 #include "kernels/kernels.h"
 
 enum shim_coll {
@@ -39,8 +43,20 @@ struct shim_op {
     int root;               /* root or peer; -1 where none */
     cudaStream_t stream;
     struct ncclComm *comm;
+    /* Where the buffers live (api.c asks the driver): memory a kernel reaches makes the call
+     * stream ordered (exec_device.c); plain host memory runs in the call. */
+    bool device;
+    struct gpu_mem_info send_mem, recv_mem;
+    const void *scalar_dev; /* PreMulSum with ncclScalarDevice in device memory: the scalar */
+    uint32_t seq;           /* device ops: the number shim_op_next_seq gave it when issued */
 };
 
 const char *shim_coll_name(enum shim_coll coll);
+/* The algorithms' name for a collective. */
+enum alg_coll shim_op_alg_coll(enum shim_coll coll);
+/* op's number: a collective takes its communicator's next one (every rank calls collectives
+ * in the same order), a send or receive the next of its (peer, direction), which is how NCCL
+ * matches them: in order per pair of ranks. Consumed: call once per op. */
+uint32_t shim_op_next_seq(struct ncclComm *comm, const struct shim_op *op);
 
 #endif

@@ -33,6 +33,15 @@ shm_flag_post(struct shm_flag *flag, uint32_t seq)
     }
 }
 
+void
+shm_flag_bump(struct shm_flag *flag)
+{
+    __atomic_fetch_add(&flag->value, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&flag->waiters, __ATOMIC_SEQ_CST) != 0) {
+        shm_futex(&flag->value, FUTEX_WAKE, INT_MAX, NULL);
+    }
+}
+
 bool
 shm_flag_reached(struct shm_flag *flag, uint32_t seq, int peer, struct shm_wait *wait)
 {

@@ -4,7 +4,7 @@
  * own (the owner writes it, every peer polls it), with the count of peers asleep on it next
  * to it so the owner knows when a futex wake is needed. Then SHM_SMALL_SLOTS small slots for
  * one-chunk messages, then two data slots and two result slots, one pair per chunk parity,
- * page aligned.
+ * page aligned, then the area the layer above keeps for itself (SHM_AUX_BYTES).
  */
 #ifndef SHM_REGION_H
 #define SHM_REGION_H
@@ -14,11 +14,6 @@
 #include <sys/types.h>
 
 #include "shm.h"
-
-struct shm_flag {
-    _Alignas(64) uint32_t value; /* last chunk sequence number posted */
-    uint32_t waiters;            /* peers sleeping in futex on value */
-};
 
 struct shm_region {
     struct shm_flag ready;
@@ -54,14 +49,10 @@ shm_region_result(struct shm_region *region, size_t slot_bytes, uint32_t seq)
     return shm_region_data(region, slot_bytes, seq) + slot_bytes;
 }
 
-/* Flags (flag.c). */
-void shm_flag_post(struct shm_flag *flag, uint32_t seq);
-static inline uint32_t
-shm_flag_load(struct shm_flag *flag)
+static inline uint8_t *
+shm_region_aux(struct shm_region *region, size_t slot_bytes)
 {
-    return __atomic_load_n(&flag->value, __ATOMIC_ACQUIRE);
+    return (uint8_t *)region + SHM_HEADER_BYTES + SHM_SMALL_AREA + 4 * slot_bytes;
 }
-/* Whether flag has reached seq (modulo 2^32); else fills *wait to sleep on it. */
-bool shm_flag_reached(struct shm_flag *flag, uint32_t seq, int peer, struct shm_wait *wait);
 
 #endif

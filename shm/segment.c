@@ -23,8 +23,8 @@
 size_t
 shm_segment_bytes(size_t slot_bytes)
 {
-    /* the small ring, then two parities of data and result */
-    return SHM_HEADER_BYTES + SHM_SMALL_AREA + 4 * slot_bytes;
+    /* the small ring, then two parities of data and result, then the layer above's */
+    return SHM_HEADER_BYTES + SHM_SMALL_AREA + 4 * slot_bytes + SHM_AUX_BYTES;
 }
 
 ncclResult_t
@@ -198,6 +198,12 @@ shm_team_peer_alive(const struct shm_team *team, int rank)
 {
     pid_t pid = team->regions[rank]->pid;
     return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+void *
+shm_team_aux(const struct shm_team *team, int rank)
+{
+    return shm_region_aux(team->regions[rank], team->slot_bytes);
 }
 
 int

@@ -52,6 +52,20 @@
 
 struct shm_region;
 
+/* Each rank's segment also holds SHM_AUX_BYTES, page aligned, that the collectives here never
+ * touch: the device layer (cudaipc/) keeps its control blocks there, so they share the
+ * segments' life (mapped by every rank, nothing left in /dev/shm). */
+#define SHM_AUX_BYTES ((size_t)256 * 1024)
+
+/* A flag between ranks: a counter its owner raises and others poll, with a futex for those
+ * that sleep on it (flag.c). The owner wakes only when the count of sleepers says someone
+ * sleeps, so a rank that never sleeps never pays a system call. Counters compare modulo
+ * 2^32. Used for the chunk protocol here, and by the layers above for flags of their own. */
+struct shm_flag {
+    _Alignas(64) uint32_t value; /* last number posted */
+    uint32_t waiters;            /* peers sleeping in futex on value */
+};
+
 /* This rank's own segment, before the team is formed. */
 struct shm_segment {
     char name[SHM_NAME_MAX]; /* the POSIX shm name peers open */
@@ -83,6 +97,18 @@ struct shm_wait {
     int peer;          /* whose flag it is, for liveness checks and reports */
 };
 
+/* Sets the flag to seq, waking its sleepers. */
+void shm_flag_post(struct shm_flag *flag, uint32_t seq);
+/* Adds one (several posters share the flag), waking its sleepers. */
+void shm_flag_bump(struct shm_flag *flag);
+static inline uint32_t
+shm_flag_load(const struct shm_flag *flag)
+{
+    return __atomic_load_n(&flag->value, __ATOMIC_ACQUIRE);
+}
+/* Whether flag has reached seq (modulo 2^32); else fills *wait to sleep on it. */
+bool shm_flag_reached(struct shm_flag *flag, uint32_t seq, int peer, struct shm_wait *wait);
+
 /* The bytes one rank's segment needs for slots of slot_bytes. */
 size_t shm_segment_bytes(size_t slot_bytes);
 /* Creates and maps this rank's segment under a fresh name made from `tag` (unique per
@@ -101,6 +127,8 @@ ncclResult_t shm_team_create(struct shm_segment *seg, int rank, int nranks,
 void shm_team_destroy(struct shm_team *team);
 /* Whether the process that owns rank's segment still exists. */
 bool shm_team_peer_alive(const struct shm_team *team, int rank);
+/* Rank's SHM_AUX_BYTES (see above), as this rank maps it. */
+void *shm_team_aux(const struct shm_team *team, int rank);
 /* Publishes the CPU this rank is on, for its peers, at the start of every op and whenever it
  * waits (a note only refreshed on waits went stale in a rank that never had to wait, and
  * its peers slept on every call); returns it. */

@@ -29,17 +29,27 @@
  * counted as failed, and skipped from then on: every rank refuses alike, so none is left
  * waiting.
  *
- * Usage: collectives [-q] [-c LIST] [-v]. -q is the quick subset (five types, counts up to
- * 1001 but one 65537 case per collective, one root per case), for AddressSanitizer and for
- * runs under each forced algorithm; -c runs only the comma-separated parts of LIST:
- * allreduce, reduce, reducescatter, broadcast, allgather, alltoall, gather, scatter,
- * sendrecv, groups, split, shrink (default: all); -v prints every case. Rank 0 prints one
- * summary line; the exit status is 1 on this rank if any of its checks failed.
+ * Device mode (-D KIND): the same cases on buffers a kernel reaches, of KIND device, memalloc,
+ * managed, registered, or mixed (every kind in turn, one per case or group item; device.h).
+ * The host buffers above stay the cases' truth: before each call their used bytes (guards
+ * included) go to device mirrors at the same offsets, the call takes the mirrors' addresses on
+ * a stream (the legacy NULL stream every third case), and after synchronising the stream the
+ * bytes come back to be checked as on the host. PreMulSum scalars live in device memory
+ * (ncclScalarDevice) every other case. With the driver's test double, the end checks that the
+ * library left nothing open: no IPC mapping, registration or stream.
+ *
+ * Usage: collectives [-q] [-c LIST] [-D KIND] [-v]. -q is the quick subset (five types,
+ * counts up to 1001 but one 65537 case per collective, one root per case), for
+ * AddressSanitizer and for runs under each forced algorithm; -c runs only the comma-separated
+ * parts of LIST: allreduce, reduce, reducescatter, broadcast, allgather, alltoall, gather,
+ * scatter, sendrecv, groups, split, shrink (default: all); -v prints every case. Rank 0 prints
+ * one summary line; the exit status is 1 on this rank if any of its checks failed.
  */
 #include "common.h"
 
 #include <unistd.h>
 
+#include "device.h"
 #include "reduce_data.h"
 
 #define CO_GUARD 64      /* bytes past every buffer that must stay untouched */
@@ -81,6 +91,13 @@ struct co_run {
     size_t buf_bytes;
     int cases;
     int failed_cases;
+    /* Device mode. */
+    bool device;
+    int kind;                           /* enum mp_mem_kind, or -1: each in turn */
+    struct mp_cuda cu;
+    CUstream stream;
+    void *dsend[MP_MEM_KINDS];          /* mirrors of send_base and recv_base, per kind */
+    void *drecv[MP_MEM_KINDS];
 };
 
 /* One case: what is being run, for messages, and the buffers as the call sees them. */
@@ -191,6 +208,40 @@ co_guard_check(const struct co_case *cs, const uint8_t *end, const char *what)
     return 0;
 }
 
+/* --- device mode ------------------------------------------------------------------------- */
+
+/* The memory kind of case (or group item) number n. */
+static enum mp_mem_kind
+co_kind(const struct co_run *run, int n)
+{
+    return run->kind >= 0 ? (enum mp_mem_kind)run->kind : (enum mp_mem_kind)(n % MP_MEM_KINDS);
+}
+
+/* The stream of case n: the legacy default one every third case. */
+static CUstream
+co_stream(const struct co_run *run, int n)
+{
+    return n % 3 == 2 ? NULL : run->stream;
+}
+
+/* p, in base's mirror (NULL stays NULL). */
+static void *
+co_mirror(const uint8_t *base, void *mirror, const void *p)
+{
+    return p != NULL ? (uint8_t *)mirror + ((const uint8_t *)p - base) : NULL;
+}
+
+/* A PreMulSum scalar in device memory (ncclScalarDevice), in the case's kind; the caller
+ * frees it with mp_cuda_free after the call is done. */
+static void *
+co_device_scalar(struct co_run *run, enum mp_mem_kind kind, const uint8_t scalar[8],
+                 CUstream stream)
+{
+    void *dev = mp_cuda_alloc(&run->cu, kind, 8);
+    mp_cuda_copy(&run->cu, dev, scalar, 8, stream);
+    return dev;
+}
+
 /* --- one collective call ------------------------------------------------------------------ */
 
 /*
@@ -271,47 +322,82 @@ co_case_run(struct co_run *run, struct co_case *cs, const struct ar_tables *tb)
         }
     }
 
+    /* Device mode: the calls see mirrors, loaded with the bytes just prepared. */
+    enum mp_mem_kind kind = co_kind(run, run->cases);
+    CUstream stream = run->device ? co_stream(run, run->cases) : NULL;
+    size_t send_bytes = (cs->in_place ? 0 : send_elems * sz) + CO_GUARD;
+    size_t recv_bytes = (cs->in_place && send_elems > recv_elems ? send_elems : recv_elems) * sz +
+                        CO_GUARD;
+    uint8_t *host_send = sendp, *host_recv = recvp;
+    void *dscalar = NULL;
+    if (run->device) {
+        void *dsend = run->dsend[kind], *drecv = run->drecv[kind];
+        mp_cuda_copy(&run->cu, co_mirror(run->send_base, dsend, send), send, send_bytes, stream);
+        mp_cuda_copy(&run->cu, co_mirror(run->recv_base, drecv, recv), recv, recv_bytes, stream);
+        sendp = cs->in_place ? co_mirror(run->recv_base, drecv, sendp)
+                             : co_mirror(run->send_base, dsend, sendp);
+        recvp = co_mirror(run->recv_base, drecv, recvp);
+    }
+
     if (tb != NULL && tb->op == AR_PREMULSUM) {
         uint8_t scalar[8];
         memcpy(scalar, tb->scalar, sizeof(scalar));
-        MP_CHECK_COMM(comm, ncclRedOpCreatePreMulSum(&op, scalar, cs->type,
-                                                     ncclScalarHostImmediate, comm));
+        if (run->device && run->cases % 2 == 0) {
+            dscalar = co_device_scalar(run, kind, scalar, stream);
+            MP_CHECK_COMM(comm, ncclRedOpCreatePreMulSum(&op, dscalar, cs->type,
+                                                         ncclScalarDevice, comm));
+        } else {
+            MP_CHECK_COMM(comm, ncclRedOpCreatePreMulSum(&op, scalar, cs->type,
+                                                         ncclScalarHostImmediate, comm));
+        }
         memset(scalar, 0x5a, sizeof(scalar)); /* host-immediate: read at creation */
     } else if (tb != NULL) {
         op = ar_builtin_ops[tb->op];
     }
     switch (cs->coll) {
     case CO_ALLREDUCE:
-        res = ncclAllReduce(sendp, recvp, c, cs->type, op, comm, NULL);
+        res = ncclAllReduce(sendp, recvp, c, cs->type, op, comm, stream);
         break;
     case CO_REDUCE:
-        res = ncclReduce(sendp, recvp, c, cs->type, op, root, comm, NULL);
+        res = ncclReduce(sendp, recvp, c, cs->type, op, root, comm, stream);
         break;
     case CO_REDUCESCATTER:
-        res = ncclReduceScatter(sendp, recvp, c, cs->type, op, comm, NULL);
+        res = ncclReduceScatter(sendp, recvp, c, cs->type, op, comm, stream);
         break;
     case CO_BROADCAST:
         /* Every other case through the legacy in-place ncclBcast. */
         if (cs->in_place && run->cases % 2) {
-            res = ncclBcast(recvp, c, cs->type, root, comm, NULL);
+            res = ncclBcast(recvp, c, cs->type, root, comm, stream);
         } else {
-            res = ncclBroadcast(sendp, recvp, c, cs->type, root, comm, NULL);
+            res = ncclBroadcast(sendp, recvp, c, cs->type, root, comm, stream);
         }
         break;
     case CO_ALLGATHER:
-        res = ncclAllGather(sendp, recvp, c, cs->type, comm, NULL);
+        res = ncclAllGather(sendp, recvp, c, cs->type, comm, stream);
         break;
     case CO_ALLTOALL:
-        res = ncclAlltoAll(sendp, recvp, c, cs->type, comm, NULL);
+        res = ncclAlltoAll(sendp, recvp, c, cs->type, comm, stream);
         break;
     case CO_GATHER:
-        res = ncclGather(sendp, recvp, c, cs->type, root, comm, NULL);
+        res = ncclGather(sendp, recvp, c, cs->type, root, comm, stream);
         break;
     case CO_SCATTER:
-        res = ncclScatter(sendp, recvp, c, cs->type, root, comm, NULL);
+        res = ncclScatter(sendp, recvp, c, cs->type, root, comm, stream);
         break;
     default:
         MP_ASSERT(false, "co_case_run: part %d is not a collective", (int)cs->coll);
+    }
+    if (run->device) {
+        /* The results, back where the checks look; the stream's work is done after this. */
+        mp_cuda_copy(&run->cu, send, co_mirror(run->send_base, run->dsend[kind], send),
+                     send_bytes, stream);
+        mp_cuda_copy(&run->cu, recv, co_mirror(run->recv_base, run->drecv[kind], recv),
+                     recv_bytes, stream);
+        sendp = host_send;
+        recvp = host_recv;
+        if (dscalar != NULL) {
+            mp_cuda_free(&run->cu, kind, dscalar);
+        }
     }
     if (tb != NULL && tb->op == AR_PREMULSUM) {
         MP_CHECK_COMM(comm, ncclRedOpDestroy(op, comm));
@@ -544,6 +630,10 @@ struct co_item {
     uint8_t *send, *recv;
     size_t send_elems, recv_elems;
     struct ar_tables tb; /* sum tables for the reducing items */
+    /* Device mode: the mirrors the calls take, their kind, and the item's stream. */
+    void *dsend, *drecv;
+    enum mp_mem_kind mem;
+    CUstream stream;
 };
 
 /* The salt of the k-th message from src to dst in test `test`: both sides compute it. */
@@ -588,22 +678,53 @@ co_item_post(struct co_run *run, struct co_item *it)
 {
     ncclComm_t comm = run->world.comm;
     size_t c = it->count;
+    void *send = run->device ? it->dsend : it->send, *recv = run->device ? it->drecv : it->recv;
+    CUstream s = it->stream;
 
     switch (it->kind) {
-    case CO_ITEM_SEND: return ncclSend(it->send, c, it->type, it->peer, comm, NULL);
-    case CO_ITEM_RECV: return ncclRecv(it->recv, c, it->type, it->peer, comm, NULL);
+    case CO_ITEM_SEND: return ncclSend(send, c, it->type, it->peer, comm, s);
+    case CO_ITEM_RECV: return ncclRecv(recv, c, it->type, it->peer, comm, s);
     case CO_ITEM_ALLREDUCE:
-        return ncclAllReduce(it->send, it->recv, c, it->type, ncclSum, comm, NULL);
+        return ncclAllReduce(send, recv, c, it->type, ncclSum, comm, s);
     case CO_ITEM_REDUCE:
-        return ncclReduce(it->send, it->recv, c, it->type, ncclSum, it->peer, comm, NULL);
+        return ncclReduce(send, recv, c, it->type, ncclSum, it->peer, comm, s);
     case CO_ITEM_BROADCAST:
-        return ncclBroadcast(it->send, it->recv, c, it->type, it->peer, comm, NULL);
-    case CO_ITEM_ALLGATHER: return ncclAllGather(it->send, it->recv, c, it->type, comm, NULL);
+        return ncclBroadcast(send, recv, c, it->type, it->peer, comm, s);
+    case CO_ITEM_ALLGATHER: return ncclAllGather(send, recv, c, it->type, comm, s);
     case CO_ITEM_REDUCESCATTER:
-        return ncclReduceScatter(it->send, it->recv, c, it->type, ncclSum, comm, NULL);
-    case CO_ITEM_ALLTOALL: return ncclAlltoAll(it->send, it->recv, c, it->type, comm, NULL);
+        return ncclReduceScatter(send, recv, c, it->type, ncclSum, comm, s);
+    case CO_ITEM_ALLTOALL: return ncclAlltoAll(send, recv, c, it->type, comm, s);
     }
     return ncclInternalError;
+}
+
+/* Device mode: an item's mirrors, loaded; every other item on the other stream, so that
+ * groups synchronise several streams. */
+static void
+co_item_upload(struct co_run *run, struct co_item *it, int index)
+{
+    size_t sz = mp_type_size(it->type);
+    size_t send_bytes = it->send_elems * sz + CO_GUARD, recv_bytes = it->recv_elems * sz +
+                                                                      CO_GUARD;
+
+    it->mem = co_kind(run, run->cases + index);
+    it->stream = index % 2 ? NULL : run->stream;
+    it->dsend = mp_cuda_alloc(&run->cu, it->mem, send_bytes);
+    it->drecv = mp_cuda_alloc(&run->cu, it->mem, recv_bytes);
+    mp_cuda_copy(&run->cu, it->dsend, it->send, send_bytes, run->stream);
+    mp_cuda_copy(&run->cu, it->drecv, it->recv, recv_bytes, run->stream);
+}
+
+/* Device mode: the results back into the host buffers, and the mirrors freed. */
+static void
+co_item_download(struct co_run *run, struct co_item *it)
+{
+    size_t sz = mp_type_size(it->type);
+
+    mp_cuda_copy(&run->cu, it->send, it->dsend, it->send_elems * sz + CO_GUARD, it->stream);
+    mp_cuda_copy(&run->cu, it->recv, it->drecv, it->recv_elems * sz + CO_GUARD, it->stream);
+    mp_cuda_free(&run->cu, it->mem, it->dsend);
+    mp_cuda_free(&run->cu, it->mem, it->drecv);
 }
 
 static long
@@ -660,6 +781,9 @@ co_group_run(struct co_run *run, const char *test, struct co_item *items, int ni
 
     for (int i = 0; i < nitems; i++) {
         co_item_prepare(run, &items[i]);
+        if (run->device) {
+            co_item_upload(run, &items[i], i);
+        }
     }
     MP_CHECK(ncclGroupStart());
     for (int i = 0; i < nitems && res == ncclSuccess; i++) {
@@ -688,6 +812,9 @@ co_group_run(struct co_run *run, const char *test, struct co_item *items, int ni
         res = end;
         mp_report(__FILE__, __LINE__, "%s: ncclGroupEnd failed: %s; last error: \"%s\"", test,
                   ncclGetErrorString(res), mp_last_error(run->world.comm));
+    }
+    for (int i = 0; run->device && i < nitems; i++) {
+        co_item_download(run, &items[i]);
     }
     if (res == ncclSuccess) {
         for (int i = 0; i < nitems; i++) {
@@ -991,13 +1118,40 @@ co_shrink(struct co_run *run)
     co_subcomm_check(run, sub, members, nsub, "shrink");
 }
 
+/* Device mode, after the world communicator is destroyed: the mirrors and the stream go, and
+ * with the driver's double nothing the library opened may be left (an IPC mapping, a
+ * registration, a stream, a module is kept per process and not counted). */
+static void
+co_device_end(struct co_run *run)
+{
+    struct mp_fake_stats stats;
+
+    for (int k = 0; k < MP_MEM_KINDS; k++) {
+        if (run->dsend[k] != NULL) {
+            mp_cuda_free(&run->cu, (enum mp_mem_kind)k, run->dsend[k]);
+            mp_cuda_free(&run->cu, (enum mp_mem_kind)k, run->drecv[k]);
+        }
+    }
+    MP_CU(&run->cu, stream_destroy(run->stream));
+    if (run->cu.fake_stats == NULL) {
+        return;
+    }
+    run->cu.fake_stats(&stats);
+    MP_EXPECT(stats.ipc_mappings == 0 && stats.registrations == 0 && stats.streams == 0,
+              "after ncclCommDestroy the library left open: %d IPC mappings, %d registrations, "
+              "%d streams", stats.ipc_mappings, stats.registrations, stats.streams);
+    run->failed_cases += stats.ipc_mappings != 0 || stats.registrations != 0 ||
+                         stats.streams != 0;
+}
+
 /* --- main --------------------------------------------------------------------------------- */
 
 static void
 co_usage(const char *prog)
 {
     fprintf(stderr, "usage: %s [-q] [-c allreduce,reduce,reducescatter,broadcast,allgather,"
-            "alltoall,gather,scatter,sendrecv,groups,split,shrink] [-v]\n", prog);
+            "alltoall,gather,scatter,sendrecv,groups,split,shrink] "
+            "[-D device|memalloc|managed|registered|mixed] [-v]\n", prog);
     exit(2);
 }
 
@@ -1027,10 +1181,14 @@ main(int argc, char **argv)
     bool chosen = false;
 
     setlinebuf(stdout); /* a run killed by its timeout still shows how far it got */
-    while ((opt = getopt(argc, argv, "qc:v")) != -1) {
+    while ((opt = getopt(argc, argv, "qc:D:v")) != -1) {
         switch (opt) {
         case 'q':
             run.quick = true;
+            break;
+        case 'D':
+            run.device = true;
+            run.kind = mp_mem_kind_parse(optarg);
             break;
         case 'c':
             co_parse_parts(&run, optarg, argv[0]);
@@ -1050,6 +1208,9 @@ main(int argc, char **argv)
         run.want[p] = run.want[p] || !chosen;
         nparts += run.want[p];
     }
+    if (run.device) {
+        mp_cuda_init(&run.cu); /* the device current before the communicator is made */
+    }
     mp_world_init(&run.world);
     MP_ASSERT(run.world.nranks <= 64, "at most 64 ranks, not %d", run.world.nranks);
 
@@ -1058,6 +1219,15 @@ main(int argc, char **argv)
     run.recv_base = malloc(run.buf_bytes);
     MP_ASSERT(run.send_base != NULL && run.recv_base != NULL, "out of memory: 2 x %zu bytes",
               run.buf_bytes);
+    if (run.device) {
+        MP_CU(&run.cu, stream_create(&run.stream, CU_STREAM_NON_BLOCKING));
+        for (int k = 0; k < MP_MEM_KINDS; k++) {
+            if (run.kind < 0 || run.kind == k) {
+                run.dsend[k] = mp_cuda_alloc(&run.cu, (enum mp_mem_kind)k, run.buf_bytes);
+                run.drecv[k] = mp_cuda_alloc(&run.cu, (enum mp_mem_kind)k, run.buf_bytes);
+            }
+        }
+    }
 
     for (int p = 0; p <= CO_SCATTER; p++) {
         if (run.want[p]) {
@@ -1082,6 +1252,9 @@ main(int argc, char **argv)
     MP_CHECK_COMM(run.world.comm, ncclAllReduce(&total_failed, &total_failed, 1, ncclInt32,
                                                 ncclSum, run.world.comm, NULL));
     MP_CHECK_COMM(run.world.comm, ncclCommDestroy(run.world.comm));
+    if (run.device) {
+        co_device_end(&run);
+    }
     free(run.send_base);
     free(run.recv_base);
     if (run.world.rank == 0) {

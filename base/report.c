@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "base/debug.h"
+#include "debug.h"
 
 static unsigned shim_report_count; /* atomic */
 static pthread_once_t shim_report_once = PTHREAD_ONCE_INIT;

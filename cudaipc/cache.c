@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The leader's mapping cache (cache.h). A plain array searched in full: a team maps a few
+ * allocations per rank, and the search costs nothing next to an IPC open.
+ */
+#include "cache.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "team.h"
+
+struct cipc_map *
+cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key, uint32_t use)
+{
+    for (int i = 0; i < cache->cap; i++) {
+        struct cipc_map *m = &cache->maps[i];
+        if (m->rank == rank && m->how == how && m->key == key) {
+            m->last_use = use;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+static void
+cipc_map_close(struct cipc_map *m)
+{
+    switch (m->how) {
+    case CIPC_BUF_LEGACY:
+        gpu_cu.cuIpcCloseMemHandle(m->base);
+        break;
+    case CIPC_BUF_CUMEM:
+        gpu_cu.cuMemUnmap(m->base, m->size);
+        gpu_cu.cuMemAddressFree(m->base, m->size);
+        gpu_cu.cuMemRelease(m->handle);
+        break;
+    case CIPC_BUF_STAGED:
+        gpu_cu.cuMemHostUnregister(m->host);
+        munmap(m->host, m->size);
+        break;
+    }
+    memset(m, 0, sizeof(*m));
+    m->rank = -1;
+}
+
+/* A free entry: a fresh one, else the least recently used whose operations are all done,
+ * else more room. */
+static ncclResult_t
+cipc_cache_slot(struct cipc_cache *cache, uint32_t completed, struct cipc_map **slot_out)
+{
+    struct cipc_map *victim = NULL;
+
+    for (int i = 0; i < cache->cap; i++) {
+        struct cipc_map *m = &cache->maps[i];
+        if (m->rank < 0) {
+            *slot_out = m;
+            return ncclSuccess;
+        }
+        bool idle = (int32_t)(completed - m->last_use) >= 0;
+        if (idle && (victim == NULL || (int32_t)(m->last_use - victim->last_use) < 0)) {
+            victim = m;
+        }
+    }
+    if (cache->count >= CIPC_CACHE_MAX && victim != NULL) {
+        cipc_map_close(victim);
+        cache->count--;
+        *slot_out = victim;
+        return ncclSuccess;
+    }
+    int cap = cache->cap ? 2 * cache->cap : 16;
+    struct cipc_map *maps = realloc(cache->maps, (size_t)cap * sizeof(*maps));
+    if (maps == NULL) {
+        WARN("cudaipc: out of memory for %d mappings", cap);
+        return ncclSystemError;
+    }
+    for (int i = cache->cap; i < cap; i++) {
+        memset(&maps[i], 0, sizeof(maps[i]));
+        maps[i].rank = -1;
+    }
+    *slot_out = &maps[cache->cap];
+    cache->maps = maps;
+    cache->cap = cap;
+    return ncclSuccess;
+}
+
+static ncclResult_t
+cipc_map_cumem(struct cipc_map *m, const struct gpu_device *device, int fd)
+{
+    CUmemAccessDesc access = {
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device->ordinal},
+        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    ncclResult_t res;
+
+    GPU_CU_CHECK(cuMemImportFromShareableHandle(&m->handle, (void *)(uintptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    GPU_CU_CHECK_GOTO(cuMemAddressReserve(&m->base, m->size, 0, 0, 0), res, err_release);
+    GPU_CU_CHECK_GOTO(cuMemMap(m->base, m->size, 0, m->handle, 0), res, err_free);
+    GPU_CU_CHECK_GOTO(cuMemSetAccess(m->base, m->size, &access, 1), res, err_unmap);
+    return ncclSuccess;
+
+err_unmap:
+    gpu_cu.cuMemUnmap(m->base, m->size);
+err_free:
+    gpu_cu.cuMemAddressFree(m->base, m->size);
+err_release:
+    gpu_cu.cuMemRelease(m->handle);
+    return res;
+}
+
+static ncclResult_t
+cipc_map_staged(struct cipc_map *m, int fd)
+{
+    ncclResult_t res;
+
+    m->host = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m->host == MAP_FAILED) {
+        WARN("cudaipc: cannot map a rank's %zu-byte staging segment: %s", m->size,
+             strerror(errno));
+        return ncclSystemError;
+    }
+    GPU_CU_CHECK_GOTO(cuMemHostRegister(m->host, m->size, CU_MEMHOSTREGISTER_PORTABLE |
+                                                              CU_MEMHOSTREGISTER_DEVICEMAP),
+                      res, err_unmap);
+    GPU_CU_CHECK_GOTO(cuMemHostGetDevicePointer(&m->base, m->host, 0), res, err_unregister);
+    return ncclSuccess;
+
+err_unregister:
+    gpu_cu.cuMemHostUnregister(m->host);
+err_unmap:
+    munmap(m->host, m->size);
+    return res;
+}
+
+ncclResult_t
+cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device, int rank,
+               const struct cipc_buf *buf, int fd, uint32_t use, uint32_t completed,
+               struct cipc_map **map_out)
+{
+    struct cipc_map *m;
+    ncclResult_t res;
+
+    res = cipc_cache_slot(cache, completed, &m);
+    if (res != ncclSuccess) {
+        goto out;
+    }
+    m->how = buf->how;
+    m->key = buf->key;
+    m->size = buf->size;
+    switch (buf->how) {
+    case CIPC_BUF_LEGACY: {
+        CUresult cu = gpu_cu.cuIpcOpenMemHandle(&m->base, buf->handle,
+                                                CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        res = cu == CUDA_SUCCESS ? ncclSuccess
+                                 : gpu_cu_fail(cu, "cuIpcOpenMemHandle(a rank's allocation)",
+                                               __FILE__, __LINE__);
+        break;
+    }
+    case CIPC_BUF_CUMEM:
+        res = cipc_map_cumem(m, device, fd);
+        break;
+    case CIPC_BUF_STAGED:
+        res = cipc_map_staged(m, fd);
+        break;
+    default:
+        WARN("cudaipc: rank %d described a buffer the leader cannot map (how %u)", rank,
+             buf->how);
+        res = ncclInternalError;
+    }
+    if (res != ncclSuccess) {
+        memset(m, 0, sizeof(*m));
+        m->rank = -1;
+        goto out;
+    }
+    m->rank = rank;
+    m->last_use = use;
+    cache->count++;
+    INFO(SHIM_P2P, "cudaipc: mapped rank %d's %s %llu (%zu bytes) at %p; %d mappings", rank,
+         buf->how == CIPC_BUF_STAGED ? "staging segment" : "allocation",
+         (unsigned long long)buf->key, m->size, (void *)(uintptr_t)m->base, cache->count);
+    *map_out = m;
+out:
+    if (fd >= 0) {
+        close(fd);
+    }
+    return res;
+}
+
+void
+cipc_cache_clear(struct cipc_cache *cache)
+{
+    for (int i = 0; i < cache->cap; i++) {
+        if (cache->maps[i].rank >= 0) {
+            cipc_map_close(&cache->maps[i]);
+        }
+    }
+    free(cache->maps);
+    memset(cache, 0, sizeof(*cache));
+}
+
+int
+cipc_cache_count(const struct cipc_cache *cache)
+{
+    return cache->count;
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The leader's mappings of other ranks' memory (cache.c), keyed by (rank, how, key): the
+ * allocation's unique id in its owner, or a staging segment's generation. Memory freed and
+ * allocated again is a new id, so a mapping never stands for memory that changed under it.
+ * Made on first use and kept: the same buffers come back call after call. Bounded: past
+ * CIPC_CACHE_MAX entries the least recently used one whose last operation is done goes
+ * (the leader's stream counts operations done). Cleared whole when the team ends.
+ */
+#ifndef CIPC_CACHE_H
+#define CIPC_CACHE_H
+
+#include <cuda.h>
+#include <nccl.h>
+#include <stdint.h>
+
+#include "gpu/driver.h"
+
+#define CIPC_CACHE_MAX 512
+
+struct cipc_buf;
+
+struct cipc_map {
+    int rank;             /* -1: a free entry */
+    uint32_t how;         /* enum cipc_buf_how: LEGACY, CUMEM or STAGED */
+    uint64_t key;
+    size_t size;
+    CUdeviceptr base;     /* where the leader's kernels reach the allocation's first byte */
+    void *host;           /* STAGED: the segment mapped here */
+    CUmemGenericAllocationHandle handle; /* CUMEM: the imported allocation */
+    uint32_t last_use;    /* the leader's operation that used it last */
+};
+
+struct cipc_cache {
+    struct cipc_map *maps;
+    int count, cap;
+};
+
+/* The entry for (rank, how, key) with its last use set to `use`, or NULL if not mapped. */
+struct cipc_map *cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key,
+                                 uint32_t use);
+/* Maps buf of rank for the leader's device (whose context is current) and enters it: a legacy
+ * handle is opened, a cuMem allocation or a staging segment imported from fd (which this takes
+ * over and closes). `completed` is the leader's count of operations done, for eviction. */
+ncclResult_t cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device,
+                            int rank, const struct cipc_buf *buf, int fd, uint32_t use,
+                            uint32_t completed, struct cipc_map **map_out);
+/* Unmaps everything (the leader's stream must be idle). */
+void cipc_cache_clear(struct cipc_cache *cache);
+/* How many mappings are open, for logs. */
+int cipc_cache_count(const struct cipc_cache *cache);
+
+#endif

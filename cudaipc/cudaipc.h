@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Collectives and send/receive on device memory between the ranks of one host, through CUDA
+ * IPC. A communicator whose ranks share a host (its shared-memory team, shm/) has one device
+ * team; one rank of it, the leader (rank 0), carries out every operation of every rank with
+ * one kernel launch on a stream of its own, reading and writing the other ranks' buffers
+ * through IPC mappings of them. The others' streams only wait and signal.
+ *
+ * Why one leader: processes on one GPU have one context each, and every hand-over of GPU work
+ * from one context to another costs about 140 us (../shared/GPU.md). A small operation in
+ * which every rank's context ran a kernel in turn could not be fast; here a single context
+ * runs the kernels, and an operation reads each input once and writes each output once.
+ *
+ * One operation, for rank r (post.c, leader.c):
+ *
+ *   r's host (the call)    describe the buffers (IPC handle, or a file descriptor sent over
+ *                          the team's Unix socket, or a staging copy), post a descriptor in
+ *                          r's ring (shared memory), ring the leader's doorbell;
+ *   r's stream (gated)     [copy staged inputs] write arrive_r = s | wait done_r >= s |
+ *                          [copy staged outputs]
+ *   leader's thread        once every rank's descriptor of an operation is posted, map what is
+ *                          not mapped yet (a cache), and enqueue on the leader's stream:
+ *                          wait arrive_q >= s_q for every rank q taking part | kernel(s) |
+ *                          write done_q for every rank q taking part
+ *
+ * Waits between ranks are stream memory operations on flags in pinned shared memory, or the
+ * host's; never a kernel spinning on another process's flag. Buffers the leader cannot map
+ * (managed or registered host memory, or device memory on a GPU the leader's cannot reach)
+ * are staged through pinned shared host memory by their owner's stream.
+ *
+ * Every rank runs a thread per team: on the leader it schedules operations; on every rank it
+ * watches them (a rank that died, NCCLSHIM_TIMEOUT) and keeps the team's error for
+ * ncclCommGetAsyncError. Destroy and abort are local; abort releases every stream of this
+ * rank that waits on the team, and the leader's own stream.
+ */
+#ifndef CIPC_CUDAIPC_H
+#define CIPC_CUDAIPC_H
+
+#include <cuda.h>
+#include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algorithms/alg.h"
+#include "gpu/memory.h"
+#include "kernels/kernels.h"
+
+struct shm_team;
+struct cipc_team;
+struct shim_log_scope;
+
+/* The most ranks a device team serves: one kernel reduces all their inputs at once. */
+#define CIPC_MAX_RANKS 64
+
+struct cipc_team_args {
+    struct shm_team *shm; /* every rank of the communicator, on this host */
+    int device;           /* this rank's device ordinal; -1 if it has no device */
+    /* reach[a * nranks + b]: rank a's process can map rank b's device memory (the same
+     * device, or one with peer access), as every rank computed it at init. */
+    const uint8_t *reach;
+    uint64_t id;          /* the communicator's identity, for names and log lines */
+    struct shim_log_scope *log; /* the communicator's: the thread's WARNs land in its
+                                   last-error text, its lines name its device */
+};
+
+/* Forms this rank's side of the team (collective only in that every rank of the shared-memory
+ * team calls it during init: it talks to no one) and starts its thread. */
+ncclResult_t cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out);
+/* Stops the thread and frees everything this rank holds: mappings, registrations, streams,
+ * staging memory, sockets. Without abort it first waits, bounded by NCCLSHIM_TIMEOUT (or a
+ * dead rank), for this rank's operations to finish. With abort it waits for nothing: every
+ * stream that waits on this rank's operations is released, and on the leader its own
+ * stream, whose pending kernels then run on whatever the buffers hold. */
+void cipc_team_destroy(struct cipc_team *team, bool abort);
+
+/* An operation of this rank, as the call made it (buffers classified by gpu_mem_query). */
+struct cipc_op {
+    enum alg_coll coll;       /* ALLREDUCE .. SCATTER, SEND, RECV */
+    const void *send;         /* NULL where this rank does not use it */
+    void *recv;
+    struct gpu_mem_info send_mem, recv_mem;
+    size_t count;             /* elements, as the NCCL call counts them */
+    struct kr_redop redop;    /* resolved; the reducing collectives only */
+    const void *scalar_dev;   /* PreMulSum, ncclScalarDevice: where this rank's scalar is */
+    int root;                 /* root, or the peer of SEND and RECV */
+    uint32_t match;           /* collectives: the communicator's collective number (the same on
+                                 every rank); SEND/RECV: the k-th message of this pair */
+};
+
+/* Posts ops (a group's, in call order; one outside a group) and enqueues on stream (of ctx,
+ * this rank's device's primary context) their staging copies in and the write of arrive. Then
+ * cipc_post_wait enqueues the wait for done and the copies out. Between the two, a caller with
+ * several teams in one group arrives on all of them before it waits on any: the teams may be
+ * ranks of one clique. Neither waits for another rank (the ring of descriptors is the one
+ * bound: a rank CIPC_RING operations ahead of the leader waits for room). */
+ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
+                              CUstream stream);
+ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);
+
+/* Waits until every operation this rank posted is done (a host operation on the same
+ * communicator comes after them). An error if the team failed or fails meanwhile. */
+ncclResult_t cipc_team_drain(struct cipc_team *team);
+/* ncclSuccess, or the error that failed the team (a dead rank, a timeout, a CUDA error, an
+ * operation the ranks disagree on). */
+ncclResult_t cipc_team_error(const struct cipc_team *team);
+/* Releases every stream waiting on this rank's operations now (ncclCommRevoke): those
+ * operations' results are undefined. */
+void cipc_team_release(struct cipc_team *team);
+/* Whether this rank has operations posted and not done. */
+bool cipc_team_busy(const struct cipc_team *team);
+/* One line on where this rank's device operations stand, for hang reports. */
+int cipc_team_describe(const struct cipc_team *team, char *buf, size_t len);
+
+#endif

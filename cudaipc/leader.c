@@ -1,0 +1,695 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The leader's side of the device team, driven by the team's thread (team.c).
+ *
+ * Order. Each rank's operations must run in the order its stream reaches them: a rank's
+ * stream arrives at a group of operations all at once and then waits for them, so operations
+ * of one group may run in any order among themselves, but never before an earlier group's.
+ * The leader keeps, per rank, the head group: the oldest group with an operation not yet taken.
+ * An operation can be taken when it is in the head group of every rank taking part:
+ *   - a collective (every rank): each rank's head group holds a collective with the same
+ *     number; the smallest number pending is the next one (ranks issue collectives alike);
+ *   - a send and a receive: the sender's head group holds a send to the receiver, whose head
+ *     group holds a receive from the sender, both the k-th message of the pair.
+ * Taking an operation that heads every chain it belongs to can never block another rank's
+ * chain, so taking whatever is ready, in any order, cannot deadlock a program NCCL would run.
+ *
+ * Taking. On the leader's stream: wait until every rank taking part arrived at the operation,
+ * the kernels, then for each rank whose head group is now all taken, done = its last number.
+ * The descriptors' ring slots are then free for their rank (consumed).
+ *
+ * The leader's stream also counts operations done (leader_done), which tells the mapping
+ * cache which mappings no kernel still uses.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "cache.h"
+#include "tasks.h"
+#include "team.h"
+
+/* A file descriptor received on the channel, until the descriptor that needs it comes. */
+struct cipc_pending_fd {
+    int rank;
+    uint32_t kind;
+    uint64_t key;
+    uint64_t size;
+    int fd;
+};
+
+struct cipc_leader {
+    const struct gpu_device *gpu; /* set once the first operation came */
+    CUstream stream;
+    struct gpu_flag *arrive;      /* every rank's flags, as the leader's stream sees them */
+    struct gpu_flag *done;
+    struct gpu_flag leader_done;
+    uint32_t ops;                 /* operations enqueued (the stream posts them done) */
+    uint32_t *head;               /* per rank: its oldest operation not taken */
+    uint8_t *taken;               /* per rank, per ring slot: taken, in the head group */
+    uint32_t *waited;             /* per rank: the last arrive the stream waits for */
+    int listen_fd;
+    int *conns;
+    int nconns, conns_cap;
+    struct cipc_pending_fd *fds;
+    int nfds, fds_cap;
+    struct cipc_cache cache;
+    struct cipc_work work;        /* the operation being enqueued */
+};
+
+/* --- forming and ending ------------------------------------------------------------------- */
+
+ncclResult_t
+cipc_leader_create(struct cipc_team *team)
+{
+    struct cipc_leader *L;
+    const int n = team->nranks;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&L, 1));
+    L->listen_fd = -1;
+    SHIM_CHECK_GOTO(shim_calloc(&L->arrive, (size_t)n), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&L->done, (size_t)n), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&L->head, (size_t)n), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&L->taken, (size_t)n * CIPC_RING), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&L->waited, (size_t)n), res, err);
+    for (int r = 0; r < n; r++) {
+        L->head[r] = 1; /* operations are numbered from 1 */
+    }
+    SHIM_CHECK_GOTO(cipc_channel_listen(team->ctrls[CIPC_LEADER]->channel, &L->listen_fd), res,
+                    err);
+    team->leader = L;
+    return ncclSuccess;
+
+err:
+    free(L->arrive);
+    free(L->done);
+    free(L->head);
+    free(L->taken);
+    free(L->waited);
+    free(L);
+    return res;
+}
+
+void
+cipc_leader_destroy(struct cipc_team *team, bool abort)
+{
+    struct cipc_leader *L = team->leader;
+
+    if (L->gpu != NULL) {
+        if (abort) {
+            /* Let the stream past every wait for a rank that will not come: its kernels then
+             * run on whatever the buffers hold, and it empties. */
+            for (int r = 0; r < team->nranks; r++) {
+                gpu_flag_release(&L->arrive[r], L->waited[r]);
+            }
+        }
+        gpu_ctx_push(L->gpu->ctx);
+        gpu_cu.cuStreamSynchronize(L->stream);
+        cipc_cache_clear(&L->cache);
+        gpu_cu.cuStreamDestroy(L->stream);
+        gpu_ctx_pop();
+    }
+    for (int i = 0; i < L->nfds; i++) {
+        close(L->fds[i].fd);
+    }
+    for (int i = 0; i < L->nconns; i++) {
+        close(L->conns[i]);
+    }
+    if (L->listen_fd >= 0) {
+        close(L->listen_fd);
+    }
+    free(L->fds);
+    free(L->conns);
+    free(L->arrive);
+    free(L->done);
+    free(L->head);
+    free(L->taken);
+    free(L->waited);
+    free(L);
+    team->leader = NULL;
+}
+
+/* The device, the stream, every control block registered: on the first operation. */
+static ncclResult_t
+cipc_leader_activate(struct cipc_team *team)
+{
+    struct cipc_leader *L = team->leader;
+    const struct gpu_device *gpu;
+    ncclResult_t res;
+
+    if (team->device < 0) {
+        WARN("cudaipc: the device team's leader (rank %d) has no CUDA device: its communicator "
+             "was created without a current device", team->rank);
+        return ncclInvalidUsage;
+    }
+    SHIM_CHECK(gpu_device_get(team->device, &gpu));
+    SHIM_CHECK(gpu_ctx_push(gpu->ctx));
+    for (int r = 0; r < team->nranks; r++) {
+        SHIM_CHECK_GOTO(cipc_ctrl_register(team, r), res, out);
+        L->arrive[r] = cipc_flag(team, r, &team->ctrls[r]->arrive);
+        L->done[r] = cipc_flag(team, r, &team->ctrls[r]->done);
+    }
+    L->leader_done = cipc_flag(team, CIPC_LEADER, &team->ctrls[CIPC_LEADER]->leader_done);
+    GPU_CU_CHECK_GOTO(cuStreamCreate(&L->stream, CU_STREAM_NON_BLOCKING), res, out);
+    L->gpu = gpu;
+    INFO(SHIM_INIT, "cudaipc: rank %d leads the device team of %d ranks on device %d",
+         team->rank, team->nranks, gpu->ordinal);
+    res = ncclSuccess;
+out:
+    gpu_ctx_pop();
+    return res;
+}
+
+/* --- the channel ---------------------------------------------------------------------------- */
+
+static ncclResult_t
+cipc_leader_keep_fd(struct cipc_leader *L, const struct cipc_channel_msg *msg, int fd)
+{
+    if (L->nfds == L->fds_cap) {
+        int cap = L->fds_cap ? 2 * L->fds_cap : 16;
+        struct cipc_pending_fd *fds = realloc(L->fds, (size_t)cap * sizeof(*fds));
+        if (fds == NULL) {
+            close(fd);
+            WARN("cudaipc: out of memory keeping %d file descriptors", cap);
+            return ncclSystemError;
+        }
+        L->fds = fds;
+        L->fds_cap = cap;
+    }
+    L->fds[L->nfds++] = (struct cipc_pending_fd){.rank = msg->rank, .kind = msg->kind,
+                                                  .key = msg->key, .size = msg->size, .fd = fd};
+    return ncclSuccess;
+}
+
+/* Accepts what connected and takes every message waiting. */
+static ncclResult_t
+cipc_leader_drain_channel(struct cipc_team *team)
+{
+    struct cipc_leader *L = team->leader;
+    int conn;
+
+    while (cipc_channel_accept(L->listen_fd, &conn) == 0) {
+        if (L->nconns == L->conns_cap) {
+            int cap = L->conns_cap ? 2 * L->conns_cap : 8;
+            int *conns = realloc(L->conns, (size_t)cap * sizeof(*conns));
+            if (conns == NULL) {
+                close(conn);
+                WARN("cudaipc: out of memory for %d connections", cap);
+                return ncclSystemError;
+            }
+            L->conns = conns;
+            L->conns_cap = cap;
+        }
+        L->conns[L->nconns++] = conn;
+    }
+    for (int i = 0; i < L->nconns; i++) {
+        struct cipc_channel_msg msg;
+        int fd, err;
+        while ((err = cipc_channel_recv(L->conns[i], &msg, &fd)) == 0) {
+            if (msg.rank < 0 || msg.rank >= team->nranks) {
+                close(fd);
+                WARN("cudaipc: a message on the channel claims rank %d of %d", msg.rank,
+                     team->nranks);
+                return ncclRemoteError;
+            }
+            SHIM_CHECK(cipc_leader_keep_fd(L, &msg, fd));
+        }
+        if (err != EAGAIN && err != ENOTCONN) {
+            WARN("cudaipc: reading the channel failed: %s", strerror(err));
+            return ncclRemoteError;
+        }
+    }
+    return ncclSuccess;
+}
+
+/* The descriptor rank sent for (kind, key), taken out of the table; -1 if not there. */
+static int
+cipc_leader_take_fd(struct cipc_leader *L, int rank, uint32_t kind, uint64_t key)
+{
+    int fd = -1;
+
+    /* The newest wins: a rank may send an allocation again after forgetting it sent it. */
+    for (int i = L->nfds - 1; i >= 0; i--) {
+        if (L->fds[i].rank == rank && L->fds[i].kind == kind && L->fds[i].key == key) {
+            if (fd < 0) {
+                fd = L->fds[i].fd;
+            } else {
+                close(L->fds[i].fd);
+            }
+            L->fds[i] = L->fds[--L->nfds];
+        }
+    }
+    return fd;
+}
+
+/* --- resolving buffers ------------------------------------------------------------------- */
+
+/* Where the leader's kernels reach rank's buf; 0 for a buffer the rank does not use. */
+static ncclResult_t
+cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf,
+                    uint64_t *addr_out)
+{
+    struct cipc_leader *L = team->leader;
+    uint32_t completed = __atomic_load_n(&team->ctrls[CIPC_LEADER]->leader_done,
+                                         __ATOMIC_ACQUIRE);
+    uint32_t use = L->ops + 1;
+
+    switch (buf->how) {
+    case CIPC_BUF_NONE:
+        *addr_out = 0;
+        return ncclSuccess;
+    case CIPC_BUF_LOCAL:
+        *addr_out = buf->ptr;
+        return ncclSuccess;
+    default:
+        break;
+    }
+    struct cipc_map *m = cipc_cache_find(&L->cache, rank, buf->how, buf->key, use);
+    if (m == NULL) {
+        int fd = -1;
+        if (buf->how != CIPC_BUF_LEGACY) {
+            uint32_t kind = buf->how == CIPC_BUF_CUMEM ? CIPC_FD_CUMEM : CIPC_FD_STAGING;
+            fd = cipc_leader_take_fd(L, rank, kind, buf->key);
+            if (fd < 0) {
+                SHIM_CHECK(cipc_leader_drain_channel(team));
+                fd = cipc_leader_take_fd(L, rank, kind, buf->key);
+            }
+            if (fd < 0) {
+                WARN("cudaipc: rank %d's %s %llu was never sent on the channel", rank,
+                     kind == CIPC_FD_CUMEM ? "allocation" : "staging segment",
+                     (unsigned long long)buf->key);
+                return ncclInternalError;
+            }
+        }
+        SHIM_CHECK(cipc_cache_map(&L->cache, L->gpu, rank, buf, fd, use, completed, &m));
+    }
+    *addr_out = (uint64_t)m->base + buf->offset;
+    return ncclSuccess;
+}
+
+/* --- heads and groups --------------------------------------------------------------------- */
+
+static struct cipc_desc *
+cipc_slot(struct cipc_team *team, int rank, uint32_t seq)
+{
+    return &team->ctrls[rank]->ring[seq % CIPC_RING];
+}
+
+/* Whether rank's head group is posted; then *first and *last bound it. */
+static bool
+cipc_head_group(struct cipc_team *team, int rank, uint32_t *first, uint32_t *last)
+{
+    uint32_t head = team->leader->head[rank];
+    uint32_t posted = shm_flag_load(&team->ctrls[rank]->posted);
+
+    if ((int32_t)(posted - head) < 0) {
+        return false;
+    }
+    *first = head;
+    *last = cipc_slot(team, rank, head)->group_last;
+    return true;
+}
+
+static bool
+cipc_taken(const struct cipc_team *team, int rank, uint32_t seq)
+{
+    return team->leader->taken[(size_t)rank * CIPC_RING + seq % CIPC_RING];
+}
+
+/* In rank's head group, the untaken operation that `want` accepts; NULL if none. */
+typedef bool (*cipc_pick)(const struct cipc_desc *d, const void *arg);
+
+static struct cipc_desc *
+cipc_find(struct cipc_team *team, int rank, cipc_pick want, const void *arg)
+{
+    uint32_t first, last;
+
+    if (!cipc_head_group(team, rank, &first, &last)) {
+        return NULL;
+    }
+    for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
+        struct cipc_desc *d = cipc_slot(team, rank, s);
+        if (!cipc_taken(team, rank, s) && want(d, arg)) {
+            return d;
+        }
+    }
+    return NULL;
+}
+
+static bool
+cipc_is_coll(enum alg_coll coll)
+{
+    return coll != ALG_COLL_SEND && coll != ALG_COLL_RECV;
+}
+
+static bool
+cipc_reduces(enum alg_coll coll)
+{
+    return coll == ALG_COLL_ALLREDUCE || coll == ALG_COLL_REDUCE ||
+           coll == ALG_COLL_REDUCESCATTER;
+}
+
+static bool
+cipc_want_coll(const struct cipc_desc *d, const void *arg)
+{
+    return cipc_is_coll((enum alg_coll)d->coll) && d->match == *(const uint32_t *)arg;
+}
+
+static bool
+cipc_want_send(const struct cipc_desc *d, const void *arg)
+{
+    (void)arg;
+    return d->coll == ALG_COLL_SEND;
+}
+
+/* The receive matching a send: from its sender, the same message number. */
+struct cipc_recv_key {
+    int src;
+    uint32_t match;
+};
+
+static bool
+cipc_want_recv(const struct cipc_desc *d, const void *arg)
+{
+    const struct cipc_recv_key *k = arg;
+    return d->coll == ALG_COLL_RECV && d->root == k->src && d->match == k->match;
+}
+
+/* Marks d taken; if that completes rank's head group, moves the head past it, enqueues the
+ * write of done and frees the ring slots. */
+static ncclResult_t
+cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
+{
+    struct cipc_leader *L = team->leader;
+    uint32_t first, last;
+
+    L->taken[(size_t)rank * CIPC_RING + d->seq % CIPC_RING] = 1;
+    cipc_head_group(team, rank, &first, &last);
+    for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
+        if (!cipc_taken(team, rank, s)) {
+            return ncclSuccess;
+        }
+    }
+    for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
+        L->taken[(size_t)rank * CIPC_RING + s % CIPC_RING] = 0;
+    }
+    L->head[rank] = last + 1;
+    SHIM_CHECK(gpu_stream_post_flag(L->stream, &L->done[rank], last));
+    shm_flag_post(&team->ctrls[rank]->consumed, last);
+    return ncclSuccess;
+}
+
+/* --- enqueueing ----------------------------------------------------------------------------- */
+
+static ncclResult_t
+cipc_leader_wait_arrive(struct cipc_team *team, int rank, const struct cipc_desc *d)
+{
+    struct cipc_leader *L = team->leader;
+
+    if ((int32_t)(d->seq - L->waited[rank]) > 0) {
+        L->waited[rank] = d->seq;
+    }
+    return gpu_stream_wait_flag(L->stream, &L->arrive[rank], d->seq);
+}
+
+/* After an operation's kernels: count it done for the mapping cache. */
+static ncclResult_t
+cipc_leader_count_op(struct cipc_team *team)
+{
+    struct cipc_leader *L = team->leader;
+    return gpu_stream_post_flag(L->stream, &L->leader_done, ++L->ops);
+}
+
+/* Every rank's part of one collective agrees (the call NCCL requires of every rank). */
+static ncclResult_t
+cipc_check_agree(struct cipc_team *team, struct cipc_desc *const *descs)
+{
+    const struct cipc_desc *a = descs[0];
+
+    for (int r = 1; r < team->nranks; r++) {
+        const struct cipc_desc *b = descs[r];
+        if (b->coll != a->coll || b->count != a->count || b->datatype != a->datatype ||
+            b->root != a->root || (cipc_reduces((enum alg_coll)a->coll) && b->kind != a->kind)) {
+            WARN("cudaipc: collective %u differs between ranks 0 and %d: collective %d/%d, "
+                 "count %llu/%llu, datatype %d/%d, root %d/%d, op %d/%d", a->match, r, a->coll,
+                 b->coll, (unsigned long long)a->count, (unsigned long long)b->count,
+                 a->datatype, b->datatype, a->root, b->root, a->kind, b->kind);
+            return ncclInvalidUsage;
+        }
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t
+cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
+{
+    struct cipc_leader *L = team->leader;
+    struct cipc_work *w = &L->work;
+    const struct cipc_desc *d0 = descs[0];
+
+    SHIM_CHECK(cipc_check_agree(team, descs));
+    memset(w, 0, sizeof(*w));
+    w->coll = (enum alg_coll)d0->coll;
+    w->nranks = team->nranks;
+    w->root = d0->root;
+    w->count = d0->count;
+    w->redop = (struct kr_redop){.kind = (enum kr_op_kind)d0->kind,
+                                 .type = (ncclDataType_t)d0->datatype,
+                                 .divisor = d0->divisor};
+    for (int r = 0; r < team->nranks; r++) {
+        const struct cipc_desc *d = descs[r];
+        SHIM_CHECK(cipc_leader_resolve(team, r, &d->send, &w->send[r]));
+        SHIM_CHECK(cipc_leader_resolve(team, r, &d->recv, &w->recv[r]));
+        SHIM_CHECK(cipc_leader_resolve(team, r, &d->scalar_buf, &w->scalar_ptr[r]));
+        w->pre[r] = d->pre;
+        w->scalar[r] = d->scalar;
+    }
+    for (int r = 0; r < team->nranks; r++) {
+        SHIM_CHECK(cipc_leader_wait_arrive(team, r, descs[r]));
+    }
+    SHIM_CHECK(cipc_tasks_launch(w, L->stream, L->gpu));
+    SHIM_CHECK(cipc_leader_count_op(team));
+    for (int r = 0; r < team->nranks; r++) {
+        SHIM_CHECK(cipc_take(team, r, descs[r]));
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t
+cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, int dst,
+                 const struct cipc_desc *recv)
+{
+    struct cipc_leader *L = team->leader;
+    struct cipc_work *w = &L->work;
+    size_t send_bytes = send->count * kr_type_size((ncclDataType_t)send->datatype);
+    size_t recv_bytes = recv->count * kr_type_size((ncclDataType_t)recv->datatype);
+
+    if (send_bytes != recv_bytes) {
+        WARN("cudaipc: rank %d sends %zu bytes to rank %d, which receives %zu (message %u of "
+             "the pair)", src, send_bytes, dst, recv_bytes, send->match);
+        return ncclInvalidUsage;
+    }
+    memset(w, 0, sizeof(*w));
+    w->coll = ALG_COLL_SEND;
+    w->nranks = 1;
+    w->count = send_bytes;
+    w->redop = (struct kr_redop){.kind = KR_SUM, .type = ncclInt8};
+    SHIM_CHECK(cipc_leader_resolve(team, src, &send->send, &w->send[0]));
+    SHIM_CHECK(cipc_leader_resolve(team, dst, &recv->recv, &w->recv[0]));
+    SHIM_CHECK(cipc_leader_wait_arrive(team, src, send));
+    if (dst != src) {
+        SHIM_CHECK(cipc_leader_wait_arrive(team, dst, recv));
+    }
+    SHIM_CHECK(cipc_tasks_launch(w, L->stream, L->gpu));
+    SHIM_CHECK(cipc_leader_count_op(team));
+    SHIM_CHECK(cipc_take(team, src, send));
+    return cipc_take(team, dst, recv);
+}
+
+/* The next collective, if every rank's head group holds it; *found_out if enqueued. */
+static ncclResult_t
+cipc_step_coll(struct cipc_team *team, bool *found_out)
+{
+    struct cipc_desc *descs[CIPC_MAX_RANKS] = {NULL};
+    uint32_t next = 0;
+    bool any = false, all = true;
+
+    *found_out = false;
+    for (int r = 0; r < team->nranks; r++) {
+        uint32_t first, last;
+        bool has = false;
+        if (!cipc_head_group(team, r, &first, &last)) {
+            all = false;
+            continue;
+        }
+        /* The smallest collective number pending anywhere is the next one for every rank. */
+        for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
+            const struct cipc_desc *c = cipc_slot(team, r, s);
+            if (!cipc_taken(team, r, s) && cipc_is_coll((enum alg_coll)c->coll)) {
+                has = true;
+                if (!any || (int32_t)(c->match - next) < 0) {
+                    next = c->match;
+                    any = true;
+                }
+            }
+        }
+        all &= has;
+    }
+    if (!any) {
+        return ncclSuccess;
+    }
+    for (int r = 0; r < team->nranks; r++) {
+        descs[r] = cipc_find(team, r, cipc_want_coll, &next);
+        if (descs[r] == NULL) {
+            if (all) {
+                /* Every rank waits on a collective, and one of them never posts this one. */
+                WARN("cudaipc: rank %d's next device collective is not collective %u, which "
+                     "other ranks posted (a call made on host memory by some ranks and on "
+                     "device memory by others?)", r, next);
+                return ncclInvalidUsage;
+            }
+            return ncclSuccess;
+        }
+    }
+    *found_out = true;
+    return cipc_enqueue_coll(team, descs);
+}
+
+/* Any send whose receive is posted; *found_out if enqueued. */
+static ncclResult_t
+cipc_step_p2p(struct cipc_team *team, bool *found_out)
+{
+    *found_out = false;
+    for (int src = 0; src < team->nranks; src++) {
+        uint32_t first, last;
+        if (!cipc_head_group(team, src, &first, &last)) {
+            continue;
+        }
+        for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
+            const struct cipc_desc *send = cipc_slot(team, src, s);
+            if (cipc_taken(team, src, s) || !cipc_want_send(send, NULL) || send->root < 0 ||
+                send->root >= team->nranks) {
+                continue;
+            }
+            struct cipc_recv_key key = {.src = src, .match = send->match};
+            const struct cipc_desc *recv = cipc_find(team, send->root, cipc_want_recv, &key);
+            if (recv != NULL) {
+                *found_out = true;
+                return cipc_enqueue_p2p(team, src, send, send->root, recv);
+            }
+        }
+    }
+    return ncclSuccess;
+}
+
+static bool
+cipc_anything_posted(struct cipc_team *team)
+{
+    for (int r = 0; r < team->nranks; r++) {
+        if (shm_flag_load(&team->ctrls[r]->posted) != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+ncclResult_t
+cipc_leader_step(struct cipc_team *team, bool *progressed_out)
+{
+    struct cipc_leader *L = team->leader;
+    ncclResult_t res = ncclSuccess;
+    bool found;
+
+    *progressed_out = false;
+    if (L->gpu == NULL) {
+        if (!cipc_anything_posted(team)) {
+            return ncclSuccess;
+        }
+        SHIM_CHECK(cipc_leader_activate(team));
+    }
+    SHIM_CHECK(gpu_ctx_push(L->gpu->ctx));
+    do {
+        res = cipc_step_coll(team, &found);
+        if (res == ncclSuccess && !found) {
+            res = cipc_step_p2p(team, &found);
+        }
+        *progressed_out |= found;
+    } while (res == ncclSuccess && found);
+    gpu_ctx_pop();
+    return res;
+}
+
+/* --- watching ------------------------------------------------------------------------------- */
+
+bool
+cipc_leader_busy(const struct cipc_team *team)
+{
+    for (int r = 0; r < team->nranks; r++) {
+        const struct cipc_ctrl *c = team->ctrls[r];
+        uint32_t posted = __atomic_load_n(&c->posted.value, __ATOMIC_ACQUIRE);
+        if ((int32_t)(__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) - posted) < 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether an operation pending anywhere needs rank: its own, a collective (every rank takes
+ * part), or a send or receive with it. */
+static bool
+cipc_leader_needs(struct cipc_team *team, int rank)
+{
+    const struct cipc_ctrl *c = team->ctrls[rank];
+
+    if ((int32_t)(__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) - shm_flag_load(&c->posted)) < 0) {
+        return true;
+    }
+    for (int r = 0; r < team->nranks; r++) {
+        uint32_t first, last;
+        if (r == rank || !cipc_head_group(team, r, &first, &last)) {
+            continue;
+        }
+        for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
+            const struct cipc_desc *d = cipc_slot(team, r, s);
+            if (!cipc_taken(team, r, s) &&
+                (cipc_is_coll((enum alg_coll)d->coll) || d->root == rank)) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+ncclResult_t
+cipc_leader_check_peers(struct cipc_team *team)
+{
+    for (int r = 0; r < team->nranks; r++) {
+        if (r != team->rank && !shm_team_peer_alive(team->shm, r) &&
+            cipc_leader_needs(team, r)) {
+            WARN("cudaipc: rank %d (pid %d) died while the device team still needs it", r,
+                 (int)team->ctrls[r]->pid);
+            return ncclRemoteError;
+        }
+    }
+    return ncclSuccess;
+}
+
+int
+cipc_leader_describe(const struct cipc_team *team, char *buf, size_t len)
+{
+    const struct cipc_leader *L = team->leader;
+    int n = snprintf(buf, len, "%u operations enqueued, %u done, %d mappings; next per rank:",
+                     L->ops,
+                     __atomic_load_n(&team->ctrls[CIPC_LEADER]->leader_done, __ATOMIC_ACQUIRE),
+                     cipc_cache_count(&L->cache));
+    for (int r = 0; r < team->nranks && n >= 0 && (size_t)n < len; r++) {
+        n += snprintf(buf + n, len - (size_t)n, " %u/%u", L->head[r],
+                      shm_flag_load(&team->ctrls[r]->posted));
+    }
+    return n;
+}

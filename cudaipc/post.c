@@ -1,0 +1,609 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A rank posting its operations (cudaipc.h): each buffer described so the leader can reach
+ * it, descriptors in the ring, the doorbell, and the gate on the stream.
+ *
+ * How a buffer is described, cheapest first:
+ *   - the leader's own process: its address as it is (LOCAL);
+ *   - device memory the leader's device reaches, from cudaMalloc: the allocation's legacy IPC
+ *     handle (made once per allocation, cached: it costs about 18 us);
+ *   - such memory from a shareable cuMem allocation (ncclMemAlloc, PyTorch's expandable
+ *     segments): the allocation's file descriptor, sent once on the channel;
+ *   - anything else (managed or registered memory, a device the leader cannot reach, a buffer
+ *     across two cuMem allocations): staged. The rank's stream copies inputs into a segment of
+ *     pinned shared host memory before it arrives and outputs out of it after done. The
+ *     segment (a memfd, sent once on the channel) grows as needed; a new one replaces it, and
+ *     old ones go once the operations that used them are done. One staged group at a time:
+ *     the next one's copies wait on an event after the last one's.
+ * Allocations are told apart by the driver's unique id, never by address: memory freed and
+ * allocated again at the same address is a new allocation.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/env.h"
+#include "team.h"
+
+#define CIPC_EXPORTS 512                      /* allocations whose export is remembered */
+#define CIPC_STAGE_ALIGN 256
+#define CIPC_STAGE_MIN ((size_t)1 << 20)
+
+struct cipc_export {
+    uint64_t id;
+    uint64_t used;  /* last use, for replacing the oldest */
+    uint32_t how;   /* LEGACY: handle below; CUMEM: its descriptor was sent */
+    CUipcMemHandle handle;
+};
+
+struct cipc_exports {
+    uint64_t clock;
+    struct cipc_export entries[CIPC_EXPORTS];
+};
+
+struct cipc_stage_seg {
+    int memfd;
+    uint8_t *host;
+    CUdeviceptr dev;
+    size_t size;
+    uint64_t gen;
+    uint32_t last_seq;  /* the last operation that used it */
+    struct cipc_stage_seg *next;
+};
+
+struct cipc_stage {
+    struct cipc_stage_seg *segs; /* the current one first */
+    uint64_t gens;
+    CUevent free_event;          /* after the last staged group's copies; created on need */
+    bool recorded;               /* free_event was recorded: the next group waits on it */
+    bool pending;                /* the group arrived used staging: record it at the wait */
+};
+
+/* One staged buffer of a group being posted. */
+struct cipc_staged {
+    struct cipc_buf *buf;
+    CUdeviceptr user;    /* its first byte in the user's memory */
+    size_t bytes;
+    size_t offset;       /* in the segment */
+    bool in, out;        /* copied in before arrive, out after done */
+};
+
+/* --- getting ready ------------------------------------------------------------------------ */
+
+/* This rank's device, its control block registered, its flags' stream addresses. */
+static ncclResult_t
+cipc_post_ready(struct cipc_team *team)
+{
+    ncclResult_t res;
+
+    if (team->gpu != NULL) {
+        return ncclSuccess;
+    }
+    if (team->device < 0) {
+        WARN("rank %d: this communicator was created without a current CUDA device, so it "
+             "cannot take device buffers (call cudaSetDevice before ncclCommInitRank)",
+             team->rank);
+        return ncclInvalidUsage;
+    }
+    const struct gpu_device *gpu;
+    SHIM_CHECK(gpu_device_get(team->device, &gpu));
+    SHIM_CHECK(shim_calloc(&team->exports, 1));
+    SHIM_CHECK(shim_calloc(&team->stage, 1));
+    SHIM_CHECK(gpu_ctx_push(gpu->ctx));
+    SHIM_CHECK_GOTO(cipc_ctrl_register(team, team->rank), res, out);
+    struct cipc_ctrl *own = team->ctrls[team->rank];
+    team->arrive = cipc_flag(team, team->rank, &own->arrive);
+    team->done = cipc_flag(team, team->rank, &own->done);
+    team->gpu = gpu;
+    res = ncclSuccess;
+out:
+    gpu_ctx_pop();
+    return res;
+}
+
+static ncclResult_t
+cipc_channel_open(struct cipc_team *team)
+{
+    if (team->channel_fd < 0) {
+        SHIM_CHECK(cipc_channel_connect(team->ctrls[CIPC_LEADER]->channel, &team->channel_fd));
+    }
+    return ncclSuccess;
+}
+
+/* --- exports -------------------------------------------------------------------------------- */
+
+/* The entry of allocation id, or the slot to fill (least recently used) with *fresh_out. */
+static struct cipc_export *
+cipc_export_find(struct cipc_exports *ex, uint64_t id, bool *fresh_out)
+{
+    struct cipc_export *oldest = &ex->entries[0];
+
+    ex->clock++;
+    for (int i = 0; i < CIPC_EXPORTS; i++) {
+        struct cipc_export *e = &ex->entries[i];
+        if (e->id == id && e->used != 0) {
+            e->used = ex->clock;
+            *fresh_out = false;
+            return e;
+        }
+        oldest = e->used < oldest->used ? e : oldest;
+    }
+    memset(oldest, 0, sizeof(*oldest));
+    oldest->id = id;
+    oldest->used = ex->clock;
+    *fresh_out = true;
+    return oldest;
+}
+
+static ncclResult_t
+cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_info *mem,
+                   CUipcMemHandle *handle_out)
+{
+    bool fresh;
+    struct cipc_export *e = cipc_export_find(team->exports, mem->alloc_id, &fresh);
+
+    if (fresh) {
+        CUresult cu = gpu_cu.cuIpcGetMemHandle(&e->handle, (CUdeviceptr)mem->alloc_base);
+        if (cu != CUDA_SUCCESS) {
+            e->used = 0;
+            return gpu_cu_fail(cu, "cuIpcGetMemHandle(allocation)", __FILE__, __LINE__);
+        }
+        e->how = CIPC_BUF_LEGACY;
+    }
+    *handle_out = e->handle;
+    return ncclSuccess;
+}
+
+/* Sends the leader the file descriptor of the cuMem allocation ptr is in, once. */
+static ncclResult_t
+cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id, size_t size)
+{
+    bool fresh;
+    struct cipc_export *e = cipc_export_find(team->exports, id, &fresh);
+    CUmemGenericAllocationHandle handle;
+    int fd = -1;
+    ncclResult_t res;
+
+    if (!fresh) {
+        return ncclSuccess;
+    }
+    e->used = 0; /* until sent */
+    SHIM_CHECK(cipc_channel_open(team));
+    GPU_CU_CHECK(cuMemRetainAllocationHandle(&handle, (void *)ptr));
+    GPU_CU_CHECK_GOTO(cuMemExportToShareableHandle(&fd, handle,
+                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                      res, out);
+    struct cipc_channel_msg msg = {.kind = CIPC_FD_CUMEM, .rank = team->rank, .key = id,
+                                   .size = size};
+    SHIM_CHECK_GOTO(cipc_channel_send(team->channel_fd, &msg, fd), res, out);
+    e->how = CIPC_BUF_CUMEM;
+    e->used = team->exports->clock;
+    res = ncclSuccess;
+out:
+    if (fd >= 0) {
+        close(fd);
+    }
+    gpu_cu.cuMemRelease(handle); /* the retain's reference; the allocation stays its owner's */
+    return res;
+}
+
+/* Fills buf for bytes at ptr; *staged_out when only a staging copy can reach it. */
+static ncclResult_t
+cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info *mem,
+              size_t bytes, struct cipc_buf *buf, bool *staged_out)
+{
+    uintptr_t p = (uintptr_t)ptr;
+
+    memset(buf, 0, sizeof(*buf));
+    buf->ptr = p;
+    *staged_out = false;
+    if (ptr == NULL || bytes == 0) {
+        buf->how = CIPC_BUF_NONE;
+        return ncclSuccess;
+    }
+    if (team->ctrls[CIPC_LEADER]->pid == (int32_t)getpid()) {
+        buf->how = CIPC_BUF_LOCAL;
+        return ncclSuccess;
+    }
+    if (mem->kind == GPU_MEM_DEVICE && team->reach[CIPC_LEADER * team->nranks + team->rank]) {
+        if (mem->legacy_ipc && p + bytes <= mem->alloc_base + mem->alloc_size) {
+            buf->how = CIPC_BUF_LEGACY;
+            buf->key = mem->alloc_id;
+            buf->offset = p - mem->alloc_base;
+            buf->size = mem->alloc_size;
+            return cipc_export_legacy(team, mem, &buf->handle);
+        }
+        uintptr_t base;
+        size_t size;
+        uint64_t id;
+        if (mem->fd_ipc && gpu_mem_mapping(ptr, &base, &size, &id) == ncclSuccess &&
+            p + bytes <= base + size) {
+            buf->how = CIPC_BUF_CUMEM;
+            buf->key = id;
+            buf->offset = p - base;
+            buf->size = size;
+            return cipc_export_cumem(team, ptr, id, size);
+        }
+    }
+    buf->how = CIPC_BUF_STAGED;
+    *staged_out = true;
+    return ncclSuccess;
+}
+
+/* --- staging -------------------------------------------------------------------------------- */
+
+static void
+cipc_stage_seg_free(struct cipc_stage_seg *seg)
+{
+    if (seg->dev != 0) {
+        gpu_cu.cuMemHostUnregister(seg->host);
+    }
+    munmap(seg->host, seg->size);
+    close(seg->memfd);
+    free(seg);
+}
+
+/* Frees the replaced segments whose last operation is done. */
+static void
+cipc_stage_trim(struct cipc_team *team)
+{
+    struct cipc_stage_seg **link = &team->stage->segs;
+
+    if (*link == NULL) {
+        return;
+    }
+    for (link = &(*link)->next; *link != NULL;) {
+        struct cipc_stage_seg *seg = *link;
+        if (gpu_flag_reached(&team->done, seg->last_seq)) {
+            *link = seg->next;
+            cipc_stage_seg_free(seg);
+        } else {
+            link = &seg->next;
+        }
+    }
+}
+
+/* A segment of at least bytes, registered, its memfd sent to the leader; the current one if
+ * it is big enough. The device's context is current. */
+static ncclResult_t
+cipc_stage_get(struct cipc_team *team, size_t bytes, struct cipc_stage_seg **seg_out)
+{
+    struct cipc_stage *st = team->stage;
+    struct cipc_stage_seg *seg = NULL;
+    ncclResult_t res;
+
+    cipc_stage_trim(team);
+    if (st->segs != NULL && st->segs->size >= bytes) {
+        *seg_out = st->segs;
+        return ncclSuccess;
+    }
+    size_t size = st->segs != NULL ? 2 * st->segs->size : CIPC_STAGE_MIN;
+    size = size > bytes ? size : bytes;
+    size = (size + 4095) & ~(size_t)4095;
+    SHIM_CHECK(shim_calloc(&seg, 1));
+    seg->size = size;
+    seg->memfd = memfd_create("ncclshim-staging", MFD_CLOEXEC);
+    if (seg->memfd < 0 || ftruncate(seg->memfd, (off_t)size) != 0) {
+        WARN("cudaipc: cannot make a %zu-byte staging segment: %s", size, strerror(errno));
+        if (seg->memfd >= 0) {
+            close(seg->memfd);
+        }
+        free(seg);
+        return ncclSystemError;
+    }
+    seg->host = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, seg->memfd,
+                     0);
+    if (seg->host == MAP_FAILED) {
+        WARN("cudaipc: cannot map a %zu-byte staging segment: %s", size, strerror(errno));
+        close(seg->memfd);
+        free(seg);
+        return ncclSystemError;
+    }
+    seg->gen = ++st->gens;
+    GPU_CU_CHECK_GOTO(cuMemHostRegister(seg->host, size, CU_MEMHOSTREGISTER_PORTABLE |
+                                                             CU_MEMHOSTREGISTER_DEVICEMAP),
+                      res, err_free);
+    GPU_CU_CHECK_GOTO(cuMemHostGetDevicePointer(&seg->dev, seg->host, 0), res, err_free);
+    SHIM_CHECK_GOTO(cipc_channel_open(team), res, err_free);
+    struct cipc_channel_msg msg = {.kind = CIPC_FD_STAGING, .rank = team->rank, .key = seg->gen,
+                                   .size = size};
+    SHIM_CHECK_GOTO(cipc_channel_send(team->channel_fd, &msg, seg->memfd), res, err_free);
+    INFO(SHIM_ALLOC, "rank %d: device team staging segment %llu of %zu bytes", team->rank,
+         (unsigned long long)seg->gen, size);
+    seg->next = st->segs;
+    st->segs = seg;
+    *seg_out = seg;
+    return ncclSuccess;
+
+err_free:
+    cipc_stage_seg_free(seg);
+    return res;
+}
+
+/* Lays the group's staged buffers out in a segment, points their descriptors at it, and
+ * enqueues the copies in; the copies out are kept for cipc_post_wait. */
+static ncclResult_t
+cipc_stage_group(struct cipc_team *team, struct cipc_staged *staged, int nstaged,
+                 uint32_t last_seq, CUstream stream)
+{
+    struct cipc_stage *st = team->stage;
+    struct cipc_stage_seg *seg = NULL;
+    size_t total = 0;
+
+    for (int i = 0; i < nstaged; i++) {
+        staged[i].offset = total;
+        total += (staged[i].bytes + CIPC_STAGE_ALIGN - 1) & ~(size_t)(CIPC_STAGE_ALIGN - 1);
+    }
+    SHIM_CHECK(cipc_stage_get(team, total, &seg));
+    seg->last_seq = last_seq;
+    if (st->free_event == NULL) {
+        GPU_CU_CHECK(cuEventCreate(&st->free_event, CU_EVENT_DISABLE_TIMING));
+    }
+    if (st->recorded) {
+        GPU_CU_CHECK(cuStreamWaitEvent(stream, st->free_event, 0));
+    }
+    for (int i = 0; i < nstaged; i++) {
+        struct cipc_staged *s = &staged[i];
+        s->buf->key = seg->gen;
+        s->buf->offset = s->offset;
+        s->buf->size = seg->size;
+        if (s->in) {
+            GPU_CU_CHECK(cuMemcpyAsync(seg->dev + s->offset, s->user, s->bytes, stream));
+        }
+        if (s->out) {
+            if (team->ncopies == team->copies_cap) {
+                int cap = team->copies_cap ? 2 * team->copies_cap : 8;
+                struct cipc_copy *copies = realloc(team->copies, (size_t)cap * sizeof(*copies));
+                if (copies == NULL) {
+                    WARN("cudaipc: out of memory for %d staged copies", cap);
+                    return ncclSystemError;
+                }
+                team->copies = copies;
+                team->copies_cap = cap;
+            }
+            team->copies[team->ncopies++] = (struct cipc_copy){
+                .dst = s->user, .src = seg->dev + s->offset, .bytes = s->bytes};
+        }
+    }
+    return ncclSuccess;
+}
+
+/* --- posting -------------------------------------------------------------------------------- */
+
+/* Bytes of op's send and receive buffers on this rank (alg.h's layouts). */
+static void
+cipc_op_bytes(const struct cipc_op *op, int nranks, size_t *send_out, size_t *recv_out)
+{
+    size_t block = op->count * kr_type_size(op->redop.type);
+    size_t all = block * (size_t)nranks;
+
+    *send_out = block;
+    *recv_out = block;
+    switch (op->coll) {
+    case ALG_COLL_REDUCESCATTER:
+    case ALG_COLL_ALLTOALL:
+    case ALG_COLL_SCATTER:
+        *send_out = all;
+        break;
+    default:
+        break;
+    }
+    switch (op->coll) {
+    case ALG_COLL_ALLGATHER:
+    case ALG_COLL_ALLTOALL:
+    case ALG_COLL_GATHER:
+        *recv_out = all;
+        break;
+    default:
+        break;
+    }
+    *send_out = op->send != NULL ? *send_out : 0;
+    *recv_out = op->recv != NULL ? *recv_out : 0;
+}
+
+/* Adds one staged buffer; a send and a receive that overlap (in place) share one region,
+ * copied in whole and out where the output is. */
+static void
+cipc_stage_add(struct cipc_staged *staged, int *nstaged, struct cipc_buf *buf, uintptr_t user,
+               size_t bytes, bool in, bool out)
+{
+    for (int i = 0; i < *nstaged; i++) {
+        struct cipc_staged *s = &staged[i];
+        uintptr_t lo = s->user, hi = s->user + s->bytes;
+        if (user < hi && lo < user + bytes) {
+            /* Only the send and receive of one operation overlap: grow to their union. */
+            uintptr_t nlo = lo < user ? lo : user;
+            uintptr_t nhi = hi > user + bytes ? hi : user + bytes;
+            s->user = nlo;
+            s->bytes = nhi - nlo;
+            s->in |= in;
+            s->out |= out;
+            buf->region = (uint32_t)i + 1; /* resolved to the region after layout */
+            return;
+        }
+    }
+    staged[*nstaged] = (struct cipc_staged){.buf = buf, .user = user, .bytes = bytes, .in = in,
+                                            .out = out};
+    buf->region = (uint32_t)*nstaged + 1;
+    (*nstaged)++;
+}
+
+static void
+cipc_desc_fill(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
+               uint32_t group_last, struct cipc_desc *d)
+{
+    (void)team;
+    d->seq = seq;
+    d->group_last = group_last;
+    d->match = op->match;
+    d->coll = (uint8_t)op->coll;
+    d->kind = (uint8_t)op->redop.kind;
+    d->pre = op->redop.kind == KR_PREMULSUM;
+    d->datatype = (int32_t)op->redop.type;
+    d->root = op->root;
+    d->count = op->count;
+    d->divisor = op->redop.divisor;
+    memcpy(&d->scalar, op->redop.scalar, sizeof(d->scalar));
+}
+
+/* Sleeps until the leader took enough descriptors for last to fit in the ring. */
+static ncclResult_t
+cipc_ring_wait(struct cipc_team *team, uint32_t last)
+{
+    struct cipc_ctrl *own = team->ctrls[team->rank];
+    int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
+    struct shm_wait wait;
+
+    while (!shm_flag_reached(&own->consumed, last - CIPC_RING, team->rank, &wait)) {
+        SHIM_CHECK(cipc_team_error(team));
+        shm_wait_sleep(&wait, wait_ms > 0 ? wait_ms : 100);
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CUstream stream)
+{
+    struct cipc_ctrl *own = team->ctrls[team->rank];
+    struct cipc_staged *staged = NULL; /* up to three buffers an operation, made on need */
+    int nstaged = 0;
+    ncclResult_t res = cipc_team_error(team);
+
+    if (res != ncclSuccess) {
+        WARN("rank %d: the communicator's device operations failed earlier; only destroy or "
+             "abort remain", team->rank);
+        return res;
+    }
+    if (nops > CIPC_RING / 2) {
+        WARN("a group of %d device operations on one communicator (at most %d)", nops,
+             CIPC_RING / 2);
+        return ncclInvalidUsage;
+    }
+    SHIM_CHECK(cipc_post_ready(team));
+    uint32_t first = team->seq + 1, last = team->seq + (uint32_t)nops;
+    SHIM_CHECK(cipc_ring_wait(team, last));
+    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    /* On another stream than the last operations, first wait for those to be done: arrive
+     * must only grow (a later write of a smaller number would undo it), and the operations of
+     * a communicator complete in the order they were issued. */
+    if (stream != team->last_stream && first != 1) {
+        SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, first - 1), res, out);
+    }
+    team->last_stream = stream;
+    for (int i = 0; i < nops; i++) {
+        const struct cipc_op *op = &ops[i];
+        struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
+        size_t send_bytes, recv_bytes;
+        bool staged_send, staged_recv, staged_scalar;
+
+        memset(d, 0, sizeof(*d));
+        cipc_desc_fill(team, op, first + (uint32_t)i, last, d);
+        cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
+        SHIM_CHECK_GOTO(cipc_describe(team, op->send, &op->send_mem, send_bytes, &d->send,
+                                      &staged_send),
+                        res, out);
+        SHIM_CHECK_GOTO(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, &d->recv,
+                                      &staged_recv),
+                        res, out);
+        struct gpu_mem_info scalar_mem;
+        gpu_mem_query(op->scalar_dev, &scalar_mem);
+        SHIM_CHECK_GOTO(cipc_describe(team, op->scalar_dev, &scalar_mem,
+                                      kr_type_size(op->redop.type), &d->scalar_buf,
+                                      &staged_scalar),
+                        res, out);
+        if ((staged_send || staged_recv || staged_scalar) && staged == NULL) {
+            SHIM_CHECK_GOTO(shim_calloc(&staged, 3 * (size_t)nops), res, out);
+        }
+        if (staged_send) {
+            cipc_stage_add(staged, &nstaged, &d->send, (uintptr_t)op->send, send_bytes, true,
+                           false);
+        }
+        if (staged_recv) {
+            cipc_stage_add(staged, &nstaged, &d->recv, (uintptr_t)op->recv, recv_bytes, false,
+                           true);
+        }
+        if (staged_scalar) {
+            cipc_stage_add(staged, &nstaged, &d->scalar_buf, (uintptr_t)op->scalar_dev,
+                           kr_type_size(op->redop.type), true, false);
+        }
+    }
+    if (nstaged > 0) {
+        SHIM_CHECK_GOTO(cipc_stage_group(team, staged, nstaged, last, stream), res, out);
+        team->stage->pending = true;
+        /* Buffers that share a region (in place) point into it at their own place. */
+        for (int i = 0; i < nops; i++) {
+            struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
+            struct cipc_buf *bufs[3] = {&d->send, &d->recv, &d->scalar_buf};
+            for (int b = 0; b < 3; b++) {
+                if (bufs[b]->how == CIPC_BUF_STAGED) {
+                    const struct cipc_staged *s = &staged[bufs[b]->region - 1];
+                    bufs[b]->key = s->buf->key;
+                    bufs[b]->size = s->buf->size;
+                    bufs[b]->offset = s->offset + (bufs[b]->ptr - s->user);
+                    bufs[b]->region = 0;
+                }
+            }
+        }
+    }
+    /* The whole group at once: the leader takes a group only when all of it is there. */
+    __atomic_store_n(&team->seq, last, __ATOMIC_RELEASE);
+    shm_flag_post(&own->posted, last);
+    shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+    SHIM_CHECK_GOTO(gpu_stream_post_flag(stream, &team->arrive, last), res, out);
+    team->pending_wait = last;
+    res = ncclSuccess;
+out:
+    gpu_ctx_pop();
+    free(staged);
+    return res;
+}
+
+ncclResult_t
+cipc_post_wait(struct cipc_team *team, CUstream stream)
+{
+    ncclResult_t res;
+
+    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, team->pending_wait), res, out);
+    for (int i = 0; i < team->ncopies; i++) {
+        const struct cipc_copy *c = &team->copies[i];
+        GPU_CU_CHECK_GOTO(cuMemcpyAsync(c->dst, c->src, c->bytes, stream), res, out);
+    }
+    if (team->stage->pending) {
+        /* The staging segment is free for the next group once this stream got here. */
+        GPU_CU_CHECK_GOTO(cuEventRecord(team->stage->free_event, stream), res, out);
+        team->stage->recorded = true;
+        team->stage->pending = false;
+    }
+    team->ncopies = 0;
+    res = ncclSuccess;
+out:
+    gpu_ctx_pop();
+    return res;
+}
+
+void
+cipc_post_free(struct cipc_team *team)
+{
+    if (team->stage != NULL) {
+        if (team->stage->free_event != NULL) {
+            /* The last staged copies must be done before their segment goes. */
+            gpu_cu.cuEventSynchronize(team->stage->free_event);
+            gpu_cu.cuEventDestroy(team->stage->free_event);
+        }
+        while (team->stage->segs != NULL) {
+            struct cipc_stage_seg *seg = team->stage->segs;
+            team->stage->segs = seg->next;
+            cipc_stage_seg_free(seg);
+        }
+        free(team->stage);
+    }
+    free(team->exports);
+    free(team->copies);
+    if (team->channel_fd >= 0) {
+        close(team->channel_fd);
+    }
+}

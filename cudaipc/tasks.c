@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * An operation's kernel tasks (tasks.h).
+ */
+#include "tasks.h"
+
+#include "base/check.h"
+#include "kernels/device.h"
+
+static struct kr_dev_src
+cipc_src(const struct cipc_work *w, int rank, uint64_t ptr)
+{
+    return (struct kr_dev_src){
+        .ptr = ptr,
+        .pre = w->redop.kind == KR_PREMULSUM && w->pre[rank],
+        .scalar = w->scalar[rank],
+        .scalar_ptr = w->scalar_ptr[rank],
+    };
+}
+
+/* Reductions: a task per output block (one for all-reduce and reduce). */
+static ncclResult_t
+cipc_tasks_reduce(const struct cipc_work *w, struct kr_dev_launch *l)
+{
+    const int n = w->nranks;
+    const uint64_t block = w->count * kr_type_size(w->redop.type);
+    struct kr_dev_src srcs[CIPC_MAX_RANKS];
+    uint64_t dsts[CIPC_MAX_RANKS];
+
+    if (w->coll == ALG_COLL_REDUCESCATTER) {
+        for (int j = 0; j < n; j++) {
+            for (int r = 0; r < n; r++) {
+                srcs[r] = cipc_src(w, r, w->send[r] + (uint64_t)j * block);
+            }
+            SHIM_CHECK(kr_dev_add(l, srcs, n, &w->recv[j], 1, w->count));
+        }
+        return ncclSuccess;
+    }
+    int ndst = 0;
+    for (int r = 0; r < n; r++) {
+        srcs[r] = cipc_src(w, r, w->send[r]);
+        if (w->coll == ALG_COLL_ALLREDUCE || r == w->root) {
+            dsts[ndst++] = w->recv[r];
+        }
+    }
+    return kr_dev_add(l, srcs, n, dsts, ndst, w->count);
+}
+
+static ncclResult_t
+cipc_copy(struct kr_dev_launch *l, uint64_t src, const uint64_t *dsts, int ndst, uint64_t bytes)
+{
+    struct kr_dev_src s = {.ptr = src};
+    return kr_dev_add(l, &s, 1, dsts, ndst, bytes);
+}
+
+static ncclResult_t
+cipc_tasks_copy(const struct cipc_work *w, struct kr_dev_launch *l)
+{
+    const int n = w->nranks;
+    const uint64_t block = w->count * kr_type_size(w->redop.type);
+    uint64_t dsts[CIPC_MAX_RANKS];
+
+    switch (w->coll) {
+    case ALG_COLL_BROADCAST:
+        return cipc_copy(l, w->send[w->root], w->recv, n, block);
+    case ALG_COLL_ALLGATHER:
+        for (int j = 0; j < n; j++) {
+            for (int r = 0; r < n; r++) {
+                dsts[r] = w->recv[r] + (uint64_t)j * block;
+            }
+            SHIM_CHECK(cipc_copy(l, w->send[j], dsts, n, block));
+        }
+        return ncclSuccess;
+    case ALG_COLL_ALLTOALL:
+        for (int p = 0; p < n; p++) {
+            for (int q = 0; q < n; q++) {
+                uint64_t dst = w->recv[q] + (uint64_t)p * block;
+                SHIM_CHECK(cipc_copy(l, w->send[p] + (uint64_t)q * block, &dst, 1, block));
+            }
+        }
+        return ncclSuccess;
+    case ALG_COLL_GATHER:
+        for (int p = 0; p < n; p++) {
+            uint64_t dst = w->recv[w->root] + (uint64_t)p * block;
+            SHIM_CHECK(cipc_copy(l, w->send[p], &dst, 1, block));
+        }
+        return ncclSuccess;
+    case ALG_COLL_SCATTER:
+        for (int p = 0; p < n; p++) {
+            SHIM_CHECK(cipc_copy(l, w->send[w->root] + (uint64_t)p * block, &w->recv[p], 1,
+                                 block));
+        }
+        return ncclSuccess;
+    case ALG_COLL_SEND:
+        return cipc_copy(l, w->send[0], &w->recv[0], 1, block);
+    default:
+        WARN("cudaipc: collective %d has no kernel tasks", (int)w->coll);
+        return ncclInternalError;
+    }
+}
+
+ncclResult_t
+cipc_tasks_launch(const struct cipc_work *work, CUstream stream, const struct gpu_device *device)
+{
+    bool reduces = work->coll == ALG_COLL_ALLREDUCE || work->coll == ALG_COLL_REDUCE ||
+                   work->coll == ALG_COLL_REDUCESCATTER;
+    struct kr_dev_launch l;
+
+    kr_dev_begin(&l, stream, device, reduces ? &work->redop : NULL);
+    SHIM_CHECK(reduces ? cipc_tasks_reduce(work, &l) : cipc_tasks_copy(work, &l));
+    return kr_dev_end(&l);
+}

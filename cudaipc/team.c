@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The device team as one rank holds it: forming and ending it, its control blocks'
+ * registration with the driver, and the thread that schedules (on the leader) and watches
+ * (on every rank): a rank that died, NCCLSHIM_TIMEOUT, hang reports, the team's error.
+ */
+#include "team.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/env.h"
+#include "base/report.h"
+
+/* How long the leader polls its doorbell before it sleeps on it: a rank posting its part of
+ * an operation right after another costs no wakeup. */
+#define CIPC_SPIN_NS 20000
+
+struct gpu_flag
+cipc_flag(struct cipc_team *team, int r, uint32_t *host)
+{
+    uintptr_t base = (uintptr_t)team->ctrls[r];
+    struct gpu_flag flag = {.host = host, .dev = 0};
+    CUdeviceptr dev_base = 0;
+
+    /* The block was registered whole: a flag sits at the same offset on the device side. */
+    if (gpu_cu.cuMemHostGetDevicePointer(&dev_base, (void *)base, 0) == CUDA_SUCCESS) {
+        flag.dev = dev_base + ((uintptr_t)host - base);
+    }
+    return flag;
+}
+
+ncclResult_t
+cipc_ctrl_register(struct cipc_team *team, int r)
+{
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&team->reg_lock);
+    if (!team->registered[r]) {
+        /* Portable: every context of this process may use it, whichever device. */
+        CUresult cu = gpu_cu.cuMemHostRegister(team->ctrls[r], SHM_AUX_BYTES,
+                                               CU_MEMHOSTREGISTER_PORTABLE |
+                                                   CU_MEMHOSTREGISTER_DEVICEMAP);
+        if (cu == CUDA_SUCCESS) {
+            team->registered[r] = true;
+        } else {
+            res = gpu_cu_fail(cu, "cuMemHostRegister(control block)", __FILE__, __LINE__);
+        }
+    }
+    pthread_mutex_unlock(&team->reg_lock);
+    return res;
+}
+
+void
+cipc_team_set_error(struct cipc_team *team, ncclResult_t res)
+{
+    int32_t none = ncclSuccess;
+
+    __atomic_compare_exchange_n(&team->error, &none, (int32_t)res, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+    if (team->rank == CIPC_LEADER) {
+        none = ncclSuccess;
+        __atomic_compare_exchange_n(&team->ctrls[CIPC_LEADER]->error, &none, (int32_t)res,
+                                    false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+}
+
+ncclResult_t
+cipc_team_error(const struct cipc_team *team)
+{
+    return (ncclResult_t)__atomic_load_n(&team->error, __ATOMIC_ACQUIRE);
+}
+
+bool
+cipc_team_busy(const struct cipc_team *team)
+{
+    const struct cipc_ctrl *own = team->ctrls[team->rank];
+    uint32_t seq = __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE);
+    return (int32_t)(__atomic_load_n(&own->done, __ATOMIC_ACQUIRE) - seq) < 0;
+}
+
+int
+cipc_team_describe(const struct cipc_team *team, char *buf, size_t len)
+{
+    const struct cipc_ctrl *own = team->ctrls[team->rank];
+    int n = snprintf(buf, len, "device operations: posted up to %u, arrived %u, done %u%s",
+                     __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE),
+                     __atomic_load_n(&own->arrive, __ATOMIC_ACQUIRE),
+                     __atomic_load_n(&own->done, __ATOMIC_ACQUIRE),
+                     team->rank == CIPC_LEADER ? "; leader: " : "");
+    if (team->rank == CIPC_LEADER && n >= 0 && (size_t)n < len) {
+        n += cipc_leader_describe(team, buf + n, len - (size_t)n);
+    }
+    return n;
+}
+
+/* --- the thread ---------------------------------------------------------------------------- */
+
+struct cipc_watch {
+    int wait_ms;
+    uint64_t timeout_ns;
+    uint32_t seen_done;   /* done flags at the last look (the leader: every rank's, summed) */
+    uint64_t last_move;   /* when something last moved */
+    unsigned reports;     /* SIGUSR1 requests seen */
+};
+
+/* After NCCLSHIM_WAIT_MS without news: whoever this rank waits for must be alive. */
+static ncclResult_t
+cipc_team_check_peers(struct cipc_team *team)
+{
+    if (team->rank == CIPC_LEADER) {
+        return cipc_leader_check_peers(team);
+    }
+    if (cipc_team_busy(team) && !shm_team_peer_alive(team->shm, CIPC_LEADER)) {
+        WARN("rank %d: the device team's leader, rank %d (pid %d), died with this rank's "
+             "operations in flight", team->rank, CIPC_LEADER, (int)team->ctrls[CIPC_LEADER]->pid);
+        return ncclRemoteError;
+    }
+    return ncclSuccess;
+}
+
+static void
+cipc_team_report(struct cipc_team *team, const char *why)
+{
+    char line[512];
+
+    cipc_team_describe(team, line, sizeof(line));
+    fprintf(stderr, "ncclshim report (%s): pid %d device team %016llx rank %d of %d: %s\n", why,
+            (int)getpid(), (unsigned long long)team->id, team->rank, team->nranks, line);
+}
+
+/* Everything the thread watches, once per turn. */
+static void
+cipc_team_watch(struct cipc_team *team, struct cipc_watch *w, bool progressed)
+{
+    struct cipc_ctrl *own = team->ctrls[team->rank];
+    uint64_t now = (uint64_t)shim_clock_ns();
+    int32_t verdict = __atomic_load_n(&team->ctrls[CIPC_LEADER]->error, __ATOMIC_ACQUIRE);
+    uint32_t done = __atomic_load_n(&own->done, __ATOMIC_ACQUIRE);
+
+    /* The leader serves every rank: any rank's operation finishing is news to it. */
+    for (int r = 0; team->leader != NULL && r < team->nranks; r++) {
+        done += r != team->rank ? __atomic_load_n(&team->ctrls[r]->done, __ATOMIC_ACQUIRE) : 0;
+    }
+    bool busy = cipc_team_busy(team) || (team->leader != NULL && cipc_leader_busy(team));
+
+    if (verdict != ncclSuccess) {
+        cipc_team_set_error(team, (ncclResult_t)verdict);
+    }
+    if (shim_report_requests() != w->reports) {
+        w->reports = shim_report_requests();
+        cipc_team_report(team, "on request");
+    }
+    if (progressed || done != w->seen_done || !busy) {
+        w->seen_done = done;
+        w->last_move = now;
+        return;
+    }
+    if (cipc_team_error(team) != ncclSuccess) {
+        return;
+    }
+    if (now - w->last_move >= (uint64_t)w->wait_ms * 1000000u) {
+        ncclResult_t res = cipc_team_check_peers(team);
+        if (res != ncclSuccess) {
+            cipc_team_set_error(team, res);
+            return;
+        }
+    }
+    if (w->timeout_ns != 0 && now - w->last_move >= w->timeout_ns) {
+        cipc_team_report(team, "NCCLSHIM_TIMEOUT");
+        WARN("rank %d: no progress of device operations for NCCLSHIM_TIMEOUT=%llu s; giving up "
+             "(the report above says where they stand)", team->rank,
+             (unsigned long long)(w->timeout_ns / 1000000000u));
+        cipc_team_set_error(team, ncclRemoteError);
+    }
+}
+
+/* Until someone posts or NCCLSHIM_WAIT_MS passes; the leader polls its doorbell briefly
+ * first, since the ranks of one operation post close together. */
+static void
+cipc_team_sleep(struct cipc_team *team, int wait_ms)
+{
+    struct shm_flag *flag = team->rank == CIPC_LEADER ? &team->ctrls[CIPC_LEADER]->doorbell
+                                                      : &team->ctrls[team->rank]->posted;
+    uint32_t seen = shm_flag_load(flag);
+    struct shm_wait wait;
+
+    if (team->rank == CIPC_LEADER) {
+        uint64_t until = (uint64_t)shim_clock_ns() + CIPC_SPIN_NS;
+        while ((uint64_t)shim_clock_ns() < until) {
+            if (shm_flag_load(flag) != seen || __atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+                return;
+            }
+        }
+    }
+    if (!shm_flag_reached(flag, seen + 1, team->rank, &wait)) {
+        shm_wait_sleep(&wait, wait_ms);
+    }
+}
+
+static void *
+cipc_team_main(void *arg)
+{
+    struct cipc_team *team = arg;
+    struct cipc_watch w = {
+        .wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS),
+        .timeout_ns = (uint64_t)shim_env_int(SHIM_ENV_TIMEOUT) * 1000000000u,
+        .last_move = (uint64_t)shim_clock_ns(),
+        .reports = shim_report_requests(),
+    };
+
+    w.wait_ms = w.wait_ms > 0 ? w.wait_ms : 100;
+    shim_log_bind(team->log);
+    while (!__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+        bool progressed = false;
+        if (team->leader != NULL && cipc_team_error(team) == ncclSuccess) {
+            ncclResult_t res = cipc_leader_step(team, &progressed);
+            if (res != ncclSuccess) {
+                cipc_team_set_error(team, res);
+            }
+        }
+        cipc_team_watch(team, &w, progressed);
+        if (!progressed) {
+            cipc_team_sleep(team, w.wait_ms);
+        }
+    }
+    return NULL;
+}
+
+/* --- forming and ending ------------------------------------------------------------------- */
+
+ncclResult_t
+cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
+{
+    const int n = args->shm->nranks;
+    struct cipc_team *team;
+    ncclResult_t res;
+
+    if (n > CIPC_MAX_RANKS) {
+        INFO(SHIM_INIT, "cudaipc: %d ranks on this host, more than a device team serves (%d)",
+             n, CIPC_MAX_RANKS);
+        return ncclInvalidUsage;
+    }
+    SHIM_CHECK(shim_calloc(&team, 1));
+    team->shm = args->shm;
+    team->rank = args->shm->rank;
+    team->nranks = n;
+    team->device = args->device;
+    team->id = args->id;
+    team->log = args->log;
+    team->channel_fd = -1;
+    pthread_mutex_init(&team->reg_lock, NULL);
+    SHIM_CHECK_GOTO(shim_calloc(&team->reach, (size_t)n * n), res, err_free);
+    memcpy(team->reach, args->reach, (size_t)n * n);
+    SHIM_CHECK_GOTO(shim_calloc(&team->ctrls, (size_t)n), res, err_free);
+    SHIM_CHECK_GOTO(shim_calloc(&team->registered, (size_t)n), res, err_free);
+    for (int r = 0; r < n; r++) {
+        team->ctrls[r] = shm_team_aux(args->shm, r);
+    }
+    struct cipc_ctrl *own = team->ctrls[team->rank];
+    own->pid = (int32_t)getpid();
+    /* Host addresses now; the streams' addresses once the block is registered (post.c). */
+    team->arrive.host = &own->arrive;
+    team->done.host = &own->done;
+    if (team->rank == CIPC_LEADER) {
+        SHIM_CHECK_GOTO(cipc_leader_create(team), res, err_free);
+    }
+    int err = pthread_create(&team->thread, NULL, cipc_team_main, team);
+    if (err != 0) {
+        WARN("cudaipc: cannot start the device team's thread: %s", strerror(err));
+        res = ncclSystemError;
+        goto err_leader;
+    }
+    team->thread_started = true;
+    *team_out = team;
+    return ncclSuccess;
+
+err_leader:
+    if (team->leader != NULL) {
+        cipc_leader_destroy(team, true);
+    }
+err_free:
+    free(team->registered);
+    free(team->ctrls);
+    free(team->reach);
+    pthread_mutex_destroy(&team->reg_lock);
+    free(team);
+    return res;
+}
+
+ncclResult_t
+cipc_team_drain(struct cipc_team *team)
+{
+    /* The leader's stream writes done, and no one wakes a sleeper: poll, gently. The thread
+     * turns a stall into an error (a dead rank; NCCLSHIM_TIMEOUT). */
+    while (cipc_team_busy(team)) {
+        ncclResult_t res = cipc_team_error(team);
+        if (res != ncclSuccess) {
+            WARN("rank %d: device operations of this communicator failed before they finished",
+                 team->rank);
+            return res;
+        }
+        usleep(20);
+    }
+    return ncclSuccess;
+}
+
+void
+cipc_team_release(struct cipc_team *team)
+{
+    gpu_flag_release(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
+}
+
+void
+cipc_team_destroy(struct cipc_team *team, bool abort)
+{
+    if (team == NULL) {
+        return;
+    }
+    if (!abort && team->gpu != NULL) {
+        /* Bounded: the thread turns a stall into an error (dead rank, NCCLSHIM_TIMEOUT). */
+        (void)cipc_team_drain(team);
+    }
+    bool busy = cipc_team_busy(team);
+    if (team->thread_started) {
+        __atomic_store_n(&team->stop, 1, __ATOMIC_RELEASE);
+        if (team->rank == CIPC_LEADER) {
+            shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+        } else {
+            struct shm_flag *posted = &team->ctrls[team->rank]->posted;
+            shm_flag_post(posted, shm_flag_load(posted)); /* wakes the thread */
+        }
+        pthread_join(team->thread, NULL);
+    }
+    if (team->gpu != NULL && (abort || busy)) {
+        /* Nothing waits for us any more: every gate of this rank's streams opens. */
+        gpu_flag_release(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
+    }
+    cipc_post_free(team);
+    if (team->leader != NULL) {
+        cipc_leader_destroy(team, abort || busy);
+    }
+    for (int r = 0; r < team->nranks; r++) {
+        if (team->registered[r]) {
+            gpu_cu.cuMemHostUnregister(team->ctrls[r]);
+        }
+    }
+    free(team->registered);
+    free(team->ctrls);
+    free(team->reach);
+    pthread_mutex_destroy(&team->reg_lock);
+    free(team);
+}

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Inside the device team (private to cudaipc/): the control block every rank keeps in its
+ * shared-memory segment, the team as one rank holds it, and what its files offer each other.
+ *
+ * A rank's control block (in shm_team_aux, registered with the driver by the rank and by the
+ * leader so that streams of both may touch its flags):
+ *
+ *   arrive    written by the rank's streams when they reach an operation (its number)
+ *   done      written by the leader's stream: the rank's operations done, up to this number
+ *   posted    the rank's host: descriptors posted up to this number (a whole group at once)
+ *   consumed  the leader's host: this rank's descriptors taken, up to this number
+ *   ring      CIPC_RING descriptors: operation n is in slot n % CIPC_RING
+ * and, in the leader's block only: doorbell (any rank posted; the leader sleeps on it),
+ * leader_done (its stream's operations done, for its mapping cache), error (the team failed:
+ * an ncclResult_t every rank's thread adopts) and channel (its socket's name).
+ */
+#ifndef CIPC_TEAM_H
+#define CIPC_TEAM_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "channel.h"
+#include "cudaipc.h"
+#include "gpu/driver.h"
+#include "gpu/stream.h"
+#include "shm/shm.h"
+
+#define CIPC_LEADER 0
+#define CIPC_RING 256
+
+/* How the leader reaches one buffer of a rank's operation. */
+enum cipc_buf_how {
+    CIPC_BUF_NONE,   /* not used by this rank */
+    CIPC_BUF_LOCAL,  /* the leader's own process: ptr as it is */
+    CIPC_BUF_LEGACY, /* a legacy IPC handle of the allocation */
+    CIPC_BUF_CUMEM,  /* a cuMem allocation, its file descriptor sent on the channel */
+    CIPC_BUF_STAGED, /* copied through the owner's staging segment, sent on the channel */
+};
+
+struct cipc_buf {
+    uint32_t how;
+    uint32_t region;       /* STAGED, while posting: 1 + its staging region (post.c); 0 after */
+    uint64_t ptr;          /* the address in its owner (LOCAL: the one to use) */
+    uint64_t key;          /* LEGACY, CUMEM: the allocation's id; STAGED: the segment's
+                              generation */
+    uint64_t offset;       /* from the allocation's (segment's) first byte */
+    uint64_t size;         /* of the allocation (segment) */
+    CUipcMemHandle handle; /* LEGACY */
+};
+
+struct cipc_desc {
+    uint32_t seq;
+    uint32_t group_last;   /* the last operation of the group this one was posted in */
+    uint32_t match;        /* cipc_op.match */
+    uint8_t coll;          /* enum alg_coll */
+    uint8_t kind;          /* enum kr_op_kind */
+    uint8_t pre;           /* this rank's input takes its PreMulSum scalar */
+    uint8_t pad;
+    int32_t datatype;
+    int32_t root;
+    uint64_t count;
+    uint64_t divisor;
+    uint64_t scalar;       /* PreMulSum's scalar, one element, unless scalar_buf is used */
+    struct cipc_buf send, recv, scalar_buf;
+};
+
+struct cipc_ctrl {
+    _Alignas(64) uint32_t arrive;
+    _Alignas(64) uint32_t done;
+    _Alignas(64) uint32_t leader_done;
+    struct shm_flag posted;
+    struct shm_flag consumed;
+    struct shm_flag doorbell;
+    _Alignas(64) int32_t error;
+    int32_t pid;
+    char channel[CIPC_CHANNEL_NAME_MAX];
+    _Alignas(64) struct cipc_desc ring[CIPC_RING];
+};
+
+_Static_assert(sizeof(struct cipc_ctrl) <= SHM_AUX_BYTES, "the control block outgrew its area");
+
+/* A staged buffer's copy out, enqueued after done (post.c). */
+struct cipc_copy {
+    CUdeviceptr dst, src;
+    size_t bytes;
+};
+
+struct cipc_stage;
+struct cipc_exports;
+struct cipc_leader;
+
+struct cipc_team {
+    struct shm_team *shm;
+    int rank;
+    int nranks;
+    int device;
+    uint64_t id;
+    struct shim_log_scope *log;  /* cipc_team_args.log */
+    uint8_t *reach;              /* nranks * nranks, cipc_team_args.reach */
+    struct cipc_ctrl **ctrls;    /* every rank's control block as mapped here */
+
+    /* Registration of control blocks with the driver, by whichever thread needs it first. */
+    pthread_mutex_t reg_lock;
+    bool *registered;
+
+    /* The posting side: the thread that makes this rank's calls. */
+    const struct gpu_device *gpu;  /* this rank's device, once it posted */
+    struct gpu_flag arrive, done;  /* its own flags, as its streams see them */
+    uint32_t seq;                  /* atomic: the last operation posted */
+    uint32_t pending_wait;         /* operations arrived, not yet waited for (cipc_post_wait) */
+    CUstream last_stream;          /* the stream the last operations were gated on */
+    struct cipc_copy *copies;      /* the staged outputs of those */
+    int ncopies, copies_cap;
+    struct cipc_stage *stage;
+    struct cipc_exports *exports;
+    int channel_fd;                /* to the leader, once needed; -1 */
+
+    /* The thread. */
+    pthread_t thread;
+    bool thread_started;
+    int stop;                      /* atomic */
+    int32_t error;                 /* atomic: ncclResult_t */
+    struct cipc_leader *leader;    /* the leader's side; NULL on every other rank */
+};
+
+/* Registers rank r's control block with the driver (once per process mapping) and fills the
+ * flags of it that streams touch. The caller has a context of the device current. */
+ncclResult_t cipc_ctrl_register(struct cipc_team *team, int r);
+struct gpu_flag cipc_flag(struct cipc_team *team, int r, uint32_t *host);
+/* Fails the team (the first error stays): this rank, and through the leader's block every
+ * rank, sees it. */
+void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
+
+/* post.c */
+void cipc_post_free(struct cipc_team *team);
+
+/* leader.c: the leader's side, driven by the team's thread. */
+ncclResult_t cipc_leader_create(struct cipc_team *team);
+void cipc_leader_destroy(struct cipc_team *team, bool abort);
+/* Enqueues every operation whose descriptors are all posted; *progressed_out if any. */
+ncclResult_t cipc_leader_step(struct cipc_team *team, bool *progressed_out);
+/* Whether any rank has operations posted and not done. */
+bool cipc_leader_busy(const struct cipc_team *team);
+/* After nothing moved for NCCLSHIM_WAIT_MS: an error if a rank the leader waits for died. */
+ncclResult_t cipc_leader_check_peers(struct cipc_team *team);
+int cipc_leader_describe(const struct cipc_team *team, char *buf, size_t len);
+
+#endif

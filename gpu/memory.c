@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Memory kinds per pointer (one cuPointerGetAttributes call) and ncclMemAlloc's shareable
+ * allocations. See memory.h.
+ */
+#include "memory.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "base/check.h"
+#include "driver.h"
+
+void
+gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
+{
+    unsigned int type = 0, managed = 0, legacy = 0;
+    int ordinal = -1;
+    unsigned long long id = 0, handle_types = 0;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUpointer_attribute attrs[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+        CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+    };
+    void *data[] = {&type, &managed, &ordinal, &id, &base, &size, &legacy, &handle_types};
+
+    *info_out = (struct gpu_mem_info){.kind = GPU_MEM_HOST, .device = -1};
+    if (ptr == NULL || !gpu_driver_present()) {
+        return;
+    }
+    /* Unknown pointers (plain host memory) come back as success with every value zeroed. */
+    if (gpu_cu.cuPointerGetAttributes(sizeof(attrs) / sizeof(attrs[0]), attrs, data,
+                                      (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+        type == 0) {
+        return;
+    }
+    info_out->alloc_id = id;
+    if (managed) {
+        info_out->kind = GPU_MEM_MANAGED;
+    } else if (type == CU_MEMORYTYPE_HOST) {
+        info_out->kind = GPU_MEM_REGISTERED;
+    } else if (type == CU_MEMORYTYPE_DEVICE) {
+        info_out->kind = GPU_MEM_DEVICE;
+        info_out->device = ordinal;
+        info_out->alloc_base = (uintptr_t)base;
+        info_out->alloc_size = size;
+        info_out->legacy_ipc = legacy != 0;
+        info_out->fd_ipc = (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+    }
+}
+
+ncclResult_t
+gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out, uint64_t *id_out)
+{
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    unsigned long long id = 0;
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                   CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+                                   CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID};
+    void *data[] = {&base, &size, &id};
+
+    /* A driver that predates these attributes: the address range is the mapping for
+     * allocations made as ncclMemAlloc makes them, one handle mapped whole. */
+    if (gpu_cu.cuPointerGetAttributes(3, attrs, data, (CUdeviceptr)(uintptr_t)ptr) !=
+            CUDA_SUCCESS ||
+        size == 0) {
+        GPU_CU_CHECK(cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)ptr));
+        GPU_CU_CHECK(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                           (CUdeviceptr)(uintptr_t)ptr));
+    }
+    *base_out = (uintptr_t)base;
+    *size_out = size;
+    *id_out = id;
+    return ncclSuccess;
+}
+
+const char *
+gpu_mem_kind_name(enum gpu_mem_kind kind)
+{
+    switch (kind) {
+    case GPU_MEM_HOST:
+        return "host memory";
+    case GPU_MEM_DEVICE:
+        return "device memory";
+    case GPU_MEM_MANAGED:
+        return "managed memory";
+    case GPU_MEM_REGISTERED:
+        return "registered host memory";
+    }
+    return "memory of an unknown kind";
+}
+
+/* --- ncclMemAlloc ---------------------------------------------------------------------- */
+
+/* What ncclMemAlloc gave out, so that ncclMemFree unmaps exactly that and refuses the rest.
+ * A list: programs hold few such buffers. */
+struct gpu_mem_block {
+    uintptr_t va;
+    size_t size;
+    CUmemGenericAllocationHandle handle;
+    struct gpu_mem_block *next;
+};
+
+static pthread_mutex_t gpu_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gpu_mem_block *gpu_mem_blocks;
+
+/* Read-write access for dev and for every device that can reach it. */
+static ncclResult_t
+gpu_mem_grant(CUdeviceptr va, size_t size, int dev)
+{
+    int count = 0;
+
+    gpu_cu.cuDeviceGetCount(&count);
+    for (int d = 0; d < count; d++) {
+        int peer = d == dev;
+        if (d != dev) {
+            gpu_cu.cuDeviceCanAccessPeer(&peer, d, dev);
+        }
+        if (peer) {
+            CUmemAccessDesc access = {
+                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d},
+                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            GPU_CU_CHECK(cuMemSetAccess(va, size, &access, 1));
+        }
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_mem_alloc(size_t bytes, void **ptr_out)
+{
+    int dev = gpu_device_current();
+    CUmemAllocationProp prop = {
+        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev >= 0 ? dev : 0},
+    };
+    struct gpu_mem_block *block;
+    size_t granularity = 0;
+    CUdeviceptr va = 0;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&block, 1));
+    GPU_CU_CHECK_GOTO(cuMemGetAllocationGranularity(&granularity, &prop,
+                                                    CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+                      res, err_free);
+    block->size = (bytes + granularity - 1) / granularity * granularity;
+    block->size = block->size ? block->size : granularity;
+    GPU_CU_CHECK_GOTO(cuMemCreate(&block->handle, block->size, &prop, 0), res, err_free);
+    GPU_CU_CHECK_GOTO(cuMemAddressReserve(&va, block->size, granularity, 0, 0), res,
+                      err_release);
+    GPU_CU_CHECK_GOTO(cuMemMap(va, block->size, 0, block->handle, 0), res, err_address);
+    SHIM_CHECK_GOTO(gpu_mem_grant(va, block->size, prop.location.id), res, err_unmap);
+    block->va = (uintptr_t)va;
+    pthread_mutex_lock(&gpu_mem_lock);
+    block->next = gpu_mem_blocks;
+    gpu_mem_blocks = block;
+    pthread_mutex_unlock(&gpu_mem_lock);
+    INFO(SHIM_ALLOC, "ncclMemAlloc: %zu bytes at %p on device %d (%zu mapped)", bytes,
+         (void *)block->va, prop.location.id, block->size);
+    *ptr_out = (void *)block->va;
+    return ncclSuccess;
+
+err_unmap:
+    gpu_cu.cuMemUnmap(va, block->size);
+err_address:
+    gpu_cu.cuMemAddressFree(va, block->size);
+err_release:
+    gpu_cu.cuMemRelease(block->handle);
+err_free:
+    free(block);
+    return res;
+}
+
+ncclResult_t
+gpu_mem_free(void *ptr)
+{
+    struct gpu_mem_block *block = NULL;
+
+    pthread_mutex_lock(&gpu_mem_lock);
+    for (struct gpu_mem_block **link = &gpu_mem_blocks; *link != NULL;
+         link = &(*link)->next) {
+        if ((*link)->va == (uintptr_t)ptr) {
+            block = *link;
+            *link = block->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&gpu_mem_lock);
+    if (block == NULL) {
+        WARN("ncclMemFree: %p was not allocated by ncclMemAlloc (or was freed already)", ptr);
+        return ncclInvalidArgument;
+    }
+    CUdeviceptr va = (CUdeviceptr)block->va;
+    ncclResult_t res = ncclSuccess;
+    GPU_CU_CHECK_GOTO(cuMemUnmap(va, block->size), res, out);
+    GPU_CU_CHECK_GOTO(cuMemAddressFree(va, block->size), res, out);
+    GPU_CU_CHECK_GOTO(cuMemRelease(block->handle), res, out);
+out:
+    free(block);
+    return res;
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What kind of memory a pointer is, asked of the driver per buffer, and the memory that
+ * ncclMemAlloc hands out.
+ *
+ * Kinds, as NCCL treats them: plain host memory (unknown to the driver) is the host path's;
+ * device, managed and host-registered (pinned) memory are all reachable by a kernel, and a
+ * call on them is stream ordered. For device memory the driver also tells the allocation the
+ * pointer lies in (base, size, a process-wide unique id) and how another process may map it:
+ * a legacy IPC handle (cudaMalloc) or a POSIX file descriptor (cuMem allocations made
+ * shareable, as ncclMemAlloc's and PyTorch's expandable segments are).
+ */
+#ifndef GPU_MEMORY_H
+#define GPU_MEMORY_H
+
+#include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum gpu_mem_kind {
+    GPU_MEM_HOST,       /* not known to the driver */
+    GPU_MEM_DEVICE,     /* cudaMalloc, cuMemAlloc, cuMem* mappings */
+    GPU_MEM_MANAGED,    /* cudaMallocManaged */
+    GPU_MEM_REGISTERED, /* cudaHostAlloc, cudaHostRegister */
+};
+
+struct gpu_mem_info {
+    enum gpu_mem_kind kind;
+    int device;            /* the device it lives on (DEVICE), or -1 */
+    uint64_t alloc_id;     /* the allocation's unique id (BUFFER_ID); 0 for HOST */
+    uintptr_t alloc_base;  /* the allocation's first byte and size (DEVICE) */
+    size_t alloc_size;
+    bool legacy_ipc;       /* cuIpcGetMemHandle works on it */
+    bool fd_ipc;           /* its cuMem handle exports as a POSIX file descriptor */
+};
+
+/* Classifies ptr (NULL and every pointer without a driver are HOST). Never fails: a pointer
+ * the driver does not know is host memory. */
+void gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out);
+/* Whether a kernel may read and write it (every kind but HOST). */
+static inline bool
+gpu_mem_reachable(enum gpu_mem_kind kind)
+{
+    return kind != GPU_MEM_HOST;
+}
+const char *gpu_mem_kind_name(enum gpu_mem_kind kind);
+
+/* For device memory that exports as a file descriptor (fd_ipc): the cuMem mapping ptr lies
+ * in, which maps one physical allocation whole (its first byte and size), and that
+ * allocation's unique id. ncclUnhandledCudaError if the driver cannot tell. */
+ncclResult_t gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out,
+                             uint64_t *id_out);
+
+/* ncclMemAlloc: device memory of the current device (device 0 without a current context)
+ * as a cuMem allocation whose handle exports as a file descriptor, so another rank's process
+ * can map it; rounded up to the allocation granularity and mapped read-write for that device.
+ * ncclMemFree takes back exactly what this gave out, and refuses anything else with
+ * ncclInvalidArgument. */
+ncclResult_t gpu_mem_alloc(size_t bytes, void **ptr_out);
+ncclResult_t gpu_mem_free(void *ptr);
+
+#endif

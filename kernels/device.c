@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Loading the embedded fatbin once per device, and launching batches (device.h).
+ */
+#include "device.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "base/check.h"
+
+/* fatbin.S: the kernels as nvcc built them; empty without nvcc. */
+extern const unsigned char kr_fatbin_start[];
+extern const unsigned char kr_fatbin_end[];
+
+enum kr_dev_kernel {
+#define KR_DEV_KERNEL_ENUM(type, suffix) KR_DEV_REDUCE_##suffix,
+    KR_DEV_TYPE_NAMES(KR_DEV_KERNEL_ENUM)
+#undef KR_DEV_KERNEL_ENUM
+    KR_DEV_COPY,
+    KR_DEV_KERNELS
+};
+
+static const struct {
+    ncclDataType_t type;
+    const char *name;
+} kr_dev_kernels[KR_DEV_KERNELS] = {
+#define KR_DEV_KERNEL_NAME(type, suffix) [KR_DEV_REDUCE_##suffix] = {type, "kr_dev_reduce_" #suffix},
+    KR_DEV_TYPE_NAMES(KR_DEV_KERNEL_NAME)
+#undef KR_DEV_KERNEL_NAME
+    [KR_DEV_COPY] = {ncclInt8, "kr_dev_copy"},
+};
+
+/* One per device: its module and functions, loaded on first use and kept. */
+static struct {
+    bool loaded; /* atomic */
+    CUmodule module;
+    CUfunction functions[KR_DEV_KERNELS];
+} kr_dev_modules[GPU_MAX_DEVICES];
+static pthread_mutex_t kr_dev_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Blocks of a launch: enough to keep every SM busy at a task's size, threads per block by
+ * size (small tasks need few threads, and launch no faster with many). */
+#define KR_DEV_THREADS_SMALL 128
+#define KR_DEV_THREADS 512
+#define KR_DEV_SMALL_BYTES 65536
+#define KR_DEV_BLOCKS_PER_SM 4
+
+/* The fatbin's size; two symbols of one section, compared as addresses. */
+static size_t
+kr_fatbin_bytes(void)
+{
+    return (size_t)((uintptr_t)kr_fatbin_end - (uintptr_t)kr_fatbin_start);
+}
+
+bool
+kr_dev_available(void)
+{
+    return kr_fatbin_bytes() > 0;
+}
+
+ncclResult_t
+kr_dev_check_available(const char *api)
+{
+    if (!kr_dev_available()) {
+        WARN("%s: this libnccl.so.2 was built without its CUDA kernels (no nvcc at build "
+             "time), so it serves host memory only; rebuild with the CUDA toolkit installed",
+             api);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+/* Loads the module into the device's context; called with the lock held. */
+static ncclResult_t
+kr_dev_load(const struct gpu_device *device)
+{
+    CUmodule module;
+    ncclResult_t res;
+
+    SHIM_CHECK(gpu_ctx_push(device->ctx));
+    GPU_CU_CHECK_GOTO(cuModuleLoadData(&module, kr_fatbin_start), res, out);
+    for (int k = 0; k < KR_DEV_KERNELS; k++) {
+        GPU_CU_CHECK_GOTO(cuModuleGetFunction(&kr_dev_modules[device->ordinal].functions[k],
+                                              module, kr_dev_kernels[k].name),
+                          res, err_unload);
+    }
+    kr_dev_modules[device->ordinal].module = module;
+    __atomic_store_n(&kr_dev_modules[device->ordinal].loaded, true, __ATOMIC_RELEASE);
+    INFO(SHIM_INIT, "CUDA kernels loaded on device %d (compute capability %d.%d, %zu-byte "
+         "fatbin)", device->ordinal, device->cc_major, device->cc_minor, kr_fatbin_bytes());
+    res = ncclSuccess;
+    goto out;
+err_unload:
+    gpu_cu.cuModuleUnload(module);
+out:
+    gpu_ctx_pop();
+    return res;
+}
+
+static ncclResult_t
+kr_dev_function(const struct gpu_device *device, enum kr_dev_kernel kernel,
+                CUfunction *function_out)
+{
+    ncclResult_t res = ncclSuccess;
+
+    SHIM_CHECK(kr_dev_check_available("a kernel launch"));
+    if (!__atomic_load_n(&kr_dev_modules[device->ordinal].loaded, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&kr_dev_lock);
+        if (!kr_dev_modules[device->ordinal].loaded) {
+            res = kr_dev_load(device);
+        }
+        pthread_mutex_unlock(&kr_dev_lock);
+    }
+    if (res == ncclSuccess) {
+        *function_out = kr_dev_modules[device->ordinal].functions[kernel];
+    }
+    return res;
+}
+
+static enum kr_dev_kernel
+kr_dev_kernel_of(ncclDataType_t type)
+{
+    for (int k = 0; k < KR_DEV_COPY; k++) {
+        if (kr_dev_kernels[k].type == type) {
+            return (enum kr_dev_kernel)k;
+        }
+    }
+    return KR_DEV_COPY;
+}
+
+void
+kr_dev_begin(struct kr_dev_launch *l, CUstream stream, const struct gpu_device *device,
+             const struct kr_redop *op)
+{
+    memset(l, 0, offsetof(struct kr_dev_launch, batch));
+    memset(&l->batch, 0, offsetof(struct kr_dev_batch, tasks));
+    l->stream = stream;
+    l->device = device;
+    l->copy = op == NULL;
+    if (op != NULL) {
+        l->type = op->type;
+        l->batch.kind = (uint32_t)op->kind;
+        l->batch.divisor = op->divisor;
+        l->batch.post = op->kind == KR_SUMPOSTDIV;
+    }
+}
+
+static uint32_t
+kr_dev_nsrcs(const struct kr_dev_batch *b)
+{
+    const struct kr_dev_task *last = b->ntasks ? &b->tasks[b->ntasks - 1] : NULL;
+    return last != NULL ? last->first_src + last->nsrc : 0;
+}
+
+static uint32_t
+kr_dev_ndsts(const struct kr_dev_batch *b)
+{
+    const struct kr_dev_task *last = b->ntasks ? &b->tasks[b->ntasks - 1] : NULL;
+    return last != NULL ? last->first_dst + last->ndst : 0;
+}
+
+ncclResult_t
+kr_dev_add(struct kr_dev_launch *l, const struct kr_dev_src *srcs, int nsrc,
+           const uint64_t *dsts, int ndst, uint64_t count)
+{
+    struct kr_dev_batch *b = &l->batch;
+
+    if (nsrc < 1 || nsrc > KR_DEV_MAX_SRCS || ndst > KR_DEV_MAX_DSTS || (l->copy && nsrc != 1)) {
+        WARN("a kernel task with %d operands and %d destinations (at most %d and %d%s)", nsrc,
+             ndst, KR_DEV_MAX_SRCS, KR_DEV_MAX_DSTS, l->copy ? ", one operand to copy" : "");
+        return ncclInternalError;
+    }
+    if (count == 0 || ndst == 0) {
+        return ncclSuccess;
+    }
+    if (b->ntasks == KR_DEV_MAX_TASKS || kr_dev_nsrcs(b) + (uint32_t)nsrc > KR_DEV_MAX_SRCS ||
+        kr_dev_ndsts(b) + (uint32_t)ndst > KR_DEV_MAX_DSTS) {
+        SHIM_CHECK(kr_dev_end(l));
+    }
+    struct kr_dev_task *t = &b->tasks[b->ntasks];
+    t->first_src = (uint16_t)kr_dev_nsrcs(b);
+    t->first_dst = (uint16_t)kr_dev_ndsts(b);
+    t->nsrc = (uint16_t)nsrc;
+    t->ndst = (uint16_t)ndst;
+    t->count = count;
+    memcpy(&b->srcs[t->first_src], srcs, (size_t)nsrc * sizeof(*srcs));
+    memcpy(&b->dsts[t->first_dst], dsts, (size_t)ndst * sizeof(*dsts));
+    b->ntasks++;
+    l->max_count = count > l->max_count ? count : l->max_count;
+    return ncclSuccess;
+}
+
+ncclResult_t
+kr_dev_end(struct kr_dev_launch *l)
+{
+    CUfunction function = NULL;
+    ncclResult_t res;
+
+    if (l->batch.ntasks == 0) {
+        return ncclSuccess;
+    }
+    SHIM_CHECK(kr_dev_function(l->device, l->copy ? KR_DEV_COPY : kr_dev_kernel_of(l->type),
+                               &function));
+    uint64_t bytes = l->copy ? l->max_count : l->max_count * kr_type_size(l->type);
+    unsigned threads = bytes <= KR_DEV_SMALL_BYTES ? KR_DEV_THREADS_SMALL : KR_DEV_THREADS;
+    /* A thread moves 16 bytes at a time; spread the largest task over the device's SMs. */
+    uint64_t blocks = (bytes / 16 + threads - 1) / threads;
+    uint64_t most = (uint64_t)l->device->sm_count * KR_DEV_BLOCKS_PER_SM / l->batch.ntasks;
+    most = most > 0 ? most : 1;
+    blocks = blocks < 1 ? 1 : blocks > most ? most : blocks;
+    void *params[] = {&l->batch};
+
+    SHIM_CHECK(gpu_ctx_push(l->device->ctx));
+    GPU_CU_CHECK_GOTO(cuLaunchKernel(function, (unsigned)blocks, l->batch.ntasks, 1, threads, 1,
+                                     1, 0, l->stream, params, NULL),
+                      res, out);
+    res = ncclSuccess;
+out:
+    gpu_ctx_pop();
+    l->batch.ntasks = 0;
+    l->max_count = 0;
+    return res;
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Launching ncclshim's CUDA kernels (reduce_device.cu, parameters in device_abi.h) from the
+ * host, through the driver: the fatbin the library embeds is loaded once per device on first
+ * use, and a launch is a batch of tasks built here.
+ *
+ *     struct kr_dev_launch l;
+ *     kr_dev_begin(&l, stream, device, &redop);      (NULL redop: copies)
+ *     kr_dev_add(&l, srcs, nsrc, dsts, ndst, count); (as many as needed; full batches launch)
+ *     kr_dev_end(&l);                                (launches the rest)
+ *
+ * Every task of one launch has the same reduction (or copies), as a kernel's batch does. The
+ * stream must belong to the device's primary context; these functions make it current.
+ */
+#ifndef KR_DEVICE_H
+#define KR_DEVICE_H
+
+#include <cuda.h>
+#include <nccl.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "device_abi.h"
+#include "gpu/driver.h"
+#include "kernels.h"
+
+/* Whether the library was built with its kernels (nvcc present at build time). */
+bool kr_dev_available(void);
+/* ncclInvalidUsage with a WARN naming `api` when it was not. */
+ncclResult_t kr_dev_check_available(const char *api);
+
+struct kr_dev_launch {
+    CUstream stream;
+    const struct gpu_device *device;
+    bool copy;
+    ncclDataType_t type;
+    uint64_t max_count; /* the largest task of the batch, for the grid */
+    struct kr_dev_batch batch;
+};
+
+/* Starts an empty batch: reductions with op (its kind, type and divisor; each operand brings
+ * its own PreMulSum scalar in kr_dev_add), or copies when op is NULL. */
+void kr_dev_begin(struct kr_dev_launch *l, CUstream stream, const struct gpu_device *device,
+                  const struct kr_redop *op);
+/* Adds a task (device_abi.h): nsrc operands reduced (a copy takes exactly one) into ndst
+ * destinations, count elements (bytes for copies); at most KR_DEV_MAX_SRCS operands and
+ * KR_DEV_MAX_DSTS destinations. A task with nothing to do is dropped. Launches the batch
+ * first when the task does not fit. */
+ncclResult_t kr_dev_add(struct kr_dev_launch *l, const struct kr_dev_src *srcs, int nsrc,
+                        const uint64_t *dsts, int ndst, uint64_t count);
+/* Launches what the batch still holds. */
+ncclResult_t kr_dev_end(struct kr_dev_launch *l);
+
+#endif

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The parameters of ncclshim's CUDA kernels (reduce_device.cu), shared by the host code that
+ * launches them (device.c), the kernels, and the driver test double that emulates them. Plain
+ * C: nvcc and gcc must lay it out alike.
+ *
+ * One launch runs a batch of tasks, one per blockIdx.y. A task reduces nsrc operands
+ * element-wise, in operand order, and writes the result to ndst destinations:
+ *
+ *     acc = pre0(src0[i]); acc = acc OP pre1(src1[i]); ...; acc = post(acc)
+ *     dst0[i] = dst1[i] = ... = acc
+ *
+ * pre is PreMulSum's multiply by the operand's own scalar (applied where the operand's `pre`
+ * is set), post SumPostDiv's divide (where the batch's `post` is set); OP is the kind's
+ * combining operation (sum for both of those kinds). This is the host path's order and
+ * rounding (kernels.h), so device and host results are bit-identical. kr_dev_copy runs the
+ * same batch with count in bytes and one operand, copied to every destination.
+ *
+ * The whole batch travels as the kernel's one by-value parameter; its size stays under the
+ * 4 KiB that every CUDA 12 driver takes. An operation with more tasks or operands than fit is
+ * cut into several launches by the caller.
+ */
+#ifndef KR_DEVICE_ABI_H
+#define KR_DEVICE_ABI_H
+
+#include <stdint.h>
+
+#define KR_DEV_MAX_TASKS 64
+#define KR_DEV_MAX_SRCS 64
+#define KR_DEV_MAX_DSTS 64
+
+struct kr_dev_src {
+    uint64_t ptr;        /* the operand's device address */
+    uint64_t scalar_ptr; /* PreMulSum with ncclScalarDevice: the scalar's device address */
+    uint64_t scalar;     /* PreMulSum otherwise: the scalar, one element of the type */
+    uint32_t pre;        /* apply the pre-operation to this operand */
+    uint32_t pad;
+};
+
+struct kr_dev_task {
+    uint64_t count;      /* elements (bytes for kr_dev_copy) */
+    uint16_t first_src;  /* operands srcs[first_src .. first_src + nsrc) */
+    uint16_t nsrc;
+    uint16_t first_dst;  /* destinations dsts[first_dst .. first_dst + ndst) */
+    uint16_t ndst;
+};
+
+struct kr_dev_batch {
+    uint32_t kind;       /* enum kr_op_kind (kernels.h); unused by kr_dev_copy */
+    uint32_t ntasks;
+    uint32_t post;       /* apply the post-operation to every result */
+    uint32_t pad;
+    uint64_t divisor;    /* SumPostDiv */
+    struct kr_dev_task tasks[KR_DEV_MAX_TASKS];
+    struct kr_dev_src srcs[KR_DEV_MAX_SRCS];
+    uint64_t dsts[KR_DEV_MAX_DSTS];
+};
+
+#ifdef __cplusplus
+static_assert(sizeof(struct kr_dev_batch) <= 4000, "kernel parameters above 4 KiB");
+#else
+_Static_assert(sizeof(struct kr_dev_batch) <= 4000, "kernel parameters above 4 KiB");
+#endif
+
+/* Kernel names: "kr_dev_reduce_" followed by one of these, and "kr_dev_copy". */
+#define KR_DEV_TYPE_NAMES(X)                                                                 \
+    X(ncclInt8, i8) X(ncclUint8, u8) X(ncclInt32, i32) X(ncclUint32, u32) X(ncclInt64, i64)   \
+    X(ncclUint64, u64) X(ncclFloat16, f16) X(ncclFloat32, f32) X(ncclFloat64, f64)           \
+    X(ncclBfloat16, bf16) X(ncclFloat8e4m3, e4m3) X(ncclFloat8e5m2, e5m2)
+
+#endif

@@ -1,0 +1,381 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Operations on device memory (exec_device.h): the checks, and carrying a group of them out
+ * per device: the streams forked, each communicator's operations handed to its team (or, for
+ * one rank, enqueued on the stream), the streams joined.
+ */
+#include "exec_device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "comm.h"
+#include "cudaipc/cudaipc.h"
+#include "cudaipc/tasks.h"
+#include "gpu/driver.h"
+#include "gpu/stream.h"
+#include "kernels/device.h"
+
+/* A one-rank communicator's operations run on the call's stream; this keeps them in issue
+ * order when calls use several streams. */
+struct shim_dev_solo {
+    CUevent last;          /* recorded after the last operation */
+    cudaStream_t stream;   /* on this stream */
+    bool recorded;
+};
+
+static const struct gpu_device *
+shim_devexec_device(const struct ncclComm *comm)
+{
+    const struct gpu_device *gpu = NULL;
+    /* A communicator made without a current device works on device 0, as the runtime's. */
+    if (gpu_device_get(comm->cuda_dev >= 0 ? comm->cuda_dev : 0, &gpu) != ncclSuccess) {
+        return NULL;
+    }
+    return gpu;
+}
+
+static bool
+shim_coll_reduces_dev(enum shim_coll coll)
+{
+    return coll == SHIM_COLL_ALLREDUCE || coll == SHIM_COLL_REDUCE ||
+           coll == SHIM_COLL_REDUCESCATTER;
+}
+
+ncclResult_t
+shim_devexec_check(const struct shim_op *op, const char *api)
+{
+    const struct ncclComm *comm = op->comm;
+
+    SHIM_CHECK(kr_dev_check_available(api));
+    if (comm->nranks > 1 && comm->dev == NULL) {
+        WARN("%s: device buffers need every rank of the communicator on this host (with "
+             "shared memory, not NCCL_SHM_DISABLE=1); across hosts ncclshim serves host "
+             "memory only so far", api);
+        return ncclInvalidUsage;
+    }
+    ncclResult_t failed = shim_devexec_comm_error(comm);
+    if (failed != ncclSuccess) {
+        WARN("%s: an earlier device operation of communicator %p failed; only destroy or "
+             "abort remain", api, (const void *)comm);
+        return failed;
+    }
+    const struct gpu_device *gpu = shim_devexec_device(comm);
+    if (gpu == NULL) {
+        return ncclUnhandledCudaError;
+    }
+    if (shim_coll_reduces_dev(op->coll) &&
+        (op->datatype == ncclFloat8e4m3 || op->datatype == ncclFloat8e5m2) &&
+        gpu->cc_major < 9) {
+        WARN("%s: fp8 reductions need compute capability 9.0 or newer, as NCCL's; device %d "
+             "has %d.%d", api, gpu->ordinal, gpu->cc_major, gpu->cc_minor);
+        return ncclInvalidArgument;
+    }
+    CUcontext ctx;
+    SHIM_CHECK(gpu_stream_ctx(op->stream, gpu->ordinal, &ctx));
+    if (ctx != gpu->ctx) {
+        WARN("%s: stream %p is not a stream of the communicator's device %d (its primary "
+             "context)", api, (void *)op->stream, gpu->ordinal);
+        return ncclInvalidArgument;
+    }
+    return gpu_stream_check_capture(op->stream, ctx, api);
+}
+
+/* --- one rank --------------------------------------------------------------------------- */
+
+static bool
+shim_devexec_is_copy(const struct shim_op *op)
+{
+    return !shim_coll_reduces_dev(op->coll) ||
+           (op->redop.kind != KR_PREMULSUM && op->redop.kind != KR_SUMPOSTDIV);
+}
+
+static ncclResult_t
+shim_devexec_copy(const void *src, void *dst, size_t bytes, CUstream stream)
+{
+    if (bytes == 0 || src == dst) {
+        return ncclSuccess;
+    }
+    GPU_CU_CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                               stream));
+    return ncclSuccess;
+}
+
+/* One rank's collective: a copy of its input, scaled where the op scales. */
+static ncclResult_t
+shim_devexec_solo_coll(const struct shim_op *op, const struct gpu_device *gpu, CUstream stream)
+{
+    size_t bytes = op->count * kr_type_size(op->datatype);
+
+    if (op->coll == SHIM_COLL_BARRIER) {
+        return ncclSuccess;
+    }
+    if (shim_devexec_is_copy(op)) {
+        return shim_devexec_copy(op->sendbuff, op->recvbuff, bytes, stream);
+    }
+    struct cipc_work *w;
+    SHIM_CHECK(shim_calloc(&w, 1));
+    w->coll = ALG_COLL_ALLREDUCE;
+    w->nranks = 1;
+    w->count = op->count;
+    w->redop = op->redop;
+    w->send[0] = (uintptr_t)op->sendbuff;
+    w->recv[0] = (uintptr_t)op->recvbuff;
+    w->pre[0] = op->redop.kind == KR_PREMULSUM;
+    memcpy(&w->scalar[0], op->redop.scalar, sizeof(w->scalar[0]));
+    w->scalar_ptr[0] = (uintptr_t)op->scalar_dev;
+    ncclResult_t res = cipc_tasks_launch(w, stream, gpu);
+    free(w);
+    return res;
+}
+
+/* Sends to self pair with receives from self in order, within the group. */
+static ncclResult_t
+shim_devexec_solo_p2p(const struct shim_op *ops, int nops, CUstream stream)
+{
+    int r = 0;
+
+    for (int s = 0; s < nops; s++) {
+        if (ops[s].coll != SHIM_COLL_SEND) {
+            continue;
+        }
+        while (r < nops && ops[r].coll != SHIM_COLL_RECV) {
+            r++;
+        }
+        if (r == nops) {
+            WARN("ncclSend to self without its ncclRecv in the same group");
+            return ncclInvalidUsage;
+        }
+        size_t sent = ops[s].count * kr_type_size(ops[s].datatype);
+        size_t room = ops[r].count * kr_type_size(ops[r].datatype);
+        if (sent != room) {
+            WARN("ncclSend to self of %zu bytes, its ncclRecv takes %zu", sent, room);
+            return ncclInvalidUsage;
+        }
+        SHIM_CHECK(shim_devexec_copy(ops[s].sendbuff, ops[r].recvbuff, sent, stream));
+        r++;
+    }
+    while (r < nops && ops[r].coll != SHIM_COLL_RECV) {
+        r++;
+    }
+    if (r < nops) {
+        WARN("ncclRecv from self without its ncclSend in the same group");
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+/* A one-rank communicator's ops (all on comm, in order), on stream. */
+static ncclResult_t
+shim_devexec_solo(struct ncclComm *comm, const struct shim_op *ops, int nops,
+                  const struct gpu_device *gpu, cudaStream_t stream)
+{
+    struct shim_dev_solo *solo = comm->solo;
+
+    if (solo == NULL) {
+        SHIM_CHECK(shim_calloc(&solo, 1));
+        CUresult cu = gpu_cu.cuEventCreate(&solo->last, CU_EVENT_DISABLE_TIMING);
+        if (cu != CUDA_SUCCESS) {
+            free(solo);
+            return gpu_cu_fail(cu, "cuEventCreate", __FILE__, __LINE__);
+        }
+        comm->solo = solo;
+    }
+    if (solo->recorded && solo->stream != stream) {
+        GPU_CU_CHECK(cuStreamWaitEvent((CUstream)stream, solo->last, 0));
+    }
+    for (int i = 0; i < nops; i++) {
+        if (ops[i].coll != SHIM_COLL_SEND && ops[i].coll != SHIM_COLL_RECV) {
+            SHIM_CHECK(shim_devexec_solo_coll(&ops[i], gpu, (CUstream)stream));
+        }
+    }
+    SHIM_CHECK(shim_devexec_solo_p2p(ops, nops, (CUstream)stream));
+    GPU_CU_CHECK(cuEventRecord(solo->last, (CUstream)stream));
+    solo->stream = stream;
+    solo->recorded = true;
+    return ncclSuccess;
+}
+
+/* --- a team ----------------------------------------------------------------------------- */
+
+static struct cipc_op
+shim_devexec_cipc_op(const struct shim_op *op)
+{
+    return (struct cipc_op){
+        .coll = shim_op_alg_coll(op->coll),
+        .send = op->sendbuff,
+        .recv = op->recvbuff,
+        .send_mem = op->send_mem,
+        .recv_mem = op->recv_mem,
+        .count = op->count,
+        .redop = op->redop,
+        .scalar_dev = op->scalar_dev,
+        .root = op->root,
+        .match = op->seq,
+    };
+}
+
+/* --- groups ----------------------------------------------------------------------------- */
+
+/* ops[from..] on the device of ops[from]'s communicator: marks them in `on`. */
+static int
+shim_devexec_same_device(const struct shim_op *ops, int nops, int from, const bool *handled,
+                         bool *on)
+{
+    int n = 0;
+    for (int i = from; i < nops; i++) {
+        on[i] = !handled[i] && ops[i].comm->cuda_dev == ops[from].comm->cuda_dev;
+        n += on[i];
+    }
+    return n;
+}
+
+/* The ops of one device, which share its streams: fork, each communicator's part, join. */
+static ncclResult_t
+shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
+                        struct cipc_op *scratch)
+{
+    const struct gpu_device *gpu = NULL;
+    struct gpu_stream_set set = {0};
+    ncclResult_t res;
+    int first = 0;
+
+    while (!on[first]) {
+        first++;
+    }
+    gpu = shim_devexec_device(ops[first].comm);
+    if (gpu == NULL) {
+        return ncclUnhandledCudaError;
+    }
+    set.ctx = gpu->ctx;
+    for (int i = first; i < nops; i++) {
+        if (on[i]) {
+            SHIM_CHECK(gpu_stream_set_add(&set, ops[i].stream));
+        }
+    }
+    cudaStream_t stream = set.streams[0];
+    SHIM_CHECK(gpu_streams_fork(&set));
+    SHIM_CHECK(gpu_ctx_push(gpu->ctx));
+    /* Every communicator arrives before any waits: two of them may be ranks of one clique. */
+    for (int i = first; i < nops; i++) {
+        struct ncclComm *comm = ops[i].comm;
+        bool seen = false;
+        for (int j = first; j < i && !seen; j++) {
+            seen = on[j] && ops[j].comm == comm;
+        }
+        if (!on[i] || seen) {
+            continue;
+        }
+        int n = 0, start = i;
+        for (int j = i; j < nops; j++) {
+            if (on[j] && ops[j].comm == comm) {
+                scratch[n++] = shim_devexec_cipc_op(&ops[j]);
+            }
+        }
+        if (comm->nranks == 1) {
+            /* Solo ops are contiguous enough: hand over the ones of this communicator. */
+            struct shim_op *mine;
+            SHIM_CHECK_GOTO(shim_calloc(&mine, (size_t)n), res, out);
+            for (int j = start, k = 0; j < nops; j++) {
+                if (on[j] && ops[j].comm == comm) {
+                    mine[k++] = ops[j];
+                }
+            }
+            res = shim_devexec_solo(comm, mine, n, gpu, stream);
+            free(mine);
+        } else {
+            res = cipc_post_arrive(comm->dev, scratch, n, (CUstream)stream);
+        }
+        if (res != ncclSuccess) {
+            goto out;
+        }
+    }
+    for (int i = first; i < nops; i++) {
+        bool seen = false;
+        for (int j = first; j < i && !seen; j++) {
+            seen = on[j] && ops[j].comm == ops[i].comm;
+        }
+        if (on[i] && !seen && ops[i].comm->nranks > 1) {
+            SHIM_CHECK_GOTO(cipc_post_wait(ops[i].comm->dev, (CUstream)stream), res, out);
+        }
+    }
+    res = ncclSuccess;
+out:
+    gpu_ctx_pop();
+    if (res == ncclSuccess) {
+        res = gpu_streams_join(&set);
+    }
+    return res;
+}
+
+ncclResult_t
+shim_devexec_run(const struct shim_op *ops, int nops)
+{
+    struct cipc_op *scratch;
+    bool *handled, *on;
+    ncclResult_t res = ncclSuccess;
+
+    SHIM_CHECK(shim_calloc(&scratch, (size_t)nops));
+    SHIM_CHECK_GOTO(shim_calloc(&handled, 2 * (size_t)nops), res, out_scratch);
+    on = handled + nops;
+    for (int i = 0; i < nops && res == ncclSuccess; i++) {
+        if (handled[i]) {
+            continue;
+        }
+        shim_devexec_same_device(ops, nops, i, handled, on);
+        res = shim_devexec_device_run(ops, nops, on, scratch);
+        for (int j = i; j < nops; j++) {
+            handled[j] |= on[j];
+        }
+    }
+    free(handled);
+out_scratch:
+    free(scratch);
+    return res;
+}
+
+/* --- the communicator's state ------------------------------------------------------------ */
+
+bool
+shim_devexec_pending(const struct ncclComm *comm)
+{
+    if (comm->dev != NULL) {
+        return cipc_team_busy(comm->dev);
+    }
+    return comm->solo != NULL && comm->solo->recorded &&
+           gpu_cu.cuEventQuery(comm->solo->last) == CUDA_ERROR_NOT_READY;
+}
+
+ncclResult_t
+shim_devexec_drain(struct ncclComm *comm)
+{
+    if (comm->dev != NULL) {
+        return cipc_team_drain(comm->dev);
+    }
+    if (comm->solo != NULL && comm->solo->recorded) {
+        GPU_CU_CHECK(cuEventSynchronize(comm->solo->last));
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_devexec_comm_error(const struct ncclComm *comm)
+{
+    return comm->dev != NULL ? cipc_team_error(comm->dev) : ncclSuccess;
+}
+
+void
+shim_devexec_comm_free(struct ncclComm *comm, bool abort)
+{
+    cipc_team_destroy(comm->dev, abort);
+    comm->dev = NULL;
+    if (comm->solo != NULL) {
+        if (!abort && comm->solo->recorded) {
+            gpu_cu.cuEventSynchronize(comm->solo->last);
+        }
+        gpu_cu.cuEventDestroy(comm->solo->last);
+        free(comm->solo);
+        comm->solo = NULL;
+    }
+}

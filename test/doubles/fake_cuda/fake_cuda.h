@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A test double of the CUDA driver (libcuda.so.1), built as build/test/doubles/libcuda.so.1
+ * and found by the library's dlopen through LD_LIBRARY_PATH. It lets CI, which has no GPU,
+ * run ncclshim's device path for real: several processes, IPC, stream ordering, abort.
+ *
+ * What it models, and how:
+ *   - devices: FAKE_CUDA_DEVICES (default 1), compute capability FAKE_CUDA_CC (default 90),
+ *     peer access between any two unless FAKE_CUDA_NO_PEER=1; each has a primary context;
+ *   - device memory: every allocation is a memfd mapped into the process, so a device pointer
+ *     is a host address the double itself can read and write, and another process can map
+ *     the same pages (legacy IPC handles name the owner's pid and memfd; cuMem handles export
+ *     the memfd itself as the POSIX file descriptor);
+ *   - streams: a worker thread each runs the stream's queue in order: memory operations
+ *     (cuStreamWaitValue32 polls the word), copies, event records and waits, and kernels;
+ *   - kernels: a launch of one of ncclshim's kernels (kernels/device_abi.h) is emulated on
+ *     the worker with the host reductions, which define the element semantics; any other
+ *     kernel name fails at cuModuleGetFunction;
+ *   - graph capture: only its state, set by fake_cuda_set_capturing for a test.
+ * Not modelled: the legacy default stream's implicit synchronisation with other streams (each
+ * context's NULL stream is one more stream), timing, and every function ncclshim never calls
+ * (cuGetProcAddress answers CUDA_ERROR_NOT_FOUND for those).
+ *
+ * Files: proc.c (entry points, errors, devices, contexts), memory.c (allocations, pointer
+ * attributes, registration, IPC, cuMem), stream.c (streams, events, copies, launches),
+ * kernels.c (the emulated kernels), test.c (what tests ask of the double).
+ */
+#ifndef FAKE_CUDA_H
+#define FAKE_CUDA_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FAKE_MAX_DEVICES 8
+#define FAKE_API __attribute__((visibility("default")))
+
+struct CUctx_st {
+    int device;
+    struct CUstream_st *null_stream; /* made on first use (stream.c) */
+};
+
+struct fake_device {
+    int ordinal;
+    CUuuid uuid;
+    struct CUctx_st ctx; /* the primary context */
+};
+
+/* Configuration read once from the environment. */
+struct fake_config {
+    int ndevices;
+    int cc;       /* compute capability * 10 + minor */
+    bool no_peer;
+};
+const struct fake_config *fake_config(void);
+struct fake_device *fake_device(int ordinal);
+/* The calling thread's current context, NULL if none. */
+struct CUctx_st *fake_ctx_current(void);
+
+/* Memory (memory.c). */
+enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
+/* The allocation, registration or mapping containing p; false if none. */
+bool fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out);
+
+/* Streams (stream.c). */
+struct fake_kernel;
+/* The emulation of an ncclshim kernel called name, or NULL (kernels.c). */
+const struct fake_kernel *fake_kernel_find(const char *name);
+/* Runs it on the stream's worker: params as cuLaunchKernel got them. */
+void fake_kernel_run(const struct fake_kernel *kernel, const void *params);
+size_t fake_kernel_params_bytes(const struct fake_kernel *kernel);
+
+/* What tests can ask (test.c): counts of what is still alive, to check that nothing stays
+ * behind after a communicator is destroyed or aborted. */
+struct fake_cuda_stats {
+    int streams;            /* created and not destroyed (NULL streams excluded) */
+    int events;
+    int registrations;      /* cuMemHostRegister ranges */
+    int ipc_mappings;       /* cuIpcOpenMemHandle mappings and imported cuMem handles */
+    int modules;
+    long kernels_launched;
+};
+extern struct fake_cuda_stats fake_stats;
+extern pthread_mutex_t fake_stats_lock;
+#define FAKE_STAT_ADD(field, n)                                                              \
+    do {                                                                                     \
+        pthread_mutex_lock(&fake_stats_lock);                                                \
+        fake_stats.field += (n);                                                             \
+        pthread_mutex_unlock(&fake_stats_lock);                                              \
+    } while (0)
+
+#endif

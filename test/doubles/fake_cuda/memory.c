@@ -1,0 +1,721 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The fake driver's memory. Device memory is a memfd mapped into the process: its address is
+ * the device pointer, and another process maps the same pages through /proc/<pid>/fd/<fd>
+ * (legacy IPC) or the memfd itself (a cuMem handle exported as a file descriptor). Every
+ * range the driver knows (allocations, registrations, IPC mappings) is one entry of one list,
+ * which pointer attributes are answered from.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake_cuda.h"
+
+#define FAKE_IPC_MAGIC 0xfa4ec0daU
+#define FAKE_GRANULARITY ((size_t)65536)
+
+/* A cuMem physical allocation: its memfd and references (creation, mappings, retains). */
+struct fake_handle {
+    int memfd;
+    size_t size;
+    int device;
+    int refs;
+    bool imported;
+    uint64_t id;
+};
+
+struct fake_range {
+    uintptr_t base;
+    size_t size;
+    enum fake_mem_kind kind;
+    int device;
+    uint64_t id;
+    int memfd;                   /* cuMemAlloc: the memfd, kept open for IPC; else -1 */
+    struct fake_handle *handle;  /* a cuMem mapping: what it maps */
+    bool mapped;                 /* we mmap'd it (cuMemAlloc, managed, host alloc, IPC) */
+    int ipc_refs;                /* a cuIpcOpenMemHandle mapping: opens not yet closed */
+    int ipc_pid, ipc_fd;         /* ... of the owner's pid and memfd */
+    struct fake_range *next;
+};
+
+/* The legacy IPC handle's layout inside CUipcMemHandle's 64 bytes. */
+struct fake_ipc_handle {
+    uint32_t magic;
+    int32_t pid;
+    int32_t fd;
+    int32_t device;
+    uint64_t size;
+    uint64_t id;
+};
+
+static pthread_mutex_t fake_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_range *fake_ranges;
+static uint64_t fake_next_id = 1;
+
+/* With the lock held. */
+static struct fake_range *
+fake_range_find(uintptr_t p)
+{
+    for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
+        if (p >= r->base && p < r->base + (r->size ? r->size : 1)) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static struct fake_range *
+fake_range_add(uintptr_t base, size_t size, enum fake_mem_kind kind, int device)
+{
+    struct fake_range *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return NULL;
+    }
+    r->base = base;
+    r->size = size;
+    r->kind = kind;
+    r->device = device;
+    r->memfd = -1;
+    r->id = fake_next_id++;
+    r->next = fake_ranges;
+    fake_ranges = r;
+    return r;
+}
+
+static void
+fake_range_remove(struct fake_range *gone)
+{
+    for (struct fake_range **link = &fake_ranges; *link != NULL; link = &(*link)->next) {
+        if (*link == gone) {
+            *link = gone->next;
+            free(gone);
+            return;
+        }
+    }
+}
+
+static int
+fake_current_device(void)
+{
+    struct CUctx_st *ctx = fake_ctx_current();
+    return ctx != NULL ? ctx->device : 0;
+}
+
+bool
+fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find(p);
+    if (r != NULL) {
+        *kind_out = r->kind;
+        *device_out = r->device;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return r != NULL;
+}
+
+/* A fresh memfd of size bytes, mapped; -1 on failure. */
+static int
+fake_memfd_map(size_t size, void **addr_out)
+{
+    int fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+    size_t len = size ? size : 1;
+
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    void *addr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        close(fd);
+        return -1;
+    }
+    *addr_out = addr;
+    return fd;
+}
+
+/* --- allocations ---------------------------------------------------------------------------- */
+
+FAKE_API CUresult
+cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
+{
+    void *addr;
+    int fd = fake_memfd_map(bytes, &addr);
+
+    if (fd < 0) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_add((uintptr_t)addr, bytes, FAKE_MEM_DEVICE,
+                                          fake_current_device());
+    if (r != NULL) {
+        r->memfd = fd;
+        r->mapped = true;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (r == NULL) {
+        munmap(addr, bytes ? bytes : 1);
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)(uintptr_t)addr;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemFree(CUdeviceptr dptr)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)dptr);
+    /* cuMemAlloc's memory, or managed memory (cuMemFree frees both). */
+    if (r == NULL || r->base != (uintptr_t)dptr ||
+        (r->memfd < 0 && !(r->kind == FAKE_MEM_MANAGED && r->mapped))) {
+        pthread_mutex_unlock(&fake_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    munmap((void *)r->base, r->size ? r->size : 1);
+    if (r->memfd >= 0) {
+        close(r->memfd);
+    }
+    fake_range_remove(r);
+    pthread_mutex_unlock(&fake_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Managed and host-allocated memory: anonymous pages, known by kind. */
+static CUresult
+fake_anon_alloc(void **addr_out, size_t bytes, enum fake_mem_kind kind)
+{
+    void *addr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (addr == MAP_FAILED) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_add((uintptr_t)addr, bytes, kind, fake_current_device());
+    if (r != NULL) {
+        r->mapped = true;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    *addr_out = addr;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_anon_free(void *addr, enum fake_mem_kind kind)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)addr);
+    if (r == NULL || r->base != (uintptr_t)addr || r->kind != kind || !r->mapped) {
+        pthread_mutex_unlock(&fake_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    munmap(addr, r->size ? r->size : 1);
+    fake_range_remove(r);
+    pthread_mutex_unlock(&fake_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
+{
+    void *addr = NULL;
+    (void)flags;
+    CUresult res = fake_anon_alloc(&addr, bytes, FAKE_MEM_MANAGED);
+    *dptr = (CUdeviceptr)(uintptr_t)addr;
+    return res;
+}
+
+FAKE_API CUresult
+cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
+{
+    (void)flags;
+    return fake_anon_alloc(pp, bytes, FAKE_MEM_REGISTERED);
+}
+
+FAKE_API CUresult
+cuMemFreeHost(void *p)
+{
+    return fake_anon_free(p, FAKE_MEM_REGISTERED);
+}
+
+FAKE_API CUresult
+cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&fake_mem_lock);
+    for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
+        if ((uintptr_t)p < r->base + r->size && r->base < (uintptr_t)p + bytes) {
+            pthread_mutex_unlock(&fake_mem_lock);
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        }
+    }
+    struct fake_range *r = fake_range_add((uintptr_t)p, bytes, FAKE_MEM_REGISTERED,
+                                          fake_current_device());
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (r == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    FAKE_STAT_ADD(registrations, 1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemHostUnregister(void *p)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)p);
+    if (r == NULL || r->base != (uintptr_t)p || r->kind != FAKE_MEM_REGISTERED || r->mapped) {
+        pthread_mutex_unlock(&fake_mem_lock);
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    }
+    fake_range_remove(r);
+    pthread_mutex_unlock(&fake_mem_lock);
+    FAKE_STAT_ADD(registrations, -1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
+{
+    enum fake_mem_kind kind;
+    int device;
+
+    (void)flags;
+    if (!fake_mem_lookup((uintptr_t)p, &kind, &device) || kind != FAKE_MEM_REGISTERED) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+/* --- pointer attributes --------------------------------------------------------------------- */
+
+/* Writes attribute a of range r (NULL: an unknown pointer, whose values are all zero) into
+ * data, at the width the driver API documents for it. */
+static CUresult
+fake_attribute(const struct fake_range *r, CUpointer_attribute a, void *data)
+{
+    unsigned int u = 0;
+    unsigned long long ull = 0;
+    bool wide = false;
+
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        ull = r != NULL ? (uintptr_t)&fake_device(r->device)->ctx : 0;
+        wide = true;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        u = r == NULL ? 0 : r->kind == FAKE_MEM_REGISTERED ? CU_MEMORYTYPE_HOST
+                                                            : CU_MEMORYTYPE_DEVICE;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        u = r != NULL && r->kind == FAKE_MEM_MANAGED;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        memcpy(data, &(int){r != NULL ? r->device : -2}, sizeof(int));
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        ull = r != NULL ? r->id : 0;
+        wide = true;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        ull = r != NULL ? r->base : 0;
+        wide = true;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        ull = r != NULL ? r->size : 0;
+        wide = true;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        u = r != NULL && r->memfd >= 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        ull = r != NULL && r->handle != NULL ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
+        wide = true;
+        break;
+    /* A cuMem mapping is one range here: a handle mapped whole. */
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        ull = r != NULL && r->handle != NULL ? r->base : 0;
+        wide = true;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        ull = r != NULL && r->handle != NULL ? r->size : 0;
+        wide = true;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        ull = r != NULL && r->handle != NULL ? r->handle->id : 0;
+        wide = true;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (wide) {
+        memcpy(data, &ull, sizeof(ull));
+    } else {
+        memcpy(data, &u, sizeof(u));
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)ptr);
+    CUresult res = r != NULL ? fake_attribute(r, attribute, data) : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&fake_mem_lock);
+    return res;
+}
+
+FAKE_API CUresult
+cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **data,
+                       CUdeviceptr ptr)
+{
+    CUresult res = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)ptr);
+    for (unsigned int i = 0; i < n && res == CUDA_SUCCESS; i++) {
+        res = fake_attribute(r, attributes[i], data[i]);
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return res;
+}
+
+FAKE_API CUresult
+cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)ptr);
+    if (r != NULL) {
+        if (base != NULL) {
+            *base = (CUdeviceptr)r->base;
+        }
+        if (size != NULL) {
+            *size = r->size;
+        }
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return r != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* --- legacy IPC ----------------------------------------------------------------------------- */
+
+FAKE_API CUresult
+cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
+{
+    struct fake_ipc_handle h = {.magic = FAKE_IPC_MAGIC, .pid = (int32_t)getpid()};
+
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)dptr);
+    if (r == NULL || r->memfd < 0 || r->base != (uintptr_t)dptr) {
+        pthread_mutex_unlock(&fake_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    h.fd = r->memfd;
+    h.device = r->device;
+    h.size = r->size;
+    h.id = r->id;
+    pthread_mutex_unlock(&fake_mem_lock);
+    memset(handle, 0, sizeof(*handle));
+    memcpy(handle->reserved, &h, sizeof(h));
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
+{
+    struct fake_ipc_handle h;
+    char path[64];
+
+    (void)flags;
+    memcpy(&h, handle.reserved, sizeof(h));
+    if (h.magic != FAKE_IPC_MAGIC) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (h.pid == (int32_t)getpid()) {
+        return CUDA_ERROR_INVALID_CONTEXT; /* as CUDA: never in the exporting process */
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
+        if (r->ipc_refs > 0 && r->ipc_pid == h.pid && r->ipc_fd == h.fd && r->id == h.id) {
+            r->ipc_refs++; /* the same handle opened again: the same mapping */
+            *dptr = (CUdeviceptr)r->base;
+            pthread_mutex_unlock(&fake_mem_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    void *addr = mmap(NULL, h.size ? h.size : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (addr == MAP_FAILED) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_add((uintptr_t)addr, h.size, FAKE_MEM_DEVICE, h.device);
+    if (r != NULL) {
+        r->mapped = true;
+        r->ipc_refs = 1;
+        r->ipc_pid = h.pid;
+        r->ipc_fd = h.fd;
+        r->id = h.id;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    FAKE_STAT_ADD(ipc_mappings, 1);
+    *dptr = (CUdeviceptr)(uintptr_t)addr;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)dptr);
+    if (r == NULL || r->ipc_refs == 0 || r->base != (uintptr_t)dptr) {
+        pthread_mutex_unlock(&fake_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    bool last = --r->ipc_refs == 0;
+    if (last) {
+        munmap((void *)r->base, r->size ? r->size : 1);
+        fake_range_remove(r);
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (last) {
+        FAKE_STAT_ADD(ipc_mappings, -1);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* --- cuMem: handles, address ranges, mappings ------------------------------------------------ */
+
+static void
+fake_handle_put(struct fake_handle *h)
+{
+    if (--h->refs == 0) {
+        close(h->memfd);
+        if (h->imported) {
+            FAKE_STAT_ADD(ipc_mappings, -1);
+        }
+        free(h);
+    }
+}
+
+FAKE_API CUresult
+cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                              CUmemAllocationGranularity_flags option)
+{
+    (void)prop, (void)option;
+    *granularity = FAKE_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+            unsigned long long flags)
+{
+    (void)flags;
+    if (size == 0 || size % FAKE_GRANULARITY != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fake_handle *h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    h->memfd = memfd_create("fake-cuda-mem", MFD_CLOEXEC);
+    if (h->memfd < 0 || ftruncate(h->memfd, (off_t)size) != 0) {
+        if (h->memfd >= 0) {
+            close(h->memfd);
+        }
+        free(h);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    h->size = size;
+    h->device = prop->location.id;
+    h->refs = 1;
+    pthread_mutex_lock(&fake_mem_lock);
+    h->id = fake_next_id++;
+    pthread_mutex_unlock(&fake_mem_lock);
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    fake_handle_put((struct fake_handle *)(uintptr_t)handle);
+    pthread_mutex_unlock(&fake_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                    unsigned long long flags)
+{
+    (void)alignment, (void)addr, (void)flags;
+    void *va = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (va == MAP_FAILED) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *ptr = (CUdeviceptr)(uintptr_t)va;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_API CUresult
+cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+         unsigned long long flags)
+{
+    struct fake_handle *h = (struct fake_handle *)(uintptr_t)handle;
+
+    (void)flags;
+    if (offset + size > h->size) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    void *va = mmap((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                    h->memfd, (off_t)offset);
+    if (va == MAP_FAILED) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_add((uintptr_t)ptr, size, FAKE_MEM_DEVICE, h->device);
+    if (r != NULL) {
+        r->handle = h;
+        r->id = h->id;
+        h->refs++;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return r != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+FAKE_API CUresult
+cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)ptr);
+    if (r == NULL || r->handle == NULL || r->base != (uintptr_t)ptr || r->size != size) {
+        pthread_mutex_unlock(&fake_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    /* Back to reserved, inaccessible address space. */
+    mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+         MAP_NORESERVE, -1, 0);
+    fake_handle_put(r->handle);
+    fake_range_remove(r);
+    pthread_mutex_unlock(&fake_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    (void)ptr, (void)size;
+    for (size_t i = 0; i < count; i++) {
+        if (fake_device(desc[i].location.id) == NULL) {
+            return CUDA_ERROR_INVALID_DEVICE;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                             CUmemAllocationHandleType type, unsigned long long flags)
+{
+    struct fake_handle *h = (struct fake_handle *)(uintptr_t)handle;
+
+    (void)flags;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    int fd = fcntl(h->memfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(shareable, &fd, sizeof(fd));
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                               CUmemAllocationHandleType type)
+{
+    int fd = (int)(uintptr_t)os_handle;
+    off_t size;
+
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+        (size = lseek(fd, 0, SEEK_END)) <= 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fake_handle *h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    h->memfd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* the caller keeps and closes its fd */
+    h->size = (size_t)size;
+    h->refs = 1;
+    h->imported = true;
+    pthread_mutex_lock(&fake_mem_lock);
+    h->id = fake_next_id++;
+    pthread_mutex_unlock(&fake_mem_lock);
+    FAKE_STAT_ADD(ipc_mappings, 1);
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)addr);
+    if (r == NULL || r->handle == NULL) {
+        pthread_mutex_unlock(&fake_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    r->handle->refs++;
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)r->handle;
+    pthread_mutex_unlock(&fake_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+/* --- synchronous copies, for test programs ----------------------------------------------- */
+
+FAKE_API CUresult
+cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
+{
+    memmove((void *)(uintptr_t)dst, src, bytes);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
+{
+    memmove(dst, (const void *)(uintptr_t)src, bytes);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n)
+{
+    memset((void *)(uintptr_t)dst, value, n);
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The fake driver's streams, events, copies and launches. A stream is a queue with a worker
+ * thread that runs its operations in order, so a stream waiting on a flag blocks only itself,
+ * as on a GPU. Each context's NULL stream is one more such stream, made on first use.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake_cuda.h"
+
+enum fake_op_kind {
+    FAKE_OP_WRITE32,
+    FAKE_OP_WAIT32,
+    FAKE_OP_COPY,
+    FAKE_OP_RECORD,
+    FAKE_OP_WAIT_EVENT,
+    FAKE_OP_KERNEL,
+};
+
+struct CUevent_st {
+    uint64_t recorded;  /* records enqueued */
+    uint64_t completed; /* records the stream has reached; atomic */
+};
+
+struct CUfunc_st {
+    const struct fake_kernel *kernel;
+};
+
+struct CUmod_st {
+    int functions;
+};
+
+struct fake_op {
+    enum fake_op_kind kind;
+    volatile uint32_t *addr; /* WRITE32, WAIT32 */
+    uint32_t value;
+    unsigned int flags;
+    void *dst;               /* COPY */
+    const void *src;
+    size_t bytes;
+    struct CUevent_st *event; /* RECORD, WAIT_EVENT */
+    uint64_t generation;
+    const struct fake_kernel *kernel; /* KERNEL */
+    void *params;
+    struct fake_op *next;
+};
+
+struct CUstream_st {
+    struct CUctx_st *ctx;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* work queued, or an operation done */
+    struct fake_op *head, *tail;
+    uint64_t enqueued, completed;
+    bool capturing;
+    bool destroyed;
+};
+
+/* One lock and condition for every event's completion. */
+static pthread_mutex_t fake_event_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fake_event_cond = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t fake_null_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+fake_pause(void)
+{
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+/* GEQ compares cyclically, as CUDA documents: (int32_t)(*addr - value) >= 0. */
+static bool
+fake_wait_done(const struct fake_op *op)
+{
+    uint32_t now = __atomic_load_n(op->addr, __ATOMIC_ACQUIRE);
+    switch (op->flags & 0xf) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+        return (int32_t)(now - op->value) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ:
+        return now == op->value;
+    case CU_STREAM_WAIT_VALUE_AND:
+        return (now & op->value) != 0;
+    default:
+        return ~(now | op->value) != 0;
+    }
+}
+
+static void
+fake_op_run(struct fake_op *op)
+{
+    switch (op->kind) {
+    case FAKE_OP_WRITE32:
+        __atomic_store_n(op->addr, op->value, __ATOMIC_RELEASE);
+        break;
+    case FAKE_OP_WAIT32:
+        while (!fake_wait_done(op)) {
+            fake_pause();
+        }
+        break;
+    case FAKE_OP_COPY:
+        memmove(op->dst, op->src, op->bytes);
+        break;
+    case FAKE_OP_RECORD:
+        pthread_mutex_lock(&fake_event_lock);
+        if (op->event->completed < op->generation) {
+            __atomic_store_n(&op->event->completed, op->generation, __ATOMIC_RELEASE);
+        }
+        pthread_cond_broadcast(&fake_event_cond);
+        pthread_mutex_unlock(&fake_event_lock);
+        break;
+    case FAKE_OP_WAIT_EVENT:
+        pthread_mutex_lock(&fake_event_lock);
+        while (op->event->completed < op->generation) {
+            pthread_cond_wait(&fake_event_cond, &fake_event_lock);
+        }
+        pthread_mutex_unlock(&fake_event_lock);
+        break;
+    case FAKE_OP_KERNEL:
+        fake_kernel_run(op->kernel, op->params);
+        break;
+    }
+}
+
+static void *
+fake_stream_worker(void *arg)
+{
+    struct CUstream_st *s = arg;
+
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (s->head == NULL && !s->destroyed) {
+            pthread_cond_wait(&s->cond, &s->lock);
+        }
+        if (s->head == NULL) {
+            break; /* destroyed and drained */
+        }
+        struct fake_op *op = s->head;
+        pthread_mutex_unlock(&s->lock);
+        fake_op_run(op);
+        pthread_mutex_lock(&s->lock);
+        s->head = op->next;
+        if (s->head == NULL) {
+            s->tail = NULL;
+        }
+        s->completed++;
+        pthread_cond_broadcast(&s->cond);
+        free(op->params);
+        free(op);
+    }
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s);
+    return NULL;
+}
+
+static struct CUstream_st *
+fake_stream_new(struct CUctx_st *ctx)
+{
+    struct CUstream_st *s = calloc(1, sizeof(*s));
+    pthread_attr_t attr;
+    pthread_t thread;
+
+    if (s == NULL) {
+        return NULL;
+    }
+    s->ctx = ctx;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&thread, &attr, fake_stream_worker, s);
+    pthread_attr_destroy(&attr);
+    if (err != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The stream a handle names: NULL and the legacy/per-thread handles are the current context's
+ * NULL stream. NULL if there is none (no current context). */
+static struct CUstream_st *
+fake_stream(CUstream handle)
+{
+    if (handle != NULL && handle != CU_STREAM_LEGACY && handle != CU_STREAM_PER_THREAD) {
+        return handle;
+    }
+    struct CUctx_st *ctx = fake_ctx_current();
+    if (ctx == NULL) {
+        return NULL;
+    }
+    pthread_mutex_lock(&fake_null_lock);
+    if (ctx->null_stream == NULL) {
+        ctx->null_stream = fake_stream_new(ctx);
+    }
+    pthread_mutex_unlock(&fake_null_lock);
+    return ctx->null_stream;
+}
+
+static CUresult
+fake_enqueue(CUstream handle, struct fake_op *op)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    if (s == NULL) {
+        free(op->params);
+        free(op);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    op->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->tail != NULL) {
+        s->tail->next = op;
+    } else {
+        s->head = op;
+    }
+    s->tail = op;
+    s->enqueued++;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    return CUDA_SUCCESS;
+}
+
+static struct fake_op *
+fake_op_new(enum fake_op_kind kind)
+{
+    struct fake_op *op = calloc(1, sizeof(*op));
+    if (op != NULL) {
+        op->kind = kind;
+    }
+    return op;
+}
+
+/* --- streams -------------------------------------------------------------------------------- */
+
+FAKE_API CUresult
+cuStreamCreate(CUstream *stream, unsigned int flags)
+{
+    struct CUctx_st *ctx = fake_ctx_current();
+
+    (void)flags;
+    if (ctx == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *stream = fake_stream_new(ctx);
+    if (*stream == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    FAKE_STAT_ADD(streams, 1);
+    return CUDA_SUCCESS;
+}
+
+/* As CUDA: returns at once; the stream goes once its work is done. */
+FAKE_API CUresult
+cuStreamDestroy(CUstream stream)
+{
+    if (stream == NULL) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&stream->lock);
+    stream->destroyed = true;
+    pthread_cond_broadcast(&stream->cond);
+    pthread_mutex_unlock(&stream->lock);
+    FAKE_STAT_ADD(streams, -1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuStreamSynchronize(CUstream handle)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    pthread_mutex_lock(&s->lock);
+    uint64_t target = s->enqueued;
+    while (s->completed < target) {
+        pthread_cond_wait(&s->cond, &s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuStreamQuery(CUstream handle)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    pthread_mutex_lock(&s->lock);
+    bool idle = s->completed == s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_API CUresult
+cuStreamGetCtx(CUstream handle, CUcontext *ctx)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *ctx = s->ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuStreamIsCapturing(CUstream handle, CUstreamCaptureStatus *status)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *status = __atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                               : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+/* For tests (test.c): puts a stream into or out of the capturing state. */
+void
+fake_stream_set_capturing(CUstream handle, bool capturing)
+{
+    struct CUstream_st *s = fake_stream(handle);
+    if (s != NULL) {
+        __atomic_store_n(&s->capturing, capturing, __ATOMIC_RELEASE);
+    }
+}
+
+/* --- memory operations ---------------------------------------------------------------------- */
+
+static bool
+fake_mem_op_target_ok(CUdeviceptr addr)
+{
+    enum fake_mem_kind kind;
+    int device;
+    /* Stream memory operations reach registered host memory or device memory. */
+    return addr % 4 == 0 && fake_mem_lookup((uintptr_t)addr, &kind, &device);
+}
+
+FAKE_API CUresult
+cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    if (!fake_mem_op_target_ok(addr)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fake_op *op = fake_op_new(FAKE_OP_WRITE32);
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->addr = (volatile uint32_t *)(uintptr_t)addr;
+    op->value = value;
+    op->flags = flags;
+    return fake_enqueue(stream, op);
+}
+
+FAKE_API CUresult
+cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    if (!fake_mem_op_target_ok(addr)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fake_op *op = fake_op_new(FAKE_OP_WAIT32);
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->addr = (volatile uint32_t *)(uintptr_t)addr;
+    op->value = value;
+    op->flags = flags;
+    return fake_enqueue(stream, op);
+}
+
+FAKE_API CUresult
+cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
+{
+    struct fake_op *op = fake_op_new(FAKE_OP_COPY);
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->dst = (void *)(uintptr_t)dst;
+    op->src = (const void *)(uintptr_t)src;
+    op->bytes = bytes;
+    return fake_enqueue(stream, op);
+}
+
+/* --- events --------------------------------------------------------------------------------- */
+
+FAKE_API CUresult
+cuEventCreate(CUevent *event, unsigned int flags)
+{
+    (void)flags;
+    *event = calloc(1, sizeof(**event));
+    if (*event == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    FAKE_STAT_ADD(events, 1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuEventDestroy(CUevent event)
+{
+    /* Kept: a stream may still wait on it, and the double may leak this little. */
+    (void)event;
+    FAKE_STAT_ADD(events, -1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuEventRecord(CUevent event, CUstream stream)
+{
+    struct fake_op *op = fake_op_new(FAKE_OP_RECORD);
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&fake_event_lock);
+    op->generation = ++event->recorded;
+    pthread_mutex_unlock(&fake_event_lock);
+    op->event = event;
+    return fake_enqueue(stream, op);
+}
+
+FAKE_API CUresult
+cuEventQuery(CUevent event)
+{
+    pthread_mutex_lock(&fake_event_lock);
+    bool done = event->completed >= event->recorded;
+    pthread_mutex_unlock(&fake_event_lock);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_API CUresult
+cuEventSynchronize(CUevent event)
+{
+    pthread_mutex_lock(&fake_event_lock);
+    uint64_t target = event->recorded;
+    while (event->completed < target) {
+        pthread_cond_wait(&fake_event_cond, &fake_event_lock);
+    }
+    pthread_mutex_unlock(&fake_event_lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
+{
+    (void)flags;
+    struct fake_op *op = fake_op_new(FAKE_OP_WAIT_EVENT);
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&fake_event_lock);
+    op->generation = event->recorded; /* the record most recently enqueued, as CUDA */
+    pthread_mutex_unlock(&fake_event_lock);
+    op->event = event;
+    return fake_enqueue(stream, op);
+}
+
+/* --- modules and launches ------------------------------------------------------------------- */
+
+/* The fatbin's magic number, which every image nvcc writes starts with. */
+#define FAKE_FATBIN_MAGIC 0xba55ed50u
+
+FAKE_API CUresult
+cuModuleLoadData(CUmodule *module, const void *image)
+{
+    uint32_t magic;
+
+    memcpy(&magic, image, sizeof(magic));
+    if (magic != FAKE_FATBIN_MAGIC) {
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    *module = calloc(1, sizeof(**module));
+    if (*module == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    FAKE_STAT_ADD(modules, 1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuModuleUnload(CUmodule module)
+{
+    free(module);
+    FAKE_STAT_ADD(modules, -1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
+{
+    const struct fake_kernel *kernel = fake_kernel_find(name);
+
+    if (kernel == NULL) {
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    *function = calloc(1, sizeof(**function));
+    if (*function == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    (*function)->kernel = kernel;
+    module->functions++;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+               unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+               CUstream stream, void **params, void **extra)
+{
+    (void)shmem, (void)extra;
+    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || bx * by * bz > 1024 ||
+        gy > 65535 || gz > 65535 || params == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fake_op *op = fake_op_new(FAKE_OP_KERNEL);
+    size_t bytes = fake_kernel_params_bytes(f->kernel);
+    if (op == NULL || (op->params = malloc(bytes)) == NULL) {
+        free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(op->params, params[0], bytes);
+    op->kernel = f->kernel;
+    FAKE_STAT_ADD(kernels_launched, 1);
+    return fake_enqueue(stream, op);
+}

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Device memory for the multi-process test programs, through whatever libcuda.so.1 the
+ * process finds: the driver's test double in CI (LD_LIBRARY_PATH=build/test/doubles), the real
+ * driver on a GPU machine. A program here stays a plain consumer of libnccl.so.2: it reaches
+ * the driver with dlopen, as the library does, and links nothing of CUDA.
+ *
+ * Kinds of memory a test can ask for, as NCCL programs hold it:
+ *   device      cuMemAlloc (cudaMalloc)
+ *   memalloc    ncclMemAlloc (a shareable cuMem allocation)
+ *   managed     cuMemAllocManaged
+ *   registered  host memory registered with cuMemHostRegister
+ * Each rank works on device LOCAL_RANK % (number of devices), made current before its
+ * communicator is created, as torchrun programs do.
+ */
+#ifndef MP_DEVICE_H
+#define MP_DEVICE_H
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include "common.h"
+
+enum mp_mem_kind { MP_MEM_DEVICE, MP_MEM_MEMALLOC, MP_MEM_MANAGED, MP_MEM_REGISTERED,
+                   MP_MEM_KINDS };
+
+static const char *const mp_mem_kind_names[MP_MEM_KINDS] = {"device", "memalloc", "managed",
+                                                            "registered"};
+
+/* What the double tells tests (test/doubles/fake_cuda/fake_cuda.h). */
+struct mp_fake_stats {
+    int streams, events, registrations, ipc_mappings, modules;
+    long kernels_launched;
+};
+
+struct mp_cuda {
+    void *lib;
+    int device;
+    CUcontext ctx;
+    CUresult (*init)(unsigned int);
+    CUresult (*device_get_count)(int *);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*mem_free)(CUdeviceptr);
+    CUresult (*mem_alloc_managed)(CUdeviceptr *, size_t, unsigned int);
+    CUresult (*host_register)(void *, size_t, unsigned int);
+    CUresult (*host_unregister)(void *);
+    CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*stream_create)(CUstream *, unsigned int);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*stream_synchronize)(CUstream);
+    /* The double's own, NULL on a real driver. */
+    void (*fake_stats)(struct mp_fake_stats *);
+    void (*fake_set_capturing)(CUstream, int);
+};
+
+static inline void *
+mp_cuda_sym(struct mp_cuda *cu, const char *name)
+{
+    void *fn = dlsym(cu->lib, name);
+    MP_ASSERT(fn != NULL, "libcuda.so.1 has no %s", name);
+    return fn;
+}
+
+#define MP_CU(cu, call)                                                                       \
+    do {                                                                                      \
+        CUresult mp_cu_res_ = (cu)->call;                                                     \
+        MP_ASSERT(mp_cu_res_ == CUDA_SUCCESS, "%s failed: CUresult %d", #call,                \
+                  (int)mp_cu_res_);                                                           \
+    } while (0)
+
+/* Opens the driver and makes device LOCAL_RANK % count current on the calling thread. */
+static inline void
+mp_cuda_init(struct mp_cuda *cu)
+{
+    int count = 0;
+    CUdevice dev;
+
+    memset(cu, 0, sizeof(*cu));
+    cu->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    MP_ASSERT(cu->lib != NULL, "device mode needs a CUDA driver (or its test double on "
+              "LD_LIBRARY_PATH): %s", dlerror());
+    cu->init = mp_cuda_sym(cu, "cuInit");
+    cu->device_get_count = mp_cuda_sym(cu, "cuDeviceGetCount");
+    cu->device_get = mp_cuda_sym(cu, "cuDeviceGet");
+    cu->primary_ctx_retain = mp_cuda_sym(cu, "cuDevicePrimaryCtxRetain");
+    cu->ctx_set_current = mp_cuda_sym(cu, "cuCtxSetCurrent");
+    cu->mem_alloc = mp_cuda_sym(cu, "cuMemAlloc_v2");
+    cu->mem_free = mp_cuda_sym(cu, "cuMemFree_v2");
+    cu->mem_alloc_managed = mp_cuda_sym(cu, "cuMemAllocManaged");
+    cu->host_register = mp_cuda_sym(cu, "cuMemHostRegister_v2");
+    cu->host_unregister = mp_cuda_sym(cu, "cuMemHostUnregister");
+    cu->memcpy_async = mp_cuda_sym(cu, "cuMemcpyAsync");
+    cu->stream_create = mp_cuda_sym(cu, "cuStreamCreate");
+    cu->stream_destroy = mp_cuda_sym(cu, "cuStreamDestroy_v2");
+    cu->stream_synchronize = mp_cuda_sym(cu, "cuStreamSynchronize");
+    cu->fake_stats = (void (*)(struct mp_fake_stats *))dlsym(cu->lib, "fake_cuda_get_stats");
+    cu->fake_set_capturing = (void (*)(CUstream, int))dlsym(cu->lib, "fake_cuda_set_capturing");
+    MP_CU(cu, init(0));
+    MP_CU(cu, device_get_count(&count));
+    MP_ASSERT(count > 0, "the CUDA driver sees no device");
+    cu->device = (int)(mp_env_long("LOCAL_RANK", mp_env_long("RANK", 0)) % count);
+    MP_CU(cu, device_get(&dev, cu->device));
+    MP_CU(cu, primary_ctx_retain(&cu->ctx, dev));
+    MP_CU(cu, ctx_set_current(cu->ctx));
+}
+
+/* A buffer of `bytes` of `kind` (plus nothing: callers size their guards in). */
+static inline void *
+mp_cuda_alloc(struct mp_cuda *cu, enum mp_mem_kind kind, size_t bytes)
+{
+    CUdeviceptr p = 0;
+    void *host;
+
+    switch (kind) {
+    case MP_MEM_DEVICE:
+        MP_CU(cu, mem_alloc(&p, bytes));
+        return (void *)(uintptr_t)p;
+    case MP_MEM_MEMALLOC:
+        MP_CHECK(ncclMemAlloc(&host, bytes));
+        return host;
+    case MP_MEM_MANAGED:
+        MP_CU(cu, mem_alloc_managed(&p, bytes, CU_MEM_ATTACH_GLOBAL));
+        return (void *)(uintptr_t)p;
+    case MP_MEM_REGISTERED:
+        host = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+        MP_ASSERT(host != NULL, "out of memory for %zu bytes", bytes);
+        MP_CU(cu, host_register(host, (bytes + 4095) & ~(size_t)4095,
+                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP));
+        return host;
+    default:
+        MP_ASSERT(false, "memory kind %d", (int)kind);
+    }
+    return NULL;
+}
+
+static inline void
+mp_cuda_free(struct mp_cuda *cu, enum mp_mem_kind kind, void *ptr)
+{
+    switch (kind) {
+    case MP_MEM_DEVICE:
+    case MP_MEM_MANAGED:
+        MP_CU(cu, mem_free((CUdeviceptr)(uintptr_t)ptr));
+        break;
+    case MP_MEM_MEMALLOC:
+        MP_CHECK(ncclMemFree(ptr));
+        break;
+    case MP_MEM_REGISTERED:
+        MP_CU(cu, host_unregister(ptr));
+        free(ptr);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Copies on stream, then waits for the stream: the test's own transfers. */
+static inline void
+mp_cuda_copy(struct mp_cuda *cu, void *dst, const void *src, size_t bytes, CUstream stream)
+{
+    if (bytes > 0) {
+        MP_CU(cu, memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                               stream));
+    }
+    MP_CU(cu, stream_synchronize(stream));
+}
+
+/* The memory kind a command line names; exits on a name it does not know. */
+static inline int
+mp_mem_kind_parse(const char *name)
+{
+    if (strcmp(name, "mixed") == 0) {
+        return -1; /* every kind in turn */
+    }
+    for (int k = 0; k < MP_MEM_KINDS; k++) {
+        if (strcmp(name, mp_mem_kind_names[k]) == 0) {
+            return k;
+        }
+    }
+    fprintf(stderr, "unknown memory kind '%s' (device, memalloc, managed, registered, "
+            "mixed)\n", name);
+    exit(2);
+}
+
+#endif
