@@ -579,13 +579,37 @@ shim_exec_note_wait(const struct shim_exec *exec, struct shim_exec_waits *waits)
  * the op may still need alive? Not only the one we wait for: it may itself wait for a rank
  * that died, and never post again. A rank that finished its part and exited is no failure
  * (a broadcast's root, or a fast rank woken first, may be gone before we look). */
+/* Whether exec may still need anything from peer: a shared-memory op asks shm/; a
+ * collective's schedule needs every rank (the one it waits for may wait for another); a
+ * send, a receive or a management exchange needs the peers of its steps not yet done (an
+ * exchange after a failure involves only the survivors, and must not fail on the dead). */
+static bool
+shim_exec_needs(const struct shim_exec *exec, int peer)
+{
+    if (exec->shm) {
+        return shm_op_needs(&exec->shm_op, exec->op.comm->shm, peer);
+    }
+    if (!exec->management && exec->op.coll != SHIM_COLL_SEND &&
+        exec->op.coll != SHIM_COLL_RECV) {
+        return true;
+    }
+    for (int i = exec->first_pending; i < exec->sched.nsteps; i++) {
+        const struct alg_step *step = &exec->sched.steps[i];
+        if (exec->state[i] != SHIM_STEP_DONE && step->peer == peer &&
+            (step->kind == ALG_STEP_SEND || step->kind == ALG_STEP_RECV)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static ncclResult_t
 shim_exec_check_shm_peers(const struct shim_exec *exec)
 {
     struct ncclComm *comm = exec->op.comm;
 
     for (int peer = 0; peer < comm->nranks; peer++) {
-        if (peer != comm->rank && shm_op_needs(&exec->shm_op, comm->shm, peer) &&
+        if (peer != comm->rank && shim_exec_needs(exec, peer) &&
             !shm_team_peer_alive(comm->shm, peer)) {
             WARN("rank %d: rank %d died during %s seq %u (shared memory)", comm->rank, peer,
                  shim_coll_name(exec->op.coll), exec->seq);
