@@ -54,24 +54,23 @@ cipc_channel_listen(char name_out[CIPC_CHANNEL_NAME_MAX], int *fd_out)
     return ncclSuccess;
 }
 
-ncclResult_t
+int
 cipc_channel_connect(const char *name, int *fd_out)
 {
     struct sockaddr_un addr;
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
     if (fd < 0) {
-        WARN("cudaipc: socket(AF_UNIX) failed: %s", strerror(errno));
-        return ncclSystemError;
+        return errno;
     }
     socklen_t len = cipc_channel_addr(name, &addr);
     if (connect(fd, (struct sockaddr *)&addr, len) != 0) {
-        WARN("cudaipc: cannot connect to the leader's socket @%s: %s", name, strerror(errno));
+        int err = errno;
         close(fd);
-        return ncclRemoteError;
+        return err;
     }
     *fd_out = fd;
-    return ncclSuccess;
+    return 0;
 }
 
 ncclResult_t

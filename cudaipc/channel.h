@@ -27,7 +27,8 @@ struct cipc_channel_msg {
 
 /* A listening socket under a fresh abstract name (written to name_out, NUL-terminated). */
 ncclResult_t cipc_channel_listen(char name_out[CIPC_CHANNEL_NAME_MAX], int *fd_out);
-ncclResult_t cipc_channel_connect(const char *name, int *fd_out);
+/* One attempt: 0, or the errno value (ECONNREFUSED while nobody listens under name). */
+int cipc_channel_connect(const char *name, int *fd_out);
 /* Sends msg with passed_fd attached; ncclSystemError (with a WARN) if the socket refuses. */
 ncclResult_t cipc_channel_send(int fd, const struct cipc_channel_msg *msg, int passed_fd);
 /* One pending connection accepted into *conn_out: 0, or EAGAIN when none is pending. */

@@ -52,6 +52,7 @@ struct cipc_leader {
     uint32_t *head;               /* per rank: its oldest operation not taken */
     uint8_t *taken;               /* per rank, per ring slot: taken, in the head group */
     uint32_t *waited;             /* per rank: the last arrive the stream waits for */
+    bool *peer_enabled;           /* per rank of this process: peer access to its device */
     int listen_fd;
     int *conns;
     int nconns, conns_cap;
@@ -77,6 +78,7 @@ cipc_leader_create(struct cipc_team *team)
     SHIM_CHECK_GOTO(shim_calloc(&L->head, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->taken, (size_t)n * CIPC_RING), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->waited, (size_t)n), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&L->peer_enabled, (size_t)n), res, err);
     for (int r = 0; r < n; r++) {
         L->head[r] = 1; /* operations are numbered from 1 */
     }
@@ -91,6 +93,7 @@ err:
     free(L->head);
     free(L->taken);
     free(L->waited);
+    free(L->peer_enabled);
     free(L);
     return res;
 }
@@ -130,8 +133,32 @@ cipc_leader_destroy(struct cipc_team *team, bool abort)
     free(L->head);
     free(L->taken);
     free(L->waited);
+    free(L->peer_enabled);
     free(L);
     team->leader = NULL;
+}
+
+/* A rank of this very process on another device the leader's reaches: its addresses serve
+ * as they are (LOCAL), which needs peer access from the leader's context. Enabled when its
+ * first such buffer comes, when its control block surely says which device it is on. (Other
+ * processes' memory comes through IPC, which enables peer access itself.) */
+static ncclResult_t
+cipc_leader_enable_peer(struct cipc_team *team, int rank)
+{
+    struct cipc_leader *L = team->leader;
+    int device = __atomic_load_n(&team->ctrls[rank]->device, __ATOMIC_ACQUIRE);
+    const struct gpu_device *peer;
+
+    if (L->peer_enabled[rank] || device == L->gpu->ordinal || device < 0) {
+        return ncclSuccess;
+    }
+    SHIM_CHECK(gpu_device_get(device, &peer));
+    CUresult cu = gpu_cu.cuCtxEnablePeerAccess(peer->ctx, 0);
+    if (cu != CUDA_SUCCESS && cu != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) {
+        return gpu_cu_fail(cu, "cuCtxEnablePeerAccess(a rank's device)", __FILE__, __LINE__);
+    }
+    L->peer_enabled[rank] = true;
+    return ncclSuccess;
 }
 
 /* The device, the stream, every control block registered: on the first operation. */
@@ -265,7 +292,7 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
         return ncclSuccess;
     case CIPC_BUF_LOCAL:
         *addr_out = buf->ptr;
-        return ncclSuccess;
+        return cipc_leader_enable_peer(team, rank);
     default:
         break;
     }
@@ -672,7 +699,7 @@ cipc_leader_check_peers(struct cipc_team *team)
         if (r != team->rank && !shm_team_peer_alive(team->shm, r) &&
             cipc_leader_needs(team, r)) {
             WARN("cudaipc: rank %d (pid %d) died while the device team still needs it", r,
-                 (int)team->ctrls[r]->pid);
+                 (int)shm_team_peer_pid(team->shm, r));
             return ncclRemoteError;
         }
     }

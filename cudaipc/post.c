@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/env.h"
 #include "team.h"
 
@@ -104,11 +105,32 @@ out:
     return res;
 }
 
+/* The connection to the leader's socket. The leader opens it as it forms its side of the
+ * team, right after the exchange that ends init; a rank that posts at once may come first,
+ * so refusals are retried until NCCLSHIM_BOOTSTRAP_TIMEOUT (or the leader's death). */
 static ncclResult_t
 cipc_channel_open(struct cipc_team *team)
 {
-    if (team->channel_fd < 0) {
-        SHIM_CHECK(cipc_channel_connect(team->ctrls[CIPC_LEADER]->channel, &team->channel_fd));
+    const struct cipc_ctrl *leader = team->ctrls[CIPC_LEADER];
+    uint64_t deadline = (uint64_t)shim_clock_ns() +
+                        (uint64_t)shim_env_int(SHIM_ENV_BOOTSTRAP_TIMEOUT) * 1000000000u;
+    char name[CIPC_CHANNEL_NAME_MAX];
+    int err;
+
+    while (team->channel_fd < 0) {
+        memcpy(name, (const char *)leader->channel, sizeof(name));
+        name[sizeof(name) - 1] = '\0';
+        err = name[0] != '\0' ? cipc_channel_connect(name, &team->channel_fd) : ECONNREFUSED;
+        if (err == 0) {
+            break;
+        }
+        if ((err != ECONNREFUSED && err != ENOENT) || (uint64_t)shim_clock_ns() > deadline ||
+            !shm_team_peer_alive(team->shm, CIPC_LEADER)) {
+            WARN("rank %d: cannot connect to the device team leader's socket @%s: %s",
+                 team->rank, name, strerror(err));
+            return ncclRemoteError;
+        }
+        usleep(1000);
     }
     return ncclSuccess;
 }
@@ -204,11 +226,15 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
         buf->how = CIPC_BUF_NONE;
         return ncclSuccess;
     }
-    if (team->ctrls[CIPC_LEADER]->pid == (int32_t)getpid()) {
+    bool reachable = team->reach[CIPC_LEADER * team->nranks + team->rank];
+    /* The segment's pid: the leader's control block may not be filled in yet. */
+    bool with_leader = shm_team_peer_pid(team->shm, CIPC_LEADER) == getpid();
+    if (with_leader && (mem->kind != GPU_MEM_DEVICE || reachable)) {
+        /* The leader's own process: any address its kernels can reach serves as it is. */
         buf->how = CIPC_BUF_LOCAL;
         return ncclSuccess;
     }
-    if (mem->kind == GPU_MEM_DEVICE && team->reach[CIPC_LEADER * team->nranks + team->rank]) {
+    if (mem->kind == GPU_MEM_DEVICE && reachable && !with_leader) {
         if (mem->legacy_ipc && p + bytes <= mem->alloc_base + mem->alloc_size) {
             buf->how = CIPC_BUF_LEGACY;
             buf->key = mem->alloc_id;
@@ -561,13 +587,53 @@ out:
     return res;
 }
 
+/* The gate record of stream, made on first use. Streams whose last gate has run are
+ * forgotten once there are many, so a program cycling through streams keeps a short list. */
+static ncclResult_t
+cipc_gate_of(struct cipc_team *team, CUstream stream, struct cipc_gate **gate_out)
+{
+    for (int i = 0; i < team->ngates; i++) {
+        if (team->gates[i].stream == stream) {
+            *gate_out = &team->gates[i];
+            return ncclSuccess;
+        }
+    }
+    if (team->ngates >= 16) {
+        for (int i = team->ngates - 1; i >= 0; i--) {
+            if (gpu_cu.cuEventQuery(team->gates[i].event) == CUDA_SUCCESS) {
+                gpu_cu.cuEventDestroy(team->gates[i].event);
+                team->gates[i] = team->gates[--team->ngates];
+            }
+        }
+    }
+    if (team->ngates == team->gates_cap) {
+        int cap = team->gates_cap ? 2 * team->gates_cap : 4;
+        struct cipc_gate *gates = realloc(team->gates, (size_t)cap * sizeof(*gates));
+        if (gates == NULL) {
+            WARN("cudaipc: out of memory for %d streams", cap);
+            return ncclSystemError;
+        }
+        team->gates = gates;
+        team->gates_cap = cap;
+    }
+    struct cipc_gate *gate = &team->gates[team->ngates];
+    GPU_CU_CHECK(cuEventCreate(&gate->event, CU_EVENT_DISABLE_TIMING));
+    gate->stream = stream;
+    team->ngates++;
+    *gate_out = gate;
+    return ncclSuccess;
+}
+
 ncclResult_t
 cipc_post_wait(struct cipc_team *team, CUstream stream)
 {
+    struct cipc_gate *gate = NULL;
     ncclResult_t res;
 
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
     SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, team->pending_wait), res, out);
+    SHIM_CHECK_GOTO(cipc_gate_of(team, stream, &gate), res, out);
+    GPU_CU_CHECK_GOTO(cuEventRecord(gate->event, stream), res, out);
     for (int i = 0; i < team->ncopies; i++) {
         const struct cipc_copy *c = &team->copies[i];
         GPU_CU_CHECK_GOTO(cuMemcpyAsync(c->dst, c->src, c->bytes, stream), res, out);
@@ -586,12 +652,25 @@ out:
 }
 
 void
+cipc_post_quiesce(struct cipc_team *team)
+{
+    for (int i = 0; i < team->ngates; i++) {
+        gpu_cu.cuEventSynchronize(team->gates[i].event);
+    }
+    if (team->stage != NULL && team->stage->free_event != NULL) {
+        gpu_cu.cuEventSynchronize(team->stage->free_event);
+    }
+}
+
+void
 cipc_post_free(struct cipc_team *team)
 {
+    for (int i = 0; i < team->ngates; i++) {
+        gpu_cu.cuEventDestroy(team->gates[i].event);
+    }
+    free(team->gates);
     if (team->stage != NULL) {
         if (team->stage->free_event != NULL) {
-            /* The last staged copies must be done before their segment goes. */
-            gpu_cu.cuEventSynchronize(team->stage->free_event);
             gpu_cu.cuEventDestroy(team->stage->free_event);
         }
         while (team->stage->segs != NULL) {

@@ -117,7 +117,8 @@ cipc_team_check_peers(struct cipc_team *team)
     }
     if (cipc_team_busy(team) && !shm_team_peer_alive(team->shm, CIPC_LEADER)) {
         WARN("rank %d: the device team's leader, rank %d (pid %d), died with this rank's "
-             "operations in flight", team->rank, CIPC_LEADER, (int)team->ctrls[CIPC_LEADER]->pid);
+             "operations in flight", team->rank, CIPC_LEADER,
+             (int)shm_team_peer_pid(team->shm, CIPC_LEADER));
         return ncclRemoteError;
     }
     return ncclSuccess;
@@ -148,7 +149,9 @@ cipc_team_watch(struct cipc_team *team, struct cipc_watch *w, bool progressed)
     }
     bool busy = cipc_team_busy(team) || (team->leader != NULL && cipc_leader_busy(team));
 
-    if (verdict != ncclSuccess) {
+    if (verdict != ncclSuccess && cipc_team_error(team) == ncclSuccess) {
+        WARN("rank %d: the device team failed with error %d (the leader, rank %d, logged the "
+             "cause)", team->rank, (int)verdict, CIPC_LEADER);
         cipc_team_set_error(team, (ncclResult_t)verdict);
     }
     if (shim_report_requests() != w->reports) {
@@ -262,7 +265,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
         team->ctrls[r] = shm_team_aux(args->shm, r);
     }
     struct cipc_ctrl *own = team->ctrls[team->rank];
-    own->pid = (int32_t)getpid();
+    own->device = team->device;
     /* Host addresses now; the streams' addresses once the block is registered (post.c). */
     team->arrive.host = &own->arrive;
     team->done.host = &own->done;
@@ -339,6 +342,13 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     if (team->gpu != NULL && (abort || busy)) {
         /* Nothing waits for us any more: every gate of this rank's streams opens. */
         gpu_flag_release(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
+    }
+    if (team->gpu != NULL) {
+        /* The streams must be past their gates before the flags they read go away (on a GPU
+         * a wait on unregistered memory is a fault of the context). */
+        gpu_ctx_push(team->gpu->ctx);
+        cipc_post_quiesce(team);
+        gpu_ctx_pop();
     }
     cipc_post_free(team);
     if (team->leader != NULL) {

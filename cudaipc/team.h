@@ -74,12 +74,19 @@ struct cipc_ctrl {
     struct shm_flag consumed;
     struct shm_flag doorbell;
     _Alignas(64) int32_t error;
-    int32_t pid;
+    int32_t device;        /* the rank's device, in its own process's numbering */
     char channel[CIPC_CHANNEL_NAME_MAX];
     _Alignas(64) struct cipc_desc ring[CIPC_RING];
 };
 
 _Static_assert(sizeof(struct cipc_ctrl) <= SHM_AUX_BYTES, "the control block outgrew its area");
+
+/* A stream this rank gated, and an event recorded after its last gate (post.c): the control
+ * block must outlive every gate that reads it. */
+struct cipc_gate {
+    CUstream stream;
+    CUevent event;
+};
 
 /* A staged buffer's copy out, enqueued after done (post.c). */
 struct cipc_copy {
@@ -111,6 +118,8 @@ struct cipc_team {
     uint32_t seq;                  /* atomic: the last operation posted */
     uint32_t pending_wait;         /* operations arrived, not yet waited for (cipc_post_wait) */
     CUstream last_stream;          /* the stream the last operations were gated on */
+    struct cipc_gate *gates;       /* every stream with a gate that may not have run yet */
+    int ngates, gates_cap;
     struct cipc_copy *copies;      /* the staged outputs of those */
     int ncopies, copies_cap;
     struct cipc_stage *stage;
@@ -134,6 +143,9 @@ struct gpu_flag cipc_flag(struct cipc_team *team, int r, uint32_t *host);
 void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
 
 /* post.c */
+/* Waits until every stream this rank gated has run past its gates (released, or done) and
+ * past the staged copies: then nothing of this rank's reads the control block or staging. */
+void cipc_post_quiesce(struct cipc_team *team);
 void cipc_post_free(struct cipc_team *team);
 
 /* leader.c: the leader's side, driven by the team's thread. */

@@ -218,17 +218,14 @@ shim_devexec_cipc_op(const struct shim_op *op)
 
 /* --- groups ----------------------------------------------------------------------------- */
 
-/* ops[from..] on the device of ops[from]'s communicator: marks them in `on`. */
-static int
+/* Marks in `on` the ops not yet handled on the device of ops[from]'s communicator. */
+static void
 shim_devexec_same_device(const struct shim_op *ops, int nops, int from, const bool *handled,
                          bool *on)
 {
-    int n = 0;
-    for (int i = from; i < nops; i++) {
-        on[i] = !handled[i] && ops[i].comm->cuda_dev == ops[from].comm->cuda_dev;
-        n += on[i];
+    for (int i = 0; i < nops; i++) {
+        on[i] = i >= from && !handled[i] && ops[i].comm->cuda_dev == ops[from].comm->cuda_dev;
     }
-    return n;
 }
 
 /* The ops of one device, which share its streams: fork, each communicator's part, join. */

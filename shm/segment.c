@@ -193,6 +193,12 @@ shm_team_destroy(struct shm_team *team)
     free(team);
 }
 
+pid_t
+shm_team_peer_pid(const struct shm_team *team, int rank)
+{
+    return team->regions[rank]->pid;
+}
+
 bool
 shm_team_peer_alive(const struct shm_team *team, int rank)
 {

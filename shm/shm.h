@@ -127,6 +127,8 @@ ncclResult_t shm_team_create(struct shm_segment *seg, int rank, int nranks,
 void shm_team_destroy(struct shm_team *team);
 /* Whether the process that owns rank's segment still exists. */
 bool shm_team_peer_alive(const struct shm_team *team, int rank);
+/* The process that owns rank's segment (known from the segment's creation on). */
+pid_t shm_team_peer_pid(const struct shm_team *team, int rank);
 /* Rank's SHM_AUX_BYTES (see above), as this rank maps it. */
 void *shm_team_aux(const struct shm_team *team, int rank);
 /* Publishes the CPU this rank is on, for its peers, at the start of every op and whenever it
