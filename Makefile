@@ -46,8 +46,8 @@ LAUNCHER := $(BUILD)/bin/ncclshim-launch
 # A consumer of the library links it like NCCL, and finds it next door at run time.
 CONSUMER_LDFLAGS := $(LDFLAGS) -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,'$$ORIGIN/../../lib'
 
-.PHONY: all lib tools check-deps deps test test-unit test-layers test-mp test-abi test-dropin \
-        test-asan run install clean
+.PHONY: all lib tools check-deps deps test test-unit test-layers test-kernels test-mp test-abi \
+        test-dropin test-asan run install clean
 all: lib tools
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -164,8 +164,8 @@ $(BUILD)/test/dropin/dropin: test/mp/dropin.c
 
 test: DEPS_FOR = test
 test: deps
-	@$(MAKE) --no-print-directory test-layers test-unit test-abi test-mp test-dropin test-asan \
-	    test-fuzz test-netns
+	@$(MAKE) --no-print-directory test-layers test-kernels test-unit test-abi test-mp test-dropin \
+	    test-asan test-fuzz test-netns
 
 # Every unit test sees the driver's double: the device layers' tests need it, and the others
 # must not care whether a driver is present.
@@ -176,10 +176,14 @@ test-unit: $(UNIT_BINS) $(FAKE_CUDA)
 test-layers:
 	@test/layers.sh $(LIB_SRCS) $(LIB_HDRS)
 
+# The kernels compiled for every architecture and embedded where the driver looks.
+test-kernels: $(LIB)
+	@test/kernels_check.sh $(LIB) $(NVCC)
+
 test-abi: $(LIB)
 	@test/abi_check.sh $(NCCL_LIBDIR)/libnccl.so.2 $(LIB)
 
-test-mp: $(MP_BINS) $(LAUNCHER) tools
+test-mp: $(MP_BINS) $(LAUNCHER) tools $(FAKE_CUDA)
 	@BUILD=$(BUILD) test/mp/run.sh
 
 test-dropin: $(BUILD)/test/dropin/dropin $(LIB) $(LAUNCHER)
@@ -187,7 +191,8 @@ test-dropin: $(BUILD)/test/dropin/dropin $(LIB) $(LAUNCHER)
 
 # The multi-process tests again, library and programs built with AddressSanitizer.
 test-asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address lib tools $(MP_SRCS:test/mp/%.c=build/asan/test/mp/%)
+	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address lib tools $(MP_SRCS:test/mp/%.c=build/asan/test/mp/%) \
+	    build/asan/test/doubles/libcuda.so.1
 	@BUILD=build/asan MP_QUICK=1 test/mp/run.sh
 
 # --- main job -------------------------------------------------------------------------------

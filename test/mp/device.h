@@ -51,6 +51,7 @@ struct mp_cuda {
     CUresult (*stream_create)(CUstream *, unsigned int);
     CUresult (*stream_destroy)(CUstream);
     CUresult (*stream_synchronize)(CUstream);
+    CUresult (*stream_query)(CUstream);
     /* The double's own, NULL on a real driver. */
     void (*fake_stats)(struct mp_fake_stats *);
     void (*fake_set_capturing)(CUstream, int);
@@ -96,6 +97,7 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->stream_create = mp_cuda_sym(cu, "cuStreamCreate");
     cu->stream_destroy = mp_cuda_sym(cu, "cuStreamDestroy_v2");
     cu->stream_synchronize = mp_cuda_sym(cu, "cuStreamSynchronize");
+    cu->stream_query = mp_cuda_sym(cu, "cuStreamQuery");
     cu->fake_stats = (void (*)(struct mp_fake_stats *))dlsym(cu->lib, "fake_cuda_get_stats");
     cu->fake_set_capturing = (void (*)(CUstream, int))dlsym(cu->lib, "fake_cuda_set_capturing");
     MP_CU(cu, init(0));
@@ -165,6 +167,33 @@ mp_cuda_copy(struct mp_cuda *cu, void *dst, const void *src, size_t bytes, CUstr
                                stream));
     }
     MP_CU(cu, stream_synchronize(stream));
+}
+
+/* Waits until stream has done its work, or comm reports an error, or `seconds` pass; returns
+ * ncclSuccess when the stream is done, the async error (or ncclInProgress on time out). The
+ * way a watchdog waits: never blocked in the driver on a stream that may never finish. */
+static inline ncclResult_t
+mp_cuda_wait(struct mp_cuda *cu, CUstream stream, ncclComm_t comm, double seconds)
+{
+    double deadline = mp_now() + seconds;
+
+    for (;;) {
+        CUresult q = cu->stream_query(stream);
+        if (q == CUDA_SUCCESS) {
+            return ncclSuccess;
+        }
+        MP_ASSERT(q == CUDA_ERROR_NOT_READY, "cuStreamQuery failed: CUresult %d", (int)q);
+        ncclResult_t async = ncclSuccess;
+        if (comm != NULL && ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
+            async != ncclSuccess && async != ncclInProgress) {
+            return async;
+        }
+        if (mp_now() > deadline) {
+            return ncclInProgress;
+        }
+        struct timespec pause = {0, 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
 }
 
 /* The memory kind a command line names; exits on a name it does not know. */

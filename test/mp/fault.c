@@ -11,11 +11,17 @@
  *     and a plain shrink;
  *   - the survivors exit 0, and nothing of the library lingers (the process ends normally).
  *
+ * With -D, the loop runs on device buffers and a stream, as a PyTorch program does: each call
+ * returns at once, and a survivor waits for its stream while it polls
+ * ncclCommGetAsyncError, as PyTorch's watchdog does. Then also: after ncclCommAbort the stream
+ * stops waiting (the abort released it), and work enqueued after it runs. The victim may be
+ * rank 0 there (the device team's leader).
+ *
  * The program launches itself: it forks -n ranks with NCCL_COMM_ID on a free local port, and
  * checks that the victim died of SIGKILL and every survivor exited 0, all within -t seconds
  * (after which it kills them all). Run under ncclshim-launch -n 1 by test/mp/run.sh.
  *
- *   fault -n NRANKS -c COLL [-v VICTIM] [-k ITER] [-b SECONDS] [-t SECONDS] [-s] [-r]
+ *   fault -n NRANKS -c COLL [-v VICTIM] [-k ITER] [-b SECONDS] [-t SECONDS] [-s] [-r] [-D]
  *   COLL: allreduce broadcast reduce allgather reducescatter alltoall gather scatter sendrecv
  */
 #include <arpa/inet.h>
@@ -26,6 +32,7 @@
 #include <sys/wait.h>
 
 #include "common.h"
+#include "device.h"
 
 #define FAULT_COUNT 65536 /* floats per block: several chunks of the shared-memory path */
 #define FAULT_ABORT_LIMIT 5.0
@@ -39,7 +46,12 @@ struct fault_opts {
     double timeout;
     bool shrink;
     bool revoke;
+    bool device;
 };
+
+/* Device mode: this rank's driver and stream (each forked rank opens its own). */
+static struct mp_cuda fault_cu;
+static CUstream fault_stream;
 
 /* One collective of opts->coll on comm; blocks are FAULT_COUNT floats. */
 static ncclResult_t
@@ -49,32 +61,66 @@ fault_call(ncclComm_t comm, const struct fault_opts *o, int rank, int nranks, fl
     const size_t c = FAULT_COUNT;
     const char *coll = o->coll;
 
+    CUstream s = o->device ? fault_stream : NULL;
+
     if (strcmp(coll, "allreduce") == 0) {
-        return ncclAllReduce(send, recv, c, ncclFloat, ncclSum, comm, NULL);
+        return ncclAllReduce(send, recv, c, ncclFloat, ncclSum, comm, s);
     } else if (strcmp(coll, "broadcast") == 0) {
-        return ncclBroadcast(send, recv, c, ncclFloat, 0, comm, NULL);
+        return ncclBroadcast(send, recv, c, ncclFloat, 0, comm, s);
     } else if (strcmp(coll, "reduce") == 0) {
-        return ncclReduce(send, recv, c, ncclFloat, ncclSum, 0, comm, NULL);
+        return ncclReduce(send, recv, c, ncclFloat, ncclSum, 0, comm, s);
     } else if (strcmp(coll, "allgather") == 0) {
-        return ncclAllGather(send, recv, c, ncclFloat, comm, NULL);
+        return ncclAllGather(send, recv, c, ncclFloat, comm, s);
     } else if (strcmp(coll, "reducescatter") == 0) {
-        return ncclReduceScatter(send, recv, c, ncclFloat, ncclSum, comm, NULL);
+        return ncclReduceScatter(send, recv, c, ncclFloat, ncclSum, comm, s);
     } else if (strcmp(coll, "alltoall") == 0) {
-        return ncclAlltoAll(send, recv, c, ncclFloat, comm, NULL);
+        return ncclAlltoAll(send, recv, c, ncclFloat, comm, s);
     } else if (strcmp(coll, "gather") == 0) {
-        return ncclGather(send, recv, c, ncclFloat, 0, comm, NULL);
+        return ncclGather(send, recv, c, ncclFloat, 0, comm, s);
     } else if (strcmp(coll, "scatter") == 0) {
-        return ncclScatter(send, recv, c, ncclFloat, 0, comm, NULL);
+        return ncclScatter(send, recv, c, ncclFloat, 0, comm, s);
     }
     /* sendrecv: a ring, in one group */
     ncclResult_t res = ncclGroupStart();
     if (res == ncclSuccess) {
-        ncclResult_t a = ncclSend(send, c, ncclFloat, (rank + 1) % nranks, comm, NULL);
-        ncclResult_t b = ncclRecv(recv, c, ncclFloat, (rank + nranks - 1) % nranks, comm, NULL);
+        ncclResult_t a = ncclSend(send, c, ncclFloat, (rank + 1) % nranks, comm, s);
+        ncclResult_t b = ncclRecv(recv, c, ncclFloat, (rank + nranks - 1) % nranks, comm, s);
         res = ncclGroupEnd();
         res = a != ncclSuccess ? a : b != ncclSuccess ? b : res;
     }
     return res;
+}
+
+/* The loop's buffers: host memory, or device memory in device mode. */
+static float *
+fault_buffer(const struct fault_opts *o)
+{
+    size_t bytes = (size_t)o->nranks * FAULT_COUNT * sizeof(float);
+    float *buf = o->device ? mp_cuda_alloc(&fault_cu, MP_MEM_DEVICE, bytes) : calloc(1, bytes);
+    MP_ASSERT(buf != NULL, "out of memory");
+    return buf;
+}
+
+static void
+fault_buffer_free(const struct fault_opts *o, float *buf)
+{
+    if (o->device) {
+        mp_cuda_free(&fault_cu, MP_MEM_DEVICE, buf);
+    } else {
+        free(buf);
+    }
+}
+
+/* Device mode, after the failure was seen and the communicator aborted: the stream must
+ * not stay blocked, and work enqueued after it must run. */
+static void
+fault_stream_released(float *buf)
+{
+    float probe = -1;
+    MP_EXPECT(mp_cuda_wait(&fault_cu, fault_stream, NULL, FAULT_ABORT_LIMIT) == ncclSuccess,
+              "the stream still waits %.0f s after ncclCommAbort", FAULT_ABORT_LIMIT);
+    mp_cuda_copy(&fault_cu, &probe, buf, sizeof(probe), fault_stream);
+    MP_EXPECT(probe != -1, "work enqueued after the abort did not run");
 }
 
 /* A survivor: runs until the failure shows, then recovers. Returns the exit status. */
@@ -82,16 +128,19 @@ static int
 fault_survivor(const struct fault_opts *o, int rank, ncclComm_t world, ncclComm_t others)
 {
     const int n = o->nranks;
-    float *send = calloc((size_t)n * FAULT_COUNT, sizeof(float));
-    float *recv = calloc((size_t)n * FAULT_COUNT, sizeof(float));
+    float *send = fault_buffer(o), *recv = fault_buffer(o);
     ncclResult_t res = ncclSuccess, async = ncclSuccess;
     double last_ok = mp_now();
     long iter = 0;
 
-    MP_ASSERT(send != NULL && recv != NULL, "out of memory");
     while (res == ncclSuccess && async == ncclSuccess) {
         res = fault_call(world, o, rank, n, send, recv);
-        if (ncclCommGetAsyncError(world, &async) != ncclSuccess) {
+        if (res == ncclSuccess && o->device) {
+            /* A watchdog's wait: the stream, or an error, whichever comes first. */
+            ncclResult_t waited = mp_cuda_wait(&fault_cu, fault_stream, world, o->timeout);
+            async = waited == ncclInProgress ? ncclSuccess : waited;
+        }
+        if (async == ncclSuccess && ncclCommGetAsyncError(world, &async) != ncclSuccess) {
             async = ncclInternalError;
         }
         if (res == ncclSuccess && async == ncclSuccess) {
@@ -131,6 +180,9 @@ fault_survivor(const struct fault_opts *o, int rank, ncclComm_t world, ncclComm_
     double abort_s = mp_now() - t0;
     MP_EXPECT(abort_s <= FAULT_ABORT_LIMIT + (o->shrink || o->revoke ? o->bound : 0),
               "abort took %.2f s", abort_s);
+    if (o->device) {
+        fault_stream_released(recv);
+    }
 
     int orank, ocount;
     MP_CHECK_COMM(others, ncclCommUserRank(others, &orank));
@@ -143,8 +195,8 @@ fault_survivor(const struct fault_opts *o, int rank, ncclComm_t world, ncclComm_
            ncclGetErrorString(async), detect,
            o->revoke ? "revoke, shrink and abort " : o->shrink ? "shrink and abort " : "abort ",
            abort_s);
-    free(send);
-    free(recv);
+    fault_buffer_free(o, send);
+    fault_buffer_free(o, recv);
     return mp_failures == 0 ? 0 : 1;
 }
 
@@ -155,6 +207,11 @@ fault_rank(const struct fault_opts *o, int rank)
     ncclComm_t others = NULL;
 
     mp_rank_id = rank;
+    if (o->device) {
+        setenv("LOCAL_RANK", "0", 1); /* every forked rank on the first device */
+        mp_cuda_init(&fault_cu);
+        MP_CU(&fault_cu, stream_create(&fault_stream, CU_STREAM_NON_BLOCKING));
+    }
     world.comm = mp_comm_create(&world);
     MP_CHECK_COMM(world.comm, ncclCommSplit(world.comm,
                                             rank == o->victim ? NCCL_SPLIT_NOCOLOR : 0, rank,
@@ -162,14 +219,16 @@ fault_rank(const struct fault_opts *o, int rank)
     if (rank != o->victim) {
         return fault_survivor(o, rank, world.comm, others);
     }
-    float *send = calloc((size_t)o->nranks * FAULT_COUNT, sizeof(float));
-    float *recv = calloc((size_t)o->nranks * FAULT_COUNT, sizeof(float));
-    MP_ASSERT(send != NULL && recv != NULL, "out of memory");
+    float *send = fault_buffer(o), *recv = fault_buffer(o);
     for (int iter = 0;; iter++) {
         if (iter == o->kill_iter) {
             raise(SIGKILL);
         }
         MP_CHECK_COMM(world.comm, fault_call(world.comm, o, rank, o->nranks, send, recv));
+        if (o->device) {
+            MP_ASSERT(mp_cuda_wait(&fault_cu, fault_stream, world.comm, o->timeout) ==
+                          ncclSuccess, "the victim's call %d did not finish", iter);
+        }
     }
 }
 
@@ -195,7 +254,7 @@ main(int argc, char **argv)
                            .bound = 10, .timeout = 60};
     int opt;
 
-    while ((opt = getopt(argc, argv, "n:c:v:k:b:t:sr")) != -1) {
+    while ((opt = getopt(argc, argv, "n:c:v:k:b:t:srD")) != -1) {
         switch (opt) {
         case 'n': o.nranks = atoi(optarg); break;
         case 'c': o.coll = optarg; break;
@@ -205,17 +264,19 @@ main(int argc, char **argv)
         case 't': o.timeout = atof(optarg); break;
         case 's': o.shrink = true; break;
         case 'r': o.revoke = true; break;
+        case 'D': o.device = true; break;
         default:
             fprintf(stderr, "usage: fault -n N -c COLL [-v VICTIM] [-k ITER] [-b S] [-t S] "
-                            "[-s] [-r]\n");
+                            "[-s] [-r] [-D]\n");
             return 2;
         }
     }
     if (o.victim < 0) {
         o.victim = o.nranks - 1;
     }
-    MP_ASSERT(o.nranks >= 3 && o.victim > 0 && o.victim < o.nranks,
-              "need 3+ ranks and a victim other than rank 0 (the root)");
+    MP_ASSERT(o.nranks >= 3 && (o.victim > 0 || (o.device && o.victim == 0)) &&
+                  o.victim < o.nranks,
+              "need 3+ ranks and a victim other than rank 0 (the root), but in device mode");
 
     char comm_id[64];
     snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", fault_free_port());

@@ -13,6 +13,13 @@
  *   idle      the last rank comes 1.5 s late to an all-reduce: the ranks that wait for it
  *             sleep, so the waiting thread's CPU time is under a quarter of the wait, and the
  *             result is right.
+ * and on device buffers (a CUDA driver, or its test double, needed):
+ *   devtimeout   timeout, for a stream-ordered all-reduce: the call returns at once; with
+ *                NCCLSHIM_TIMEOUT=2 ncclCommGetAsyncError turns ncclRemoteError within a few
+ *                seconds, with the report and the last-error text; abort releases the stream.
+ *   devreport    a report on SIGUSR1 while a device all-reduce waits for a late rank.
+ *   devmismatch  the last rank's device all-reduce has another count: every rank's
+ *                communicator fails with ncclInvalidUsage, each with a message.
  * Each part reads its own stderr back (redirected to a file) to check what was printed.
  */
 #include <fcntl.h>
@@ -22,6 +29,7 @@
 #include <sys/resource.h>
 
 #include "common.h"
+#include "device.h"
 
 /* Runs from here on with stderr in a file, so the part can read what the library printed. */
 static char hang_log[64];
@@ -185,6 +193,92 @@ part_idle(const struct mp_world *w)
     MP_CHECK(ncclCommDestroy(w->comm));
 }
 
+/* --- device buffers ----------------------------------------------------------------------- */
+
+static struct mp_cuda hang_cu;
+static CUstream hang_stream;
+
+static void
+part_devtimeout(const struct mp_world *w)
+{
+    const int skipper = w->nranks - 1;
+    float *x = mp_cuda_alloc(&hang_cu, MP_MEM_DEVICE, 1024 * sizeof(float));
+
+    if (w->rank == skipper) {
+        sleep(6);
+        MP_CHECK(ncclCommAbort(w->comm));
+        return;
+    }
+    hang_capture_start(w->rank);
+    double t0 = mp_now();
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, w->comm, hang_stream));
+    double call = mp_now() - t0;
+    ncclResult_t seen = mp_cuda_wait(&hang_cu, hang_stream, w->comm, 10);
+    double took = mp_now() - t0;
+    bool reported = hang_capture_has("ncclshim report (NCCLSHIM_TIMEOUT)");
+    MP_EXPECT(call < 0.5, "the call took %.2f s: it must return once enqueued", call);
+    MP_EXPECT(seen == ncclRemoteError, "ncclCommGetAsyncError gave %s, not a remote error",
+              ncclGetErrorString(seen));
+    MP_EXPECT(took >= 1.5 && took < 5.0, "timed out after %.2f s (NCCLSHIM_TIMEOUT=2)", took);
+    MP_EXPECT(reported, "no report on stderr");
+    MP_EXPECT(strstr(mp_last_error(w->comm), "NCCLSHIM_TIMEOUT") != NULL ||
+                  strstr(mp_last_error(w->comm), "device team failed") != NULL,
+              "ncclGetLastError: \"%s\"", mp_last_error(w->comm));
+    sleep(2);
+    MP_CHECK(ncclCommAbort(w->comm));
+    MP_EXPECT(mp_cuda_wait(&hang_cu, hang_stream, NULL, 5) == ncclSuccess,
+              "the stream still waits after ncclCommAbort");
+}
+
+static void
+part_devreport(const struct mp_world *w)
+{
+    float *x = mp_cuda_alloc(&hang_cu, MP_MEM_DEVICE, 1000 * sizeof(float));
+    float host[1000];
+    pthread_t thread;
+
+    for (int i = 0; i < 1000; i++) {
+        host[i] = (float)(w->rank + i);
+    }
+    mp_cuda_copy(&hang_cu, x, host, sizeof(host), hang_stream);
+    if (w->rank == 0) {
+        hang_capture_start(w->rank);
+        pthread_create(&thread, NULL, hang_signal_later, NULL);
+    } else {
+        sleep(1); /* late, so rank 0's operation waits while it is asked for a report */
+    }
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, w->comm, hang_stream));
+    mp_cuda_copy(&hang_cu, host, x, sizeof(host), hang_stream);
+    if (w->rank == 0) {
+        pthread_join(thread, NULL);
+        MP_EXPECT(hang_capture_has("ncclshim report (on request)"), "no report on SIGUSR1");
+    }
+    for (int i = 0; i < 1000; i++) {
+        float want = (float)(w->nranks * i + w->nranks * (w->nranks - 1) / 2);
+        MP_EXPECT(host[i] == want, "element %d: %g, expected %g", i, host[i], want);
+        if (host[i] != want) {
+            break;
+        }
+    }
+    MP_CHECK(ncclCommDestroy(w->comm));
+}
+
+static void
+part_devmismatch(const struct mp_world *w)
+{
+    float *x = mp_cuda_alloc(&hang_cu, MP_MEM_DEVICE, 200 * sizeof(float));
+    size_t count = w->rank == w->nranks - 1 ? 100 : 200;
+
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, count, ncclFloat, ncclSum, w->comm, hang_stream));
+    ncclResult_t seen = mp_cuda_wait(&hang_cu, hang_stream, w->comm, 10);
+    MP_EXPECT(seen == ncclInvalidUsage, "mismatched counts gave %s, not invalid usage",
+              ncclGetErrorString(seen));
+    MP_EXPECT(mp_last_error(w->comm)[0] != '\0', "no message for the mismatch");
+    MP_CHECK(ncclCommAbort(w->comm));
+    MP_EXPECT(mp_cuda_wait(&hang_cu, hang_stream, NULL, 5) == ncclSuccess,
+              "the stream still waits after ncclCommAbort");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -196,9 +290,14 @@ main(int argc, char **argv)
         if (opt == 'p') {
             part = optarg;
         } else {
-            fprintf(stderr, "usage: hang -p timeout|report|mismatch|idle\n");
+            fprintf(stderr, "usage: hang -p timeout|report|mismatch|idle|devtimeout|devreport|"
+                            "devmismatch\n");
             return 2;
         }
+    }
+    if (strncmp(part, "dev", 3) == 0) {
+        mp_cuda_init(&hang_cu); /* before the communicator: its device */
+        MP_CU(&hang_cu, stream_create(&hang_stream, CU_STREAM_NON_BLOCKING));
     }
     mp_world_init(&world);
     MP_ASSERT(world.nranks >= 2, "needs 2 or more ranks");
@@ -208,6 +307,12 @@ main(int argc, char **argv)
         part_report(&world);
     } else if (strcmp(part, "idle") == 0) {
         part_idle(&world);
+    } else if (strcmp(part, "devtimeout") == 0) {
+        part_devtimeout(&world);
+    } else if (strcmp(part, "devreport") == 0) {
+        part_devreport(&world);
+    } else if (strcmp(part, "devmismatch") == 0) {
+        part_devmismatch(&world);
     } else {
         part_mismatch(&world);
     }

@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * streams: device calls keep NCCL's stream semantics. Parts (-p), each at the rank counts
+ * test/mp/run.sh gives it, on whatever CUDA driver the process finds (its test double in CI):
+ *   returns   a call returns at once though a peer comes 1 s late; its stream waits (busy)
+ *             until then, and the result is right;
+ *   order     calls on two streams and the NULL stream, with no synchronisation between them,
+ *             run in issue order (each all-reduce in place feeds the next);
+ *   group     a group with an all-reduce on one stream and an all-gather on another: after
+ *             ncclGroupEnd, the second stream sees the first's result (NCCL's join);
+ *   devices   one process, ncclCommInitAll on devices 0 and 1, one thread: a group with a
+ *             call on each communicator's stream and a send/receive between them, the device
+ *             never set between calls (FAKE_CUDA_DEVICES=2 with the double);
+ *   refuse    a device send buffer with a host receive buffer; a stream being captured into a
+ *             CUDA graph (the double only); ncclMemFree of a pointer it did not give out:
+ *             each a clear error, after which the communicator still works;
+ *   memapi    ncclMemAlloc'd buffers in an all-reduce, ncclCommRegister/Deregister;
+ *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
+ *             once and releases its stream, and later work on it runs (-r: the poster rank);
+ *   noteam    (NCCL_SHM_DISABLE=1) device buffers are refused with a message;
+ *   fp8       (FAKE_CUDA_CC=80) an fp8 all-reduce is refused, an fp8 broadcast runs.
+ */
+#include <getopt.h>
+
+#include "common.h"
+#include "device.h"
+
+#define ST_COUNT 4099 /* odd, past a few kernel vectors */
+
+static struct mp_cuda st_cu;
+
+/* A device buffer of count floats set to value + i * step. */
+static float *
+st_buffer(size_t count, float value, float step, CUstream stream)
+{
+    float *host = malloc(count * sizeof(float));
+    MP_ASSERT(host != NULL, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        host[i] = value + (float)i * step;
+    }
+    float *dev = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, count * sizeof(float));
+    mp_cuda_copy(&st_cu, dev, host, count * sizeof(float), stream);
+    free(host);
+    return dev;
+}
+
+/* Wrong elements of dev against value + i * step (the stream is synchronised first). */
+static long
+st_check(const float *dev, size_t count, float value, float step, CUstream stream,
+         const char *what)
+{
+    float *host = malloc(count * sizeof(float));
+    long wrong = 0;
+
+    MP_ASSERT(host != NULL, "out of memory");
+    mp_cuda_copy(&st_cu, host, dev, count * sizeof(float), stream);
+    for (size_t i = 0; i < count; i++) {
+        float want = value + (float)i * step;
+        if (host[i] != want && wrong++ < 3) {
+            mp_report(__FILE__, __LINE__, "%s: element %zu is %g, expected %g", what, i,
+                      host[i], want);
+        }
+    }
+    free(host);
+    return wrong;
+}
+
+static CUstream
+st_stream(void)
+{
+    CUstream s;
+    MP_CU(&st_cu, stream_create(&s, CU_STREAM_NON_BLOCKING));
+    return s;
+}
+
+static void
+part_returns(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    const int late = w->nranks - 1;
+
+    if (w->rank == late) {
+        sleep(1);
+    }
+    double t0 = mp_now();
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    double call = mp_now() - t0;
+    if (w->rank != late) {
+        MP_EXPECT(call < 0.5, "the call took %.2f s while rank %d was late", call, late);
+        MP_EXPECT(st_cu.stream_query(s) == CUDA_ERROR_NOT_READY,
+                  "the stream was done before rank %d called", late);
+    }
+    float sum = (float)(w->nranks * (w->nranks - 1) / 2);
+    MP_EXPECT(st_check(x, ST_COUNT, sum, (float)w->nranks, s, "late all-reduce") == 0,
+              "wrong all-reduce with a late rank");
+}
+
+static void
+part_order(const struct mp_world *w)
+{
+    CUstream a = st_stream(), b = st_stream();
+    float *x = st_buffer(ST_COUNT, 1, 0, a);
+    const float n = (float)w->nranks;
+
+    /* x = 1 everywhere; each in-place sum multiplies it by n, in issue order only. */
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, a));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, b));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, NULL));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, a));
+    MP_CU(&st_cu, stream_synchronize(b));
+    MP_CU(&st_cu, stream_synchronize(NULL));
+    MP_EXPECT(st_check(x, ST_COUNT, n * n * n * n, 0, a, "four all-reduces on three streams") ==
+                  0,
+              "calls on several streams ran out of issue order");
+}
+
+static void
+part_group(const struct mp_world *w)
+{
+    CUstream a = st_stream(), b = st_stream();
+    float *x = st_buffer(ST_COUNT, 1, 0, a);
+    float *g = st_buffer(1, (float)w->rank, 0, a);
+    float *all = st_buffer((size_t)w->nranks, -1, 0, a);
+
+    MP_CHECK(ncclGroupStart());
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, a));
+    MP_CHECK_COMM(w->comm, ncclAllGather(g, all, 1, ncclFloat, w->comm, b));
+    MP_CHECK(ncclGroupEnd());
+    /* Read on stream b only: the join makes it wait for the all-reduce on a too. */
+    MP_EXPECT(st_check(x, ST_COUNT, (float)w->nranks, 0, b, "all-reduce, read on the other "
+                                                              "stream") == 0,
+              "ncclGroupEnd did not make every stream of the group wait for all of it");
+    MP_EXPECT(st_check(all, (size_t)w->nranks, 0, 1, b, "all-gather in the group") == 0,
+              "wrong all-gather in a group of two streams");
+}
+
+static void
+part_devices(void)
+{
+    const int devlist[2] = {0, 1};
+    ncclComm_t comms[2];
+    CUstream s[2];
+    float *x[2], *peer_in[2];
+    CUcontext ctx[2];
+    CUdevice dev;
+
+    for (int d = 0; d < 2; d++) {
+        MP_CU(&st_cu, device_get(&dev, d));
+        MP_CU(&st_cu, primary_ctx_retain(&ctx[d], dev));
+        MP_CU(&st_cu, ctx_set_current(ctx[d]));
+        s[d] = st_stream();
+        x[d] = st_buffer(ST_COUNT, (float)(d + 1), 0, s[d]);
+        peer_in[d] = st_buffer(ST_COUNT, -1, 0, s[d]);
+    }
+    MP_CU(&st_cu, ctx_set_current(ctx[0])); /* and never changed while the group runs */
+    MP_CHECK(ncclCommInitAll(comms, 2, devlist));
+    MP_CHECK(ncclGroupStart());
+    for (int d = 0; d < 2; d++) {
+        MP_CHECK_COMM(comms[d], ncclAllReduce(x[d], x[d], ST_COUNT, ncclFloat, ncclSum,
+                                              comms[d], s[d]));
+        MP_CHECK_COMM(comms[d], ncclSend(x[d], ST_COUNT, ncclFloat, 1 - d, comms[d], s[d]));
+        MP_CHECK_COMM(comms[d], ncclRecv(peer_in[d], ST_COUNT, ncclFloat, 1 - d, comms[d],
+                                         s[d]));
+    }
+    MP_CHECK(ncclGroupEnd());
+    for (int d = 0; d < 2; d++) {
+        MP_CU(&st_cu, ctx_set_current(ctx[d]));
+        MP_EXPECT(st_check(x[d], ST_COUNT, 3, 0, s[d], "all-reduce of a two-device clique") ==
+                      0,
+                  "wrong all-reduce on device %d", d);
+        MP_CHECK(ncclCommDestroy(comms[d]));
+    }
+}
+
+static void
+part_refuse(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *dev = st_buffer(64, 1, 0, s);
+    float host[64];
+    int not_ours;
+
+    ncclResult_t res = ncclAllReduce(dev, host, 64, ncclFloat, ncclSum, w->comm, s);
+    MP_EXPECT(res == ncclInvalidArgument, "device send with host receive gave %s",
+              ncclGetErrorString(res));
+    MP_EXPECT(strstr(mp_last_error(w->comm), "host memory") != NULL,
+              "no clear message: \"%s\"", mp_last_error(w->comm));
+    if (st_cu.fake_set_capturing != NULL) {
+        st_cu.fake_set_capturing(s, 1);
+        res = ncclAllReduce(dev, dev, 64, ncclFloat, ncclSum, w->comm, s);
+        st_cu.fake_set_capturing(s, 0);
+        MP_EXPECT(res == ncclInvalidUsage, "a call on a capturing stream gave %s",
+                  ncclGetErrorString(res));
+        MP_EXPECT(strstr(mp_last_error(w->comm), "captured") != NULL,
+                  "no clear message: \"%s\"", mp_last_error(w->comm));
+    }
+    res = ncclMemFree(&not_ours);
+    MP_EXPECT(res == ncclInvalidArgument, "ncclMemFree of a stack address gave %s",
+              ncclGetErrorString(res));
+    /* Refusals left the communicator as it was. */
+    MP_CHECK_COMM(w->comm, ncclAllReduce(dev, dev, 64, ncclFloat, ncclSum, w->comm, s));
+    MP_EXPECT(st_check(dev, 64, (float)w->nranks, 0, s, "all-reduce after refusals") == 0,
+              "the communicator no longer works after refused calls");
+}
+
+static void
+part_memapi(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = NULL;
+    void *handle = NULL;
+
+    MP_CHECK(ncclMemAlloc((void **)&x, ST_COUNT * sizeof(float)));
+    MP_CHECK_COMM(w->comm, ncclCommRegister(w->comm, x, ST_COUNT * sizeof(float), &handle));
+    float *init = st_buffer(ST_COUNT, (float)w->rank, 2, s);
+    mp_cuda_copy(&st_cu, x, init, ST_COUNT * sizeof(float), s);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    float sum = (float)(w->nranks * (w->nranks - 1) / 2);
+    MP_EXPECT(st_check(x, ST_COUNT, sum, 2 * (float)w->nranks, s, "ncclMemAlloc buffers") == 0,
+              "wrong all-reduce on ncclMemAlloc'd memory");
+    MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+    MP_CHECK(ncclMemFree(x));
+}
+
+static void
+part_abort(const struct mp_world *w, int poster)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_COUNT, 1, 0, s);
+
+    if (w->rank == poster) {
+        MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        usleep(300 * 1000);
+        MP_EXPECT(st_cu.stream_query(s) == CUDA_ERROR_NOT_READY,
+                  "the stream finished an all-reduce the others never joined");
+        double t0 = mp_now();
+        MP_CHECK(ncclCommAbort(w->comm));
+        MP_EXPECT(mp_now() - t0 < 5, "ncclCommAbort took %.2f s", mp_now() - t0);
+        MP_EXPECT(mp_cuda_wait(&st_cu, s, NULL, 5) == ncclSuccess,
+                  "the stream still waits after ncclCommAbort");
+        float probe = -1;
+        mp_cuda_copy(&st_cu, &probe, x, sizeof(probe), s);
+        MP_EXPECT(probe != -1, "work enqueued after the abort did not run");
+    } else {
+        usleep(1000 * 1000); /* never joins; aborts after the poster did */
+        MP_CHECK(ncclCommAbort(w->comm));
+    }
+}
+
+static void
+part_noteam(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(64, 1, 0, s);
+    ncclResult_t res = ncclAllReduce(x, x, 64, ncclFloat, ncclSum, w->comm, s);
+
+    MP_EXPECT(res == ncclInvalidUsage, "device buffers without a device team gave %s",
+              ncclGetErrorString(res));
+    MP_EXPECT(strstr(mp_last_error(w->comm), "device buffers") != NULL,
+              "no clear message: \"%s\"", mp_last_error(w->comm));
+}
+
+static void
+part_fp8(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    uint8_t *x = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, 64);
+    ncclResult_t res = ncclAllReduce(x, x, 64, ncclFloat8e4m3, ncclSum, w->comm, s);
+
+    MP_EXPECT(res == ncclInvalidArgument, "an fp8 all-reduce on compute capability 8.0 gave %s",
+              ncclGetErrorString(res));
+    MP_EXPECT(strstr(mp_last_error(w->comm), "fp8") != NULL, "no clear message: \"%s\"",
+              mp_last_error(w->comm));
+    MP_CHECK_COMM(w->comm, ncclBroadcast(x, x, 64, ncclFloat8e4m3, 0, w->comm, s));
+    MP_CU(&st_cu, stream_synchronize(s));
+}
+
+int
+main(int argc, char **argv)
+{
+    struct mp_world world;
+    const char *part = "order";
+    int opt, poster = 0;
+
+    while ((opt = getopt(argc, argv, "p:r:")) != -1) {
+        if (opt == 'p') {
+            part = optarg;
+        } else if (opt == 'r') {
+            poster = atoi(optarg);
+        } else {
+            fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
+                            "abort|noteam|fp8 [-r POSTER]\n");
+            return 2;
+        }
+    }
+    mp_cuda_init(&st_cu);
+    if (strcmp(part, "devices") == 0) {
+        mp_rank_id = 0;
+        part_devices();
+        printf("streams: devices, %d failed checks\n", mp_failures);
+        return mp_failures == 0 ? 0 : 1;
+    }
+    mp_world_init(&world);
+    if (strcmp(part, "returns") == 0) {
+        part_returns(&world);
+    } else if (strcmp(part, "order") == 0) {
+        part_order(&world);
+    } else if (strcmp(part, "group") == 0) {
+        part_group(&world);
+    } else if (strcmp(part, "refuse") == 0) {
+        part_refuse(&world);
+    } else if (strcmp(part, "memapi") == 0) {
+        part_memapi(&world);
+    } else if (strcmp(part, "abort") == 0) {
+        part_abort(&world, poster);
+        world.comm = NULL;
+    } else if (strcmp(part, "noteam") == 0) {
+        part_noteam(&world);
+    } else if (strcmp(part, "fp8") == 0) {
+        part_fp8(&world);
+    } else {
+        fprintf(stderr, "streams: unknown part %s\n", part);
+        return 2;
+    }
+    if (world.comm != NULL) {
+        MP_CHECK(ncclCommDestroy(world.comm));
+    }
+    if (world.rank == 0) {
+        printf("streams: %s, %d ranks, %d failed checks on rank 0\n", part, world.nranks,
+               mp_failures);
+    }
+    return mp_failures == 0 ? 0 : 1;
+}

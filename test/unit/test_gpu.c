@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The CUDA layers against the driver's test double (test/doubles/fake_cuda, found through
+ * LD_LIBRARY_PATH as make test-unit sets it): the driver table and its checked errors
+ * (gpu/driver.c), memory kinds and ncclMemAlloc's allocations (gpu/memory.c), stream
+ * ordering (gpu/stream.c): a gate holds later work until released, release only moves
+ * forward, a group's fork and join order its streams, a capturing stream is refused; and
+ * kernel batches (kernels/device.c): any number of tasks, cut into launches, give the host
+ * reductions' results.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/debug.h"
+#include "gpu/driver.h"
+#include "gpu/memory.h"
+#include "gpu/stream.h"
+#include "kernels/device.h"
+
+static const struct gpu_device *device;
+
+static void
+setup(void)
+{
+    cr_assert(gpu_driver_present(), "no driver: run with LD_LIBRARY_PATH=build/test/doubles");
+    cr_assert_eq(gpu_device_get(0, &device), ncclSuccess);
+    cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
+}
+
+static void
+teardown(void)
+{
+    gpu_ctx_pop();
+}
+
+/* A function of the loaded driver by name, the double's own ones included (NULL if absent). */
+static void *
+fake_fn(const char *name)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return lib != NULL ? dlsym(lib, name) : NULL;
+}
+
+static CUstream
+new_stream(void)
+{
+    CUstream s;
+    cr_assert_eq(gpu_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    return s;
+}
+
+/* A flag in registered host memory, as the device team keeps them. */
+static struct gpu_flag
+new_flag(uint32_t **host_out)
+{
+    uint32_t *host = aligned_alloc(4096, 4096);
+    struct gpu_flag flag = {.host = host};
+
+    memset(host, 0, 4096);
+    cr_assert_eq(gpu_cu.cuMemHostRegister(host, 4096, CU_MEMHOSTREGISTER_PORTABLE |
+                                                          CU_MEMHOSTREGISTER_DEVICEMAP),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(&flag.dev, host, 0), CUDA_SUCCESS);
+    *host_out = host;
+    return flag;
+}
+
+/* Enqueues a copy of one int: after it ran, *dst == value. */
+static void
+enqueue_mark(CUstream s, int *dst, const int *value)
+{
+    cr_assert_eq(gpu_cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst,
+                                      (CUdeviceptr)(uintptr_t)value, sizeof(int), s),
+                 CUDA_SUCCESS);
+}
+
+static bool
+stream_idle(CUstream s)
+{
+    return gpu_cu.cuStreamQuery(s) == CUDA_SUCCESS;
+}
+
+/* Waits up to a second for cond, polling. */
+#define EVENTUALLY(cond)                                                                     \
+    do {                                                                                     \
+        for (int i_ = 0; i_ < 1000 && !(cond); i_++) {                                        \
+            usleep(1000);                                                                    \
+        }                                                                                    \
+        cr_assert(cond, "%s did not happen within a second", #cond);                         \
+    } while (0)
+
+TestSuite(gpu, .init = setup, .fini = teardown);
+
+Test(gpu, checked_calls_name_the_call_and_the_driver_error)
+{
+    shim_error_clear();
+    ncclResult_t res = ncclSuccess;
+    do {
+        GPU_CU_CHECK_GOTO(cuMemFree((CUdeviceptr)0x1234), res, out);
+    } while (0);
+out:
+    cr_assert_eq(res, ncclUnhandledCudaError);
+    cr_assert(strstr(shim_error_last(NULL), "cuMemFree") != NULL, "%s", shim_error_last(NULL));
+    cr_assert(strstr(shim_error_last(NULL), "CUDA_ERROR_INVALID_VALUE") != NULL, "%s",
+              shim_error_last(NULL));
+}
+
+Test(gpu, memory_kinds)
+{
+    struct gpu_mem_info info;
+    CUdeviceptr dev, managed;
+    void *host = calloc(1, 256), *registered = aligned_alloc(4096, 4096), *shared = NULL;
+
+    gpu_mem_query(host, &info);
+    cr_assert_eq(info.kind, GPU_MEM_HOST);
+    gpu_mem_query(NULL, &info);
+    cr_assert_eq(info.kind, GPU_MEM_HOST);
+
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 1000), CUDA_SUCCESS);
+    gpu_mem_query((void *)(uintptr_t)(dev + 100), &info);
+    cr_assert_eq(info.kind, GPU_MEM_DEVICE);
+    cr_assert_eq(info.device, 0);
+    cr_assert_eq(info.alloc_base, (uintptr_t)dev);
+    cr_assert_eq(info.alloc_size, 1000);
+    cr_assert(info.legacy_ipc && !info.fd_ipc);
+    uint64_t first_id = info.alloc_id;
+    cr_assert_neq(first_id, 0);
+
+    /* Not an entry of the library's table (it never allocates managed memory). */
+    __typeof__(cuMemAllocManaged) *alloc_managed = fake_fn("cuMemAllocManaged");
+    cr_assert_not_null(alloc_managed);
+    cr_assert_eq(alloc_managed(&managed, 64, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    gpu_mem_query((void *)(uintptr_t)managed, &info);
+    cr_assert_eq(info.kind, GPU_MEM_MANAGED);
+
+    cr_assert_eq(gpu_cu.cuMemHostRegister(registered, 4096, 0), CUDA_SUCCESS);
+    gpu_mem_query(registered, &info);
+    cr_assert_eq(info.kind, GPU_MEM_REGISTERED);
+    cr_assert(gpu_mem_reachable(info.kind));
+
+    /* ncclMemAlloc's memory: shareable as a file descriptor, a mapping of its own. */
+    cr_assert_eq(gpu_mem_alloc(5000, &shared), ncclSuccess);
+    gpu_mem_query(shared, &info);
+    cr_assert_eq(info.kind, GPU_MEM_DEVICE);
+    cr_assert(info.fd_ipc && !info.legacy_ipc);
+    uintptr_t base;
+    size_t size;
+    uint64_t id;
+    cr_assert_eq(gpu_mem_mapping((uint8_t *)shared + 17, &base, &size, &id), ncclSuccess);
+    cr_assert_eq(base, (uintptr_t)shared);
+    cr_assert_geq(size, 5000);
+    cr_assert_eq(gpu_mem_free(shared), ncclSuccess);
+    cr_assert_eq(gpu_mem_free(shared), ncclInvalidArgument, "freed twice");
+    cr_assert_eq(gpu_mem_free(host), ncclInvalidArgument, "not ncclMemAlloc's");
+
+    /* Memory freed and allocated again is a new allocation, whatever its address. */
+    cr_assert_eq(gpu_cu.cuMemFree(dev), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 1000), CUDA_SUCCESS);
+    gpu_mem_query((void *)(uintptr_t)dev, &info);
+    cr_assert_neq(info.alloc_id, first_id);
+
+    gpu_cu.cuMemFree(dev);
+    gpu_cu.cuMemFree(managed);
+    gpu_cu.cuMemHostUnregister(registered);
+    free(registered);
+    free(host);
+}
+
+/* A gate: post arrive, wait done. Work after it waits until done is released. */
+Test(gpu, a_gate_holds_later_work_until_released)
+{
+    uint32_t *words;
+    struct gpu_flag arrive = new_flag(&words);
+    struct gpu_flag done = {.host = words + 16, .dev = arrive.dev + 64};
+    CUstream s = new_stream();
+    static int mark, one = 1;
+
+    mark = 0;
+    cr_assert_eq(gpu_stream_post_flag(s, &arrive, 5), ncclSuccess);
+    cr_assert_eq(gpu_stream_wait_flag(s, &done, 5), ncclSuccess);
+    enqueue_mark(s, &mark, &one);
+    EVENTUALLY(gpu_flag_reached(&arrive, 5));
+    usleep(20000);
+    cr_assert_eq(mark, 0, "work after the gate ran before done");
+    cr_assert(!stream_idle(s));
+    gpu_flag_release(&done, 4);
+    usleep(20000);
+    cr_assert_eq(mark, 0, "a release short of the gate opened it");
+    gpu_flag_release(&done, 5);
+    EVENTUALLY(stream_idle(s));
+    cr_assert_eq(mark, 1);
+    gpu_cu.cuStreamDestroy(s);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+/* Release never moves a flag back, and compares cyclically across the wrap. */
+Test(gpu, release_only_moves_forward)
+{
+    uint32_t word = 10;
+    struct gpu_flag flag = {.host = &word};
+
+    gpu_flag_release(&flag, 7);
+    cr_assert_eq(word, 10);
+    gpu_flag_release(&flag, 12);
+    cr_assert_eq(word, 12);
+    word = UINT32_MAX - 1;
+    gpu_flag_release(&flag, 3); /* past the wrap: forward */
+    cr_assert_eq(word, 3);
+    cr_assert(gpu_flag_reached(&flag, UINT32_MAX));
+    cr_assert(!gpu_flag_reached(&flag, 4));
+}
+
+/* fork: streams[0] waits for the others' earlier work; join: the others wait for it. */
+Test(gpu, fork_and_join_order_a_groups_streams)
+{
+    uint32_t *words;
+    struct gpu_flag hold = new_flag(&words);
+    CUstream a = new_stream(), b = new_stream();
+    struct gpu_stream_set set = {.ctx = device->ctx};
+    static int mark_a, mark_b, one = 1;
+
+    mark_a = mark_b = 0;
+    cr_assert_eq(gpu_stream_set_add(&set, a), ncclSuccess);
+    cr_assert_eq(gpu_stream_set_add(&set, b), ncclSuccess);
+    cr_assert_eq(gpu_stream_set_add(&set, a), ncclSuccess);
+    cr_assert_eq(set.n, 2, "a stream is in a set once");
+
+    /* b is busy (held); after the fork, a's group work must wait for it. */
+    cr_assert_eq(gpu_stream_wait_flag(b, &hold, 1), ncclSuccess);
+    cr_assert_eq(gpu_streams_fork(&set), ncclSuccess);
+    enqueue_mark(a, &mark_a, &one);
+    usleep(20000);
+    cr_assert_eq(mark_a, 0, "the group ran before another stream's earlier work");
+    gpu_flag_release(&hold, 1);
+    EVENTUALLY(mark_a == 1);
+
+    /* a is busy in the group; after the join, b's later work must wait for it. */
+    cr_assert_eq(gpu_stream_wait_flag(a, &hold, 2), ncclSuccess);
+    cr_assert_eq(gpu_streams_join(&set), ncclSuccess);
+    enqueue_mark(b, &mark_b, &one);
+    usleep(20000);
+    cr_assert_eq(mark_b, 0, "work after the group ran before the group was done");
+    gpu_flag_release(&hold, 2);
+    EVENTUALLY(mark_b == 1);
+    gpu_cu.cuStreamDestroy(a);
+    gpu_cu.cuStreamDestroy(b);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+Test(gpu, a_capturing_stream_is_refused)
+{
+    void (*set_capturing)(CUstream, int) = fake_fn("fake_cuda_set_capturing");
+    CUstream s = new_stream();
+    CUcontext ctx;
+
+    if (set_capturing == NULL) {
+        cr_skip_test("a real driver: capture is tested on the GPU machine");
+    }
+    cr_assert_eq(gpu_stream_ctx(s, 0, &ctx), ncclSuccess);
+    cr_assert_eq(ctx, device->ctx);
+    cr_assert_eq(gpu_stream_check_capture(s, ctx, "test"), ncclSuccess);
+    set_capturing(s, 1);
+    shim_error_clear();
+    cr_assert_eq(gpu_stream_check_capture(s, ctx, "test"), ncclInvalidUsage);
+    cr_assert(strstr(shim_error_last(NULL), "captured") != NULL, "%s", shim_error_last(NULL));
+    set_capturing(s, 0);
+    /* NULL: the legacy stream of the fallback device's primary context. */
+    cr_assert_eq(gpu_stream_ctx(NULL, 0, &ctx), ncclSuccess);
+    cr_assert_eq(ctx, device->ctx);
+    gpu_cu.cuStreamDestroy(s);
+}
+
+/* More tasks, operands and destinations than one launch holds, against the host's result. */
+Test(gpu, batches_of_any_size_give_the_host_reductions)
+{
+    enum { TASKS = 150, NSRC = 5, COUNT = 37 };
+    static float src[TASKS][NSRC][COUNT], dst[TASKS][2][COUNT], want[COUNT];
+    struct kr_redop op = {.kind = KR_PREMULSUM, .type = ncclFloat32};
+    struct kr_dev_launch l;
+    CUstream s = new_stream();
+
+    if (!kr_dev_available()) {
+        cr_skip_test("built without nvcc: no kernels to launch");
+    }
+    float scalar = 0.5f;
+    for (int t = 0; t < TASKS; t++) {
+        for (int k = 0; k < NSRC; k++) {
+            for (int i = 0; i < COUNT; i++) {
+                src[t][k][i] = (float)(t * 7 + k * 3 + i) * 0.25f;
+            }
+        }
+    }
+    memset(dst, 0, sizeof(dst));
+    kr_dev_begin(&l, s, device, &op);
+    for (int t = 0; t < TASKS; t++) {
+        struct kr_dev_src srcs[NSRC];
+        uint64_t dsts[2] = {(uintptr_t)dst[t][0], (uintptr_t)dst[t][1]};
+        for (int k = 0; k < NSRC; k++) {
+            /* Each operand its own scalar, on every other operand. */
+            srcs[k] = (struct kr_dev_src){.ptr = (uintptr_t)src[t][k], .pre = k % 2};
+            memcpy(&srcs[k].scalar, &scalar, sizeof(scalar));
+        }
+        cr_assert_eq(kr_dev_add(&l, srcs, NSRC, dsts, 2, COUNT), ncclSuccess);
+    }
+    cr_assert_eq(kr_dev_end(&l), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    for (int t = 0; t < TASKS; t++) {
+        struct kr_redop pre = op;
+        memcpy(pre.scalar, &scalar, sizeof(scalar));
+        memcpy(want, src[t][0], sizeof(want));
+        for (int k = 1; k < NSRC; k++) {
+            /* acc = acc + pre_k(src_k), operand by operand, as the contract says. */
+            kr_reduce_host(want, want, src[t][k], COUNT, &pre, k % 2 ? KR_PRE_B : 0);
+        }
+        cr_assert_arr_eq(dst[t][0], want, sizeof(want), "task %d", t);
+        cr_assert_arr_eq(dst[t][1], want, sizeof(want), "task %d, second destination", t);
+    }
+    gpu_cu.cuStreamDestroy(s);
+}
