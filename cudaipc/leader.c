@@ -64,6 +64,19 @@ struct cipc_leader {
 
 /* --- forming and ending ------------------------------------------------------------------- */
 
+/* The per-rank arrays and L itself (the descriptors and connections are closed by destroy). */
+static void
+cipc_leader_free(struct cipc_leader *L)
+{
+    free(L->arrive);
+    free(L->done);
+    free(L->head);
+    free(L->taken);
+    free(L->waited);
+    free(L->peer_enabled);
+    free(L);
+}
+
 ncclResult_t
 cipc_leader_create(struct cipc_team *team)
 {
@@ -88,13 +101,7 @@ cipc_leader_create(struct cipc_team *team)
     return ncclSuccess;
 
 err:
-    free(L->arrive);
-    free(L->done);
-    free(L->head);
-    free(L->taken);
-    free(L->waited);
-    free(L->peer_enabled);
-    free(L);
+    cipc_leader_free(L);
     return res;
 }
 
@@ -128,13 +135,7 @@ cipc_leader_destroy(struct cipc_team *team, bool abort)
     }
     free(L->fds);
     free(L->conns);
-    free(L->arrive);
-    free(L->done);
-    free(L->head);
-    free(L->taken);
-    free(L->waited);
-    free(L->peer_enabled);
-    free(L);
+    cipc_leader_free(L);
     team->leader = NULL;
 }
 

@@ -36,10 +36,12 @@ struct mp_fake_stats {
 struct mp_cuda {
     void *lib;
     int device;
+    int compute_capability; /* major * 10 + minor */
     CUcontext ctx;
     CUresult (*init)(unsigned int);
     CUresult (*device_get_count)(int *);
     CUresult (*device_get)(CUdevice *, int);
+    CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
@@ -52,6 +54,10 @@ struct mp_cuda {
     CUresult (*stream_destroy)(CUstream);
     CUresult (*stream_synchronize)(CUstream);
     CUresult (*stream_query)(CUstream);
+    /* Graph capture, NULL in the double (which fakes a capturing stream instead). */
+    CUresult (*stream_begin_capture)(CUstream, CUstreamCaptureMode);
+    CUresult (*stream_end_capture)(CUstream, CUgraph *);
+    CUresult (*graph_destroy)(CUgraph);
     /* The double's own, NULL on a real driver. */
     void (*fake_stats)(struct mp_fake_stats *);
     void (*fake_set_capturing)(CUstream, int);
@@ -86,6 +92,7 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->init = mp_cuda_sym(cu, "cuInit");
     cu->device_get_count = mp_cuda_sym(cu, "cuDeviceGetCount");
     cu->device_get = mp_cuda_sym(cu, "cuDeviceGet");
+    cu->device_get_attribute = mp_cuda_sym(cu, "cuDeviceGetAttribute");
     cu->primary_ctx_retain = mp_cuda_sym(cu, "cuDevicePrimaryCtxRetain");
     cu->ctx_set_current = mp_cuda_sym(cu, "cuCtxSetCurrent");
     cu->mem_alloc = mp_cuda_sym(cu, "cuMemAlloc_v2");
@@ -98,6 +105,11 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->stream_destroy = mp_cuda_sym(cu, "cuStreamDestroy_v2");
     cu->stream_synchronize = mp_cuda_sym(cu, "cuStreamSynchronize");
     cu->stream_query = mp_cuda_sym(cu, "cuStreamQuery");
+    cu->stream_begin_capture = (CUresult(*)(CUstream, CUstreamCaptureMode))dlsym(
+        cu->lib, "cuStreamBeginCapture_v2");
+    cu->stream_end_capture = (CUresult(*)(CUstream, CUgraph *))dlsym(cu->lib,
+                                                                       "cuStreamEndCapture");
+    cu->graph_destroy = (CUresult(*)(CUgraph))dlsym(cu->lib, "cuGraphDestroy");
     cu->fake_stats = (void (*)(struct mp_fake_stats *))dlsym(cu->lib, "fake_cuda_get_stats");
     cu->fake_set_capturing = (void (*)(CUstream, int))dlsym(cu->lib, "fake_cuda_set_capturing");
     MP_CU(cu, init(0));
@@ -105,6 +117,10 @@ mp_cuda_init(struct mp_cuda *cu)
     MP_ASSERT(count > 0, "the CUDA driver sees no device");
     cu->device = (int)(mp_env_long("LOCAL_RANK", mp_env_long("RANK", 0)) % count);
     MP_CU(cu, device_get(&dev, cu->device));
+    int major = 0, minor = 0;
+    MP_CU(cu, device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    MP_CU(cu, device_get_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    cu->compute_capability = major * 10 + minor;
     MP_CU(cu, primary_ctx_retain(&cu->ctx, dev));
     MP_CU(cu, ctx_set_current(cu->ctx));
 }
@@ -156,6 +172,31 @@ mp_cuda_free(struct mp_cuda *cu, enum mp_mem_kind kind, void *ptr)
     default:
         break;
     }
+}
+
+/* Starts (capturing != 0) or ends capturing stream into a CUDA graph, which is thrown away:
+ * the double's pretend capture, or the driver's own. Returns false where neither exists. */
+static inline bool
+mp_cuda_capture(struct mp_cuda *cu, CUstream stream, int capturing)
+{
+    if (cu->fake_set_capturing != NULL) {
+        cu->fake_set_capturing(stream, capturing);
+        return true;
+    }
+    if (cu->stream_begin_capture == NULL || cu->stream_end_capture == NULL) {
+        return false;
+    }
+    if (capturing) {
+        MP_CU(cu, stream_begin_capture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+    } else {
+        CUgraph graph = NULL;
+        /* A capture the call invalidated ends in an error and no graph: either is fine. */
+        (void)cu->stream_end_capture(stream, &graph);
+        if (graph != NULL && cu->graph_destroy != NULL) {
+            cu->graph_destroy(graph);
+        }
+    }
+    return true;
 }
 
 /* Copies on stream, then waits for the stream: the test's own transfers. */

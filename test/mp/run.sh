@@ -28,19 +28,26 @@
 # CUDA driver's test double (LD_LIBRARY_PATH=$BUILD/test/doubles): collectives.c's matrix on
 # every memory kind at 1 to 8 ranks, on two fake devices with and without peer access; the
 # stream semantics of streams.c; a rank killed (the device team's leader among them), a
-# timeout, a report and mismatched calls on the device path.
+# timeout, a report and mismatched calls on the device path. MP_GPU=1 runs only the device
+# cases, on the real driver of a GPU machine (tools/gpu-check runs it so there). MP_ONLY=REGEX
+# runs only the cases whose names match it.
 set -euo pipefail
 
 BUILD=${BUILD:-build}
 quick=${MP_QUICK:-0}
+gpu=${MP_GPU:-0}
+only=${MP_ONLY:-}
 here=$(cd "$(dirname "$0")" && pwd)
 launch=$BUILD/bin/ncclshim-launch
 bindir=$BUILD/test/mp
 logdir=$BUILD/test/mp/logs
 
-for prog in "$launch" "$bindir/allreduce" "$bindir/api" "$bindir/badinput" \
-    "$bindir/collectives" "$bindir/fault" "$bindir/hang" "$bindir/soak" "$bindir/streams" \
-    "$BUILD/test/doubles/libcuda.so.1"; do
+needed=("$launch" "$bindir/allreduce" "$bindir/api" "$bindir/badinput" "$bindir/collectives"
+    "$bindir/fault" "$bindir/hang" "$bindir/soak" "$bindir/streams")
+if ((gpu == 0)); then
+    needed+=("$BUILD/test/doubles/libcuda.so.1")
+fi
+for prog in "${needed[@]}"; do
     if [[ ! -x $prog ]]; then
         echo "mp: $prog is missing (run make first)"
         echo "mp: 0 passed, 1 failed"
@@ -64,8 +71,11 @@ passed=0
 failed=0
 # The TCP cases: every message over UCX's TCP, none through shared memory.
 tcp=(UCX_TLS=tcp NCCL_SHM_DISABLE=1)
-# The device cases: the driver's test double stands in for libcuda.so.1.
+# The device cases: the driver's test double stands in for libcuda.so.1, but on a GPU.
 dev=(LD_LIBRARY_PATH=$BUILD/test/doubles)
+if ((gpu == 1)); then
+    dev=()
+fi
 
 # collectives.c's parts but shrink, which runs on its own; and what each algorithm name of
 # algorithms/select.c serves (groups go with direct, which serves ncclSend/ncclRecv).
@@ -94,6 +104,9 @@ run_case() {
         shift
     done
     shift
+    if [[ -n $only && ! $name =~ $only ]]; then
+        return 0
+    fi
     local log=$logdir/$name.log rc=0 start=$SECONDS
     env "${envs[@]}" "$launch" -n "$nranks" -t "$limit" -- "$@" >"$log" 2>&1 || rc=$?
     local took=$((SECONDS - start))
@@ -109,7 +122,68 @@ run_case() {
     fi
 }
 
-if [[ $quick == 1 ]]; then
+# The device cases: through the driver's double (dev: its LD_LIBRARY_PATH), or with MP_GPU=1 on
+# the real driver of a GPU machine (tools/gpu-check), every rank on the one GPU, where the
+# double's own knobs (two fake devices, no peer access, an old compute capability) mean
+# nothing and those cases are left out.
+device_cases() {
+    # Every memory kind, every collective, at 1 to 8 ranks.
+    run_case device-collectives-n1 1 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
+    run_case device-collectives-n2 2 300 "${dev[@]}" -- "$bindir/collectives" -D device
+    run_case device-collectives-n3 3 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
+    if ((gpu == 1)); then
+        run_case device-collectives-n4 4 300 -- "$bindir/collectives" -D device
+    fi
+    run_case device-collectives-quick-n4-memalloc 4 300 "${dev[@]}" -- \
+        "$bindir/collectives" -q -D memalloc
+    run_case device-collectives-quick-n5-registered 5 300 "${dev[@]}" -- \
+        "$bindir/collectives" -q -D registered
+    run_case device-collectives-n8 8 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
+    if ((gpu == 0)); then
+        # Ranks on two devices: with peer access, and without (their memory is staged).
+        run_case device-collectives-quick-n4-2gpu 4 300 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
+            "$bindir/collectives" -q -D mixed
+        run_case device-collectives-quick-n4-2gpu-nopeer 4 300 "${dev[@]}" FAKE_CUDA_DEVICES=2 \
+            FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D device
+    fi
+    # Stream semantics, groups, several devices from one thread, refusals, the memory API.
+    for part in returns order group refuse memapi; do
+        run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
+    done
+    run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
+    run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
+    run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
+    run_case device-streams-noteam-n2 2 60 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \
+        "$bindir/streams" -p noteam
+    if ((gpu == 0)); then
+        run_case device-streams-devices 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
+            "$bindir/streams" -p devices
+        run_case device-streams-devices-nopeer 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 \
+            FAKE_CUDA_NO_PEER=1 -- "$bindir/streams" -p devices
+        run_case device-streams-fp8-n2 2 60 "${dev[@]}" FAKE_CUDA_CC=80 -- \
+            "$bindir/streams" -p fp8
+    else
+        run_case device-streams-fp8-n2 2 60 -- "$bindir/streams" -p fp8
+    fi
+    # Faults on the device path: a rank killed (the leader too), timeouts, reports, mismatch.
+    run_case device-fault-allreduce-n3 1 90 "${dev[@]}" -- "$bindir/fault" -n 3 -c allreduce -D
+    run_case device-fault-broadcast-n3-leader 1 90 "${dev[@]}" -- \
+        "$bindir/fault" -n 3 -c broadcast -D -v 0
+    run_case device-fault-sendrecv-n4 1 90 "${dev[@]}" -- "$bindir/fault" -n 4 -c sendrecv -D
+    run_case device-fault-alltoall-n4-shrink 1 90 "${dev[@]}" -- \
+        "$bindir/fault" -n 4 -c alltoall -D -s
+    run_case device-fault-reducescatter-n3-revoke 1 90 "${dev[@]}" -- \
+        "$bindir/fault" -n 3 -c reducescatter -D -r
+    run_case device-hang-timeout-n3 3 60 "${dev[@]}" NCCLSHIM_TIMEOUT=2 -- \
+        "$bindir/hang" -p devtimeout
+    run_case device-hang-report-n2 2 60 "${dev[@]}" -- "$bindir/hang" -p devreport
+    run_case device-hang-mismatch-n3 3 60 "${dev[@]}" -- "$bindir/hang" -p devmismatch
+}
+
+
+if [[ $gpu == 1 ]]; then
+    device_cases
+elif [[ $quick == 1 ]]; then
     for n in 1 2 3 5 8; do
         run_case "allreduce-quick-n$n" "$n" 240 -- "$bindir/allreduce" -q
     done
@@ -207,47 +281,7 @@ else
         NCCL_ALGO="allreduce:tree;broadcast:ring;reduce:tree" -- \
         "$bindir/collectives" -q -c "$colls"
 
-    # Device buffers, through the driver's double: every memory kind, every collective.
-    run_case device-collectives-n1 1 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
-    run_case device-collectives-n2 2 300 "${dev[@]}" -- "$bindir/collectives" -D device
-    run_case device-collectives-n3 3 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
-    run_case device-collectives-quick-n4-memalloc 4 300 "${dev[@]}" -- \
-        "$bindir/collectives" -q -D memalloc
-    run_case device-collectives-quick-n5-registered 5 300 "${dev[@]}" -- \
-        "$bindir/collectives" -q -D registered
-    run_case device-collectives-n8 8 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
-    # Ranks on two devices: with peer access, and without (their memory is staged).
-    run_case device-collectives-quick-n4-2gpu 4 300 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
-        "$bindir/collectives" -q -D mixed
-    run_case device-collectives-quick-n4-2gpu-nopeer 4 300 "${dev[@]}" FAKE_CUDA_DEVICES=2 \
-        FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D device
-    # Stream semantics, groups, several devices from one thread, refusals, the memory API.
-    for part in returns order group refuse memapi; do
-        run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
-    done
-    run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
-    run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
-    run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
-    run_case device-streams-devices 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
-        "$bindir/streams" -p devices
-    run_case device-streams-devices-nopeer 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 \
-        FAKE_CUDA_NO_PEER=1 -- "$bindir/streams" -p devices
-    run_case device-streams-noteam-n2 2 60 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \
-        "$bindir/streams" -p noteam
-    run_case device-streams-fp8-n2 2 60 "${dev[@]}" FAKE_CUDA_CC=80 -- "$bindir/streams" -p fp8
-    # Faults on the device path: a rank killed (the leader too), timeouts, reports, mismatch.
-    run_case device-fault-allreduce-n3 1 90 "${dev[@]}" -- "$bindir/fault" -n 3 -c allreduce -D
-    run_case device-fault-broadcast-n3-leader 1 90 "${dev[@]}" -- \
-        "$bindir/fault" -n 3 -c broadcast -D -v 0
-    run_case device-fault-sendrecv-n4 1 90 "${dev[@]}" -- "$bindir/fault" -n 4 -c sendrecv -D
-    run_case device-fault-alltoall-n4-shrink 1 90 "${dev[@]}" -- \
-        "$bindir/fault" -n 4 -c alltoall -D -s
-    run_case device-fault-reducescatter-n3-revoke 1 90 "${dev[@]}" -- \
-        "$bindir/fault" -n 3 -c reducescatter -D -r
-    run_case device-hang-timeout-n3 3 60 "${dev[@]}" NCCLSHIM_TIMEOUT=2 -- \
-        "$bindir/hang" -p devtimeout
-    run_case device-hang-report-n2 2 60 "${dev[@]}" -- "$bindir/hang" -p devreport
-    run_case device-hang-mismatch-n3 3 60 "${dev[@]}" -- "$bindir/hang" -p devmismatch
+    device_cases
 fi
 
 echo "mp: $passed passed, $failed failed"

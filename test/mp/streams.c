@@ -12,13 +12,14 @@
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double);
  *   refuse    a device send buffer with a host receive buffer; a stream being captured into a
- *             CUDA graph (the double only); ncclMemFree of a pointer it did not give out:
+ *             CUDA graph; ncclMemFree of a pointer it did not give out:
  *             each a clear error, after which the communicator still works;
  *   memapi    ncclMemAlloc'd buffers in an all-reduce, ncclCommRegister/Deregister;
  *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
  *             once and releases its stream, and later work on it runs (-r: the poster rank);
  *   noteam    (NCCL_SHM_DISABLE=1) device buffers are refused with a message;
- *   fp8       (FAKE_CUDA_CC=80) an fp8 all-reduce is refused, an fp8 broadcast runs.
+ *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
+ *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
  */
 #include <getopt.h>
 
@@ -186,10 +187,9 @@ part_refuse(const struct mp_world *w)
               ncclGetErrorString(res));
     MP_EXPECT(strstr(mp_last_error(w->comm), "host memory") != NULL,
               "no clear message: \"%s\"", mp_last_error(w->comm));
-    if (st_cu.fake_set_capturing != NULL) {
-        st_cu.fake_set_capturing(s, 1);
+    if (mp_cuda_capture(&st_cu, s, 1)) {
         res = ncclAllReduce(dev, dev, 64, ncclFloat, ncclSum, w->comm, s);
-        st_cu.fake_set_capturing(s, 0);
+        mp_cuda_capture(&st_cu, s, 0);
         MP_EXPECT(res == ncclInvalidUsage, "a call on a capturing stream gave %s",
                   ncclGetErrorString(res));
         MP_EXPECT(strstr(mp_last_error(w->comm), "captured") != NULL,
@@ -264,14 +264,32 @@ part_noteam(const struct mp_world *w)
 static void
 part_fp8(const struct mp_world *w)
 {
+    /* 1.0 and the sums 1..8 in float8 e4m3: all exact. */
+    static const uint8_t e4m3_of[9] = {0x00, 0x38, 0x40, 0x44, 0x48, 0x4a, 0x4c, 0x4e, 0x50};
     CUstream s = st_stream();
-    uint8_t *x = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, 64);
-    ncclResult_t res = ncclAllReduce(x, x, 64, ncclFloat8e4m3, ncclSum, w->comm, s);
+    uint8_t ones[64], got[64];
+    uint8_t *x = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, sizeof(ones));
 
-    MP_EXPECT(res == ncclInvalidArgument, "an fp8 all-reduce on compute capability 8.0 gave %s",
-              ncclGetErrorString(res));
-    MP_EXPECT(strstr(mp_last_error(w->comm), "fp8") != NULL, "no clear message: \"%s\"",
-              mp_last_error(w->comm));
+    memset(ones, e4m3_of[1], sizeof(ones));
+    mp_cuda_copy(&st_cu, x, ones, sizeof(ones), s);
+    ncclResult_t res = ncclAllReduce(x, x, 64, ncclFloat8e4m3, ncclSum, w->comm, s);
+    if (st_cu.compute_capability >= 90) {
+        /* NCCL reduces fp8 from sm_90 on. */
+        MP_EXPECT(res == ncclSuccess, "an fp8 all-reduce on compute capability %d gave %s",
+                  st_cu.compute_capability, ncclGetErrorString(res));
+        MP_ASSERT(w->nranks < 9, "fp8 part: at most 8 ranks");
+        mp_cuda_copy(&st_cu, got, x, sizeof(got), s);
+        for (int i = 0; i < 64; i++) {
+            MP_EXPECT(got[i] == e4m3_of[w->nranks], "fp8 all-reduce: element %d is 0x%02x, "
+                      "expected 0x%02x", i, got[i], e4m3_of[w->nranks]);
+        }
+    } else {
+        MP_EXPECT(res == ncclInvalidArgument,
+                  "an fp8 all-reduce on compute capability %d gave %s",
+                  st_cu.compute_capability, ncclGetErrorString(res));
+        MP_EXPECT(strstr(mp_last_error(w->comm), "fp8") != NULL, "no clear message: \"%s\"",
+                  mp_last_error(w->comm));
+    }
     MP_CHECK_COMM(w->comm, ncclBroadcast(x, x, 64, ncclFloat8e4m3, 0, w->comm, s));
     MP_CU(&st_cu, stream_synchronize(s));
 }

@@ -344,13 +344,15 @@ fake_mem_op_target_ok(CUdeviceptr addr)
     return addr % 4 == 0 && fake_mem_lookup((uintptr_t)addr, &kind, &device);
 }
 
-FAKE_API CUresult
-cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+/* A stream memory operation of `kind` on the 32-bit word at addr. */
+static CUresult
+fake_mem_op_enqueue(CUstream stream, enum fake_op_kind kind, CUdeviceptr addr,
+                    cuuint32_t value, unsigned int flags)
 {
     if (!fake_mem_op_target_ok(addr)) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    struct fake_op *op = fake_op_new(FAKE_OP_WRITE32);
+    struct fake_op *op = fake_op_new(kind);
     if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -361,19 +363,15 @@ cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsign
 }
 
 FAKE_API CUresult
+cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return fake_mem_op_enqueue(stream, FAKE_OP_WRITE32, addr, value, flags);
+}
+
+FAKE_API CUresult
 cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    if (!fake_mem_op_target_ok(addr)) {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    struct fake_op *op = fake_op_new(FAKE_OP_WAIT32);
-    if (op == NULL) {
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    op->addr = (volatile uint32_t *)(uintptr_t)addr;
-    op->value = value;
-    op->flags = flags;
-    return fake_enqueue(stream, op);
+    return fake_mem_op_enqueue(stream, FAKE_OP_WAIT32, addr, value, flags);
 }
 
 FAKE_API CUresult
