@@ -208,6 +208,12 @@ run: deps
 	if [ -n "$$failed" ]; then echo "make run: FAILED:$$failed"; exit 1; fi; \
 	echo "make run: every collective passed its checks on $(NRANKS) ranks"
 
+# --- the GPU machine ------------------------------------------------------------------------
+# What tools/gpu-check needs there, built here (the GPU machine has no UCX headers) into a
+# folder of its own that travels to it: the library, the tools, the multi-process tests.
+.PHONY: gpu-carry
+gpu-carry: lib tools $(MP_BINS)
+
 # --- comparison -----------------------------------------------------------------------------
 # ncclshim's busbw beside Open MPI, MPICH and Gloo (when python3-torch is there), 2 and 4
 # ranks, alternating runs; table, results.csv and PNGs in $(BUILD)/compare. QUICK=1: fewer sizes.

@@ -208,7 +208,8 @@ shim_log_banner_print(void)
     pthread_mutex_lock(&shim_log_lock);
     fprintf(shim_log_file,
             "%s:%d:%ld [%d] NCCL INFO ncclshim %s, serving the NCCL %d.%d.%d ABI "
-            "(host memory over UCX; not NVIDIA NCCL)\n",
+            "(host memory over UCX, device memory through CUDA IPC on one host; not NVIDIA "
+            "NCCL)\n",
             shim_log_host, (int)getpid(), (long)syscall(SYS_gettid), shim_log_dev(),
             SHIM_VERSION_STRING, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
     fflush(shim_log_file);

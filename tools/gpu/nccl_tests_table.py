@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: Apache-2.0
+"""nccl_tests_table: the side-by-side table of tools/gpu-check's compare stage.
+
+Reads DIR/<lib>-<collective>-n<ranks>.log, nccl-tests output of the genuine NCCL (lib
+"genuine") and of ncclshim (lib "ncclshim") run alike, and prints a Markdown table: per
+collective, rank count and size, each library's out-of-place time and bandwidth (busbw; at 1
+rank, where busbw is 0 for most collectives, algbw) and the ratio of the times; then the speed targets of issue 12, each met or not. Writes the same rows to
+DIR/compare.csv. Exits 1 when a log has no rows or a row reports wrong elements.
+
+Usage: python3 nccl_tests_table.py DIR
+"""
+
+import csv
+import glob
+import os
+import re
+import sys
+
+LIBS = ("genuine", "ncclshim")
+LOG_NAME = re.compile(r"^(genuine|ncclshim)-([a-z_]+)-n(\d+)\.log$")
+
+
+def parse_rows(text):
+    """{size: (time_us, algbw, busbw, wrong)} from nccl-tests rows (out-of-place columns): size
+    count type redop root time algbw busbw #wrong time algbw busbw #wrong."""
+    rows = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 13 or line.lstrip().startswith("#") or not fields[0].isdigit():
+            continue
+        wrong = sum(0 if f == "N/A" else int(float(f)) for f in (fields[8], fields[12]))
+        rows[int(fields[0])] = (float(fields[5]), float(fields[6]), float(fields[7]), wrong)
+    return rows
+
+
+def human(size):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def read_logs(folder):
+    """{(collective, ranks): {lib: rows}} and the problems found."""
+    results, problems = {}, []
+    for path in sorted(glob.glob(os.path.join(folder, "*.log"))):
+        match = LOG_NAME.match(os.path.basename(path))
+        if not match:
+            continue
+        lib, coll, ranks = match.group(1), match.group(2), int(match.group(3))
+        with open(path, errors="replace") as log:
+            rows = parse_rows(log.read())
+        if not rows:
+            problems.append(f"{os.path.basename(path)}: no result rows (see the log)")
+        for size, (_, _, _, wrong) in rows.items():
+            if wrong:
+                problems.append(f"{os.path.basename(path)}: {wrong} wrong elements at "
+                                f"{human(size)}")
+        results.setdefault((coll, ranks), {})[lib] = rows
+    return results, problems
+
+
+def table(results, out_csv):
+    print("| collective | ranks | size | genuine us | ncclshim us | time ratio | "
+          "genuine GB/s | ncclshim GB/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    with open(out_csv, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["collective", "ranks", "bytes", "genuine_us", "ncclshim_us",
+                         "genuine_algbw", "ncclshim_algbw", "genuine_busbw", "ncclshim_busbw"])
+        for (coll, ranks), libs in sorted(results.items()):
+            sizes = sorted(set().union(*(rows.keys() for rows in libs.values())))
+            for size in sizes:
+                cells = [libs.get(lib, {}).get(size) for lib in LIBS]
+                g, s = cells
+                ratio = f"{s[0] / g[0]:.2f}x" if g and s and g[0] > 0 else "-"
+                bw = 1 if ranks == 1 else 2
+                print(f"| {coll} | {ranks} | {human(size)} | "
+                      f"{g[0] if g else '-'} | {s[0] if s else '-'} | {ratio} | "
+                      f"{g[bw] if g else '-'} | {s[bw] if s else '-'} |")
+                writer.writerow([coll, ranks, size] +
+                                [c[k] if c else "" for k in (0, 1, 2) for c in cells])
+
+
+def targets(results):
+    """Issue 12's speed targets: (text, met or None when not measured)."""
+    ours2 = results.get(("all_reduce", 2), {}).get("ncclshim", {})
+    big = ours2.get(256 << 20)
+    small = ours2.get(8)
+    out = [("2 ranks, float32 all-reduce of 256 MiB: busbw >= 100 GB/s" +
+            (f" (measured {big[2]} GB/s)" if big else " (not measured)"),
+            big[2] >= 100 if big else None),
+           ("2 ranks, 8 B all-reduce: time <= 50 us" +
+            (f" (measured {small[0]} us)" if small else " (not measured)"),
+            small[0] <= 50 if small else None)]
+    one = results.get(("all_reduce", 1), {})
+    common = sorted(set(one.get("genuine", {})) & set(one.get("ncclshim", {})))
+    if common:
+        ratios = [(one["ncclshim"][s][0] / one["genuine"][s][0], s) for s in common
+                  if one["genuine"][s][0] > 0]
+        worst = max(ratios)
+        out.append((f"1 rank, all-reduce within 1.5x of the genuine time at every size "
+                    f"(worst {worst[0]:.2f}x at {human(worst[1])})", worst[0] <= 1.5))
+    else:
+        out.append(("1 rank, all-reduce within 1.5x of the genuine time (not measured)", None))
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    folder = sys.argv[1]
+    results, problems = read_logs(folder)
+    table(results, os.path.join(folder, "compare.csv"))
+    print("\nSpeed targets (issue 12):\n")
+    for text, met in targets(results):
+        print(f"- {'met' if met else 'NOT MET' if met is False else 'not measured'}: {text}")
+    for p in problems:
+        print(f"\nPROBLEM: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
