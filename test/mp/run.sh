@@ -71,7 +71,7 @@ passed=0
 failed=0
 # The TCP cases: every message over UCX's TCP, none through shared memory.
 tcp=(UCX_TLS=tcp NCCL_SHM_DISABLE=1)
-# The device cases: the driver's test double stands in for libcuda.so.1, but on a GPU.
+# The device cases: the driver's test double stands in for libcuda.so.1 (not with MP_GPU=1).
 dev=(LD_LIBRARY_PATH=$BUILD/test/doubles)
 if ((gpu == 1)); then
     dev=()
@@ -179,7 +179,6 @@ device_cases() {
     run_case device-hang-report-n2 2 60 "${dev[@]}" -- "$bindir/hang" -p devreport
     run_case device-hang-mismatch-n3 3 60 "${dev[@]}" -- "$bindir/hang" -p devmismatch
 }
-
 
 if [[ $gpu == 1 ]]; then
     device_cases

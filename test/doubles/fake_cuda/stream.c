@@ -22,6 +22,7 @@ enum fake_op_kind {
 struct CUevent_st {
     uint64_t recorded;  /* records enqueued */
     uint64_t completed; /* records the stream has reached; atomic */
+    int refs;           /* the handle's, until cuEventDestroy, and one per queued operation */
 };
 
 struct CUfunc_st {
@@ -60,6 +61,29 @@ struct CUstream_st {
 /* One lock and condition for every event's completion. */
 static pthread_mutex_t fake_event_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fake_event_cond = PTHREAD_COND_INITIALIZER;
+
+/* Drops a reference to event (under fake_event_lock); the last one frees it. As in CUDA, an
+ * event destroyed while a stream still records or waits on it lives until that is done. */
+static void
+fake_event_unref_locked(struct CUevent_st *event)
+{
+    if (--event->refs == 0) {
+        free(event);
+    }
+}
+
+/* An operation done or never queued: what it holds goes. */
+static void
+fake_op_free(struct fake_op *op)
+{
+    if (op->event != NULL) {
+        pthread_mutex_lock(&fake_event_lock);
+        fake_event_unref_locked(op->event);
+        pthread_mutex_unlock(&fake_event_lock);
+    }
+    free(op->params);
+    free(op);
+}
 static pthread_mutex_t fake_null_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void
@@ -145,8 +169,7 @@ fake_stream_worker(void *arg)
         }
         s->completed++;
         pthread_cond_broadcast(&s->cond);
-        free(op->params);
-        free(op);
+        fake_op_free(op);
     }
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_destroy(&s->lock);
@@ -205,8 +228,7 @@ fake_enqueue(CUstream handle, struct fake_op *op)
     struct CUstream_st *s = fake_stream(handle);
 
     if (s == NULL) {
-        free(op->params);
-        free(op);
+        fake_op_free(op);
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     op->next = NULL;
@@ -397,6 +419,7 @@ cuEventCreate(CUevent *event, unsigned int flags)
     if (*event == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    (*event)->refs = 1;
     FAKE_STAT_ADD(events, 1);
     return CUDA_SUCCESS;
 }
@@ -404,8 +427,9 @@ cuEventCreate(CUevent *event, unsigned int flags)
 FAKE_API CUresult
 cuEventDestroy(CUevent event)
 {
-    /* Kept: a stream may still wait on it, and the double may leak this little. */
-    (void)event;
+    pthread_mutex_lock(&fake_event_lock);
+    fake_event_unref_locked(event);
+    pthread_mutex_unlock(&fake_event_lock);
     FAKE_STAT_ADD(events, -1);
     return CUDA_SUCCESS;
 }
@@ -419,6 +443,7 @@ cuEventRecord(CUevent event, CUstream stream)
     }
     pthread_mutex_lock(&fake_event_lock);
     op->generation = ++event->recorded;
+    event->refs++;
     pthread_mutex_unlock(&fake_event_lock);
     op->event = event;
     return fake_enqueue(stream, op);
@@ -455,6 +480,7 @@ cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
     }
     pthread_mutex_lock(&fake_event_lock);
     op->generation = event->recorded; /* the record most recently enqueued, as CUDA */
+    event->refs++;
     pthread_mutex_unlock(&fake_event_lock);
     op->event = event;
     return fake_enqueue(stream, op);
