@@ -64,6 +64,9 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
     [SHIM_ENV_CHECK] = {"NCCLSHIM_CHECK", "0",
                         "1: check that every rank calls the same collective, count, type, op, "
                         "root"},
+    [SHIM_ENV_DEVICE_DIRECT] = {"NCCLSHIM_DEVICE_DIRECT", NULL,
+                                "device buffers across hosts: 1 to UCX as they are, 0 staged "
+                                "through pinned memory (default: 1 if UCX reports CUDA)"},
 };
 
 static pthread_once_t shim_env_once = PTHREAD_ONCE_INIT;

@@ -32,6 +32,7 @@ enum shim_env_id {
     SHIM_ENV_SHM_DIRECT_BYTES,
     SHIM_ENV_TIMEOUT,
     SHIM_ENV_CHECK,
+    SHIM_ENV_DEVICE_DIRECT,
     SHIM_ENV_COUNT
 };
 

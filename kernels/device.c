@@ -146,6 +146,12 @@ kr_dev_begin(struct kr_dev_launch *l, CUstream stream, const struct gpu_device *
     }
 }
 
+void
+kr_dev_set_post(struct kr_dev_launch *l, bool post)
+{
+    l->batch.post = !l->copy && post && l->batch.kind == KR_SUMPOSTDIV;
+}
+
 static uint32_t
 kr_dev_nsrcs(const struct kr_dev_batch *b)
 {

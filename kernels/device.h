@@ -42,6 +42,10 @@ struct kr_dev_launch {
  * its own PreMulSum scalar in kr_dev_add), or copies when op is NULL. */
 void kr_dev_begin(struct kr_dev_launch *l, CUstream stream, const struct gpu_device *device,
                   const struct kr_redop *op);
+/* Whether the batch's results get the op's post-operation (SumPostDiv's divide), which
+ * kr_dev_begin sets for every result: a schedule's step applies it only to an element's last
+ * reduction, its earlier steps being partial sums. */
+void kr_dev_set_post(struct kr_dev_launch *l, bool post);
 /* Adds a task (device_abi.h): nsrc operands reduced (a copy takes exactly one) into ndst
  * destinations, count elements (bytes for copies); at most KR_DEV_MAX_SRCS operands and
  * KR_DEV_MAX_DSTS destinations. A task with nothing to do is dropped. Launches the batch

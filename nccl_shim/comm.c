@@ -20,6 +20,7 @@
 #include "cudaipc/cudaipc.h"
 #include "exec.h"
 #include "exec_device.h"
+#include "exec_staged.h"
 #include "group.h"
 #include "shm/shm.h"
 #include "transports/transport.h"
@@ -162,6 +163,7 @@ shim_comm_revoke(struct ncclComm *comm)
     if (comm->dev != NULL) {
         cipc_team_release(comm->dev); /* device operations in flight stop waiting */
     }
+    shim_staged_release(comm->staged);
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Revoked", (void *)comm, comm->rank,
          comm->nranks);
     return ncclSuccess;

@@ -61,6 +61,7 @@ struct ncclComm {
     struct shm_team *shm;          /* every rank on this host: shared-memory collectives */
     struct cipc_team *dev;         /* ... and their device team, for device buffers */
     struct shim_dev_solo *solo;    /* one rank, device buffers: issue order (exec_device.c) */
+    struct shim_staged *staged;    /* no device team, device buffers: over UCX (exec_staged.c) */
     uint32_t shm_colls;            /* collectives no NCCL_ALGO/NCCLSHIM_ALGO filter touched */
     uint64_t tuning_logged[ALG_COLL_COUNT]; /* size classes whose choice INFO(TUNING) told */
     void *scratch;           /* one cached scratch buffer, reused across ops */

@@ -8,11 +8,16 @@
  * walks the steps from the first one not yet done; since dependencies point backwards, one
  * pass sees a whole chain of newly ready steps. Nothing in a pass waits.
  *
+ * On device memory without a device team (staged: across hosts, or one host without shared
+ * memory) the same schedules run on the device buffers; exec_staged_steps.c carries a step
+ * out there (copies through pinned host memory, our kernels), and a step may wait in one
+ * more state, STAGING, for the GPU.
+ *
  * Messages are tagged here (nccl_shim/tag.h): a send's index is its position among this
  * rank's sends to that peer in the schedule, a receive's its position among the receives
  * from that peer, which is how builders promise the two sides pair up.
  */
-#include "exec.h"
+#include "exec_internal.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -28,33 +33,7 @@
 #include "base/report.h"
 #include "comm.h"
 #include "cpu_move.h"
-#include "shm/shm.h"
 #include "tag.h"
-#include "transports/transport.h"
-
-enum shim_step_state {
-    SHIM_STEP_PENDING,
-    SHIM_STEP_POSTED,
-    SHIM_STEP_DONE,
-};
-
-struct shim_exec {
-    struct shim_op op;
-    struct alg_sched sched;
-    const char *alg_name;
-    uint32_t seq;
-    uint8_t *bufs[ALG_BUF_COUNT];
-    uint8_t *state;          /* enum shim_step_state, per step */
-    uint64_t *tags;          /* per step; sends and receives only */
-    struct tp_request *reqs; /* per step; sends and receives only */
-    int first_pending;       /* every step before it is done */
-    bool management;         /* split/shrink exchange: per-peer numbering (tag.h) */
-    int ndone;
-    bool shm;                /* runs on the communicator's shared-memory team, no schedule */
-    bool shm_done;
-    struct shm_op shm_op;
-    struct shm_wait shm_wait; /* what the shared-memory op last blocked on */
-};
 
 /* NCCL's in-place definitions (see alg.h), which builders use to avoid hazards. */
 static bool
@@ -139,11 +118,19 @@ shim_exec_arm(struct shim_exec *exec)
     SHIM_CHECK(shim_calloc(&exec->state, (size_t)nsteps));
     SHIM_CHECK(shim_calloc(&exec->tags, (size_t)nsteps));
     SHIM_CHECK(shim_calloc(&exec->reqs, (size_t)nsteps));
-    SHIM_CHECK(shim_comm_scratch_get(comm, exec->sched.scratch_bytes,
-                                     (void **)&exec->bufs[ALG_BUF_SCRATCH]));
+    if (exec->staged) {
+        /* Scratch is device memory of the staging, bound later; the op was numbered when it
+         * was issued. */
+        SHIM_CHECK(shim_calloc(&exec->tickets, (size_t)nsteps));
+        SHIM_CHECK(shim_calloc(&exec->forward, (size_t)nsteps));
+        exec->seq = exec->op.seq;
+    } else {
+        SHIM_CHECK(shim_comm_scratch_get(comm, exec->sched.scratch_bytes,
+                                         (void **)&exec->bufs[ALG_BUF_SCRATCH]));
+        exec->seq = exec->management ? 0 : shim_op_next_seq(comm, &exec->op);
+    }
     exec->bufs[ALG_BUF_SEND] = (uint8_t *)exec->op.sendbuff;
     exec->bufs[ALG_BUF_RECV] = exec->op.recvbuff;
-    exec->seq = exec->management ? 0 : shim_op_next_seq(comm, &exec->op);
     SHIM_CHECK(shim_exec_assign_tags(exec));
     TRACE(SHIM_COLL, "%s seq %u: %s, %d steps, %zu scratch bytes",
           shim_coll_name(exec->op.coll), exec->seq, exec->alg_name, nsteps,
@@ -243,20 +230,13 @@ shim_exec_new(const struct shim_op *op, struct shim_exec **exec_out)
     return ncclSuccess;
 }
 
-ncclResult_t
-shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
+/* Chooses exec's algorithm, builds and arms its schedule; destroys exec on failure. */
+static ncclResult_t
+shim_exec_schedule(struct shim_exec *exec, struct alg_args args)
 {
+    const struct shim_op *op = &exec->op;
     struct ncclComm *comm = op->comm;
-    struct shim_exec *exec;
     ncclResult_t res;
-
-    SHIM_CHECK(shim_exec_new(op, &exec));
-    struct alg_args args = shim_exec_args(op);
-    if (shim_exec_use_shm(comm, &args)) {
-        shim_exec_shm_adopt(exec, shim_exec_shm_start(comm, op, &args, &exec->shm_op));
-        *exec_out = exec;
-        return ncclSuccess;
-    }
     double estimate;
     const struct alg_algorithm *alg = alg_select(&args, &comm->policy, &comm->cost, &estimate);
     if (alg == NULL) {
@@ -269,12 +249,44 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
     exec->alg_name = alg->name;
     SHIM_CHECK_GOTO(alg->build(&args, &exec->sched), res, err_free);
     SHIM_CHECK_GOTO(shim_exec_arm(exec), res, err_free);
-    *exec_out = exec;
     return ncclSuccess;
 
 err_free:
     shim_exec_destroy(exec);
     return res;
+}
+
+ncclResult_t
+shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
+{
+    struct shim_exec *exec;
+
+    SHIM_CHECK(shim_exec_new(op, &exec));
+    struct alg_args args = shim_exec_args(op);
+    if (shim_exec_use_shm(op->comm, &args)) {
+        shim_exec_shm_adopt(exec, shim_exec_shm_start(op->comm, op, &args, &exec->shm_op));
+        *exec_out = exec;
+        return ncclSuccess;
+    }
+    SHIM_CHECK(shim_exec_schedule(exec, args));
+    *exec_out = exec;
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_exec_create_staged(const struct shim_op *op, struct shim_exec **exec_out)
+{
+    struct shim_exec *exec;
+
+    /* Not the communicator's spare: a staged exec ends on the staging's thread. */
+    SHIM_CHECK(shim_calloc(&exec, 1));
+    exec->op = *op;
+    exec->staged = true;
+    alg_sched_init(&exec->sched);
+    SHIM_CHECK(shim_exec_schedule(exec, shim_exec_args(op)));
+    shim_staged_plan(exec);
+    *exec_out = exec;
+    return ncclSuccess;
 }
 
 ncclResult_t
@@ -335,6 +347,13 @@ shim_exec_describe(const struct shim_exec *exec, char *buf, size_t len)
         if (exec->state[i] == SHIM_STEP_DONE) {
             continue;
         }
+        if (exec->state[i] == SHIM_STEP_STAGING) {
+            return n + snprintf(buf, len, "%d/%d steps done, step %d (%s of %zu bytes, rank %d) "
+                                "waits for its copy %s device memory", exec->ndone,
+                                exec->sched.nsteps, i, kinds[step->kind],
+                                step->kind == ALG_STEP_SEND ? step->src[0].len : step->dst.len,
+                                step->peer, step->kind == ALG_STEP_SEND ? "out of" : "into");
+        }
         if (exec->state[i] == SHIM_STEP_POSTED) {
             return n + snprintf(buf, len, "%d/%d steps done, step %d waits for rank %d (%s of "
                                 "%zu bytes, tag 0x%016llx)", exec->ndone, exec->sched.nsteps, i,
@@ -372,13 +391,17 @@ shim_exec_destroy(struct shim_exec *exec)
             tp_request_cancel(exec->op.comm->tp, &exec->reqs[i]);
         }
     }
-    shim_comm_scratch_put(exec->op.comm, exec->bufs[ALG_BUF_SCRATCH],
-                          exec->sched.scratch_bytes);
+    if (!exec->staged) {
+        shim_comm_scratch_put(exec->op.comm, exec->bufs[ALG_BUF_SCRATCH],
+                              exec->sched.scratch_bytes);
+    }
+    free(exec->forward);
+    free(exec->tickets);
     free(exec->reqs);
     free(exec->tags);
     free(exec->state);
     alg_sched_free(&exec->sched);
-    if (exec->op.comm != NULL && exec->op.comm->spare_exec == NULL) {
+    if (!exec->staged && exec->op.comm != NULL && exec->op.comm->spare_exec == NULL) {
         exec->op.comm->spare_exec = exec;
     } else {
         free(exec);
@@ -389,19 +412,6 @@ bool
 shim_exec_done(const struct shim_exec *exec)
 {
     return exec->shm ? exec->shm_done : exec->ndone == exec->sched.nsteps;
-}
-
-static void *
-shim_exec_ptr(const struct shim_exec *exec, struct alg_range range)
-{
-    return exec->bufs[range.buf] + range.off;
-}
-
-static unsigned
-shim_exec_kr_flags(unsigned alg_flags)
-{
-    return ((alg_flags & ALG_PRE_A) ? KR_PRE_A : 0) | ((alg_flags & ALG_PRE_B) ? KR_PRE_B : 0) |
-           ((alg_flags & ALG_POST) ? KR_POST : 0);
 }
 
 /* Reductions and copies run to completion here: on host memory they are plain CPU work. */
@@ -419,14 +429,29 @@ shim_exec_compute(uint8_t *const bufs[ALG_BUF_COUNT], const struct alg_step *ste
         kr_reduce_host(dst, a, b, count, redop, flags);
         return;
     }
-    /* A copy changes values only where the op scales raw input or divides a final sum. */
-    bool scales = (redop->kind == KR_PREMULSUM && (flags & (KR_PRE_A | KR_PRE_B))) ||
-                  (redop->kind == KR_SUMPOSTDIV && (flags & KR_POST));
-    if (scales) {
+    if (shim_exec_copy_scales(redop, flags)) {
         kr_reduce_host(dst, a, NULL, count, redop, flags);
     } else if (dst != a) {
         kr_copy_host(dst, a, step->dst.len);
     }
+}
+
+/* Posts a send or receive step's message. */
+ncclResult_t
+shim_exec_post(struct shim_exec *exec, int i)
+{
+    const struct alg_step *step = &exec->sched.steps[i];
+    struct tp_worker *tp = exec->op.comm->tp;
+
+    if (step->kind == ALG_STEP_SEND) {
+        SHIM_CHECK(tp_send_post(tp, step->peer, shim_exec_wire_ptr(exec, step->src[0]),
+                                step->src[0].len, exec->tags[i], &exec->reqs[i]));
+    } else {
+        SHIM_CHECK(tp_recv_post(tp, step->peer, shim_exec_wire_ptr(exec, step->dst),
+                                step->dst.len, exec->tags[i], &exec->reqs[i]));
+    }
+    exec->state[i] = SHIM_STEP_POSTED;
+    return ncclSuccess;
 }
 
 static bool
@@ -445,23 +470,17 @@ static ncclResult_t
 shim_exec_start(struct shim_exec *exec, int i)
 {
     const struct alg_step *step = &exec->sched.steps[i];
-    struct tp_worker *tp = exec->op.comm->tp;
 
+    if (exec->staging != NULL) {
+        return shim_staged_start(exec, i);
+    }
     switch (step->kind) {
     case ALG_STEP_SEND:
-        SHIM_CHECK(tp_send_post(tp, step->peer, shim_exec_ptr(exec, step->src[0]),
-                                step->src[0].len, exec->tags[i], &exec->reqs[i]));
-        exec->state[i] = SHIM_STEP_POSTED;
-        return ncclSuccess;
     case ALG_STEP_RECV:
-        SHIM_CHECK(tp_recv_post(tp, step->peer, shim_exec_ptr(exec, step->dst), step->dst.len,
-                                exec->tags[i], &exec->reqs[i]));
-        exec->state[i] = SHIM_STEP_POSTED;
-        return ncclSuccess;
+        return shim_exec_post(exec, i);
     default:
         shim_exec_compute(exec->bufs, step, &exec->op.redop);
-        exec->state[i] = SHIM_STEP_DONE;
-        exec->ndone++;
+        shim_exec_step_done(exec, i);
         return ncclSuccess;
     }
 }
@@ -484,14 +503,18 @@ shim_exec_progress(struct shim_exec *exec, bool *progressed_out)
             SHIM_CHECK(shim_exec_start(exec, i));
             progressed = true;
         }
+        if (exec->state[i] == SHIM_STEP_STAGING) {
+            SHIM_CHECK(shim_staged_test(exec, i, &progressed));
+        }
         if (exec->state[i] == SHIM_STEP_POSTED) {
             bool done;
             SHIM_CHECK(tp_request_test(tp, &exec->reqs[i], &done));
-            if (done) {
-                exec->state[i] = SHIM_STEP_DONE;
-                exec->ndone++;
-                progressed = true;
+            if (done && exec->staging != NULL && exec->sched.steps[i].kind == ALG_STEP_RECV) {
+                SHIM_CHECK(shim_staged_received(exec, i));
+            } else if (done) {
+                shim_exec_step_done(exec, i);
             }
+            progressed |= done;
         }
         if (i == exec->first_pending && exec->state[i] == SHIM_STEP_DONE) {
             exec->first_pending++;
@@ -556,6 +579,7 @@ struct shim_exec_waits {
     bool oversubscribed;           /* more local ranks than CPUs */
     bool shares_cpu;               /* an awaited rank was last seen on our CPU */
     bool newcomer;                 /* an awaited rank has not reached its op yet */
+    bool device;                   /* a staging copy on the GPU, which no fd announces */
 };
 
 static void
@@ -563,6 +587,7 @@ shim_exec_note_wait(const struct shim_exec *exec, struct shim_exec_waits *waits)
 {
     if (!exec->shm) {
         waits->transport = true;
+        waits->device |= exec->nstaging > 0;
         return;
     }
     waits->oversubscribed |= exec->op.comm->shm->oversubscribed;
@@ -648,6 +673,9 @@ shim_exec_spin_ns(int64_t spin_us, const struct shim_exec_waits *waits)
     if (spin_us >= 0) {
         uint64_t ns = (uint64_t)spin_us * 1000u; /* the user's choice, as given */
         return waits->transport || waits->newcomer ? ns : ns * SHIM_SPIN_IN_OP_FACTOR;
+    }
+    if (waits->device) {
+        return SHIM_SPIN_NS_SHM; /* a copy takes microseconds; sleeps below are 1 ms */
     }
     if (waits->transport) {
         return SHIM_SPIN_NS_NETWORK;
@@ -823,9 +851,9 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
             }
         } else if (waits.transport) {
             /* Nothing moved for a while: sleep until the network has news for us (briefly,
-             * if shared-memory ops wait too: their flags have no event fd). */
-            SHIM_CHECK_GOTO(tp_worker_wait(workers, nworkers, waits.shm != NULL ? 1 : wait_ms),
-                            res, out);
+             * if shared-memory ops or staging copies wait too: they have no event fd). */
+            bool briefly = waits.shm != NULL || waits.device;
+            SHIM_CHECK_GOTO(tp_worker_wait(workers, nworkers, briefly ? 1 : wait_ms), res, out);
         } else if (waits.shm != NULL) {
             shm_wait_sleep(waits.shm, wait_ms);
             if (spin_us < 0) {

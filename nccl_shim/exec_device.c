@@ -5,6 +5,7 @@
  * one rank, enqueued on the stream), the streams joined.
  */
 #include "exec_device.h"
+#include "exec_staged.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +50,6 @@ shim_devexec_check(const struct shim_op *op, const char *api)
     const struct ncclComm *comm = op->comm;
 
     SHIM_CHECK(kr_dev_check_available(api));
-    if (comm->nranks > 1 && comm->dev == NULL) {
-        WARN("%s: device buffers need every rank of the communicator on this host (with "
-             "shared memory, not NCCL_SHM_DISABLE=1); across hosts ncclshim serves host "
-             "memory only so far", api);
-        return ncclInvalidUsage;
-    }
     ncclResult_t failed = shim_devexec_comm_error(comm);
     if (failed != ncclSuccess) {
         WARN("%s: an earlier device operation of communicator %p failed; only destroy or "
@@ -270,8 +265,10 @@ shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
                 scratch[n++] = shim_devexec_cipc_op(&ops[j]);
             }
         }
-        if (comm->nranks == 1) {
-            /* Solo ops are contiguous enough: hand over the ones of this communicator. */
+        if (comm->dev != NULL) {
+            res = cipc_post_arrive(comm->dev, scratch, n, (CUstream)stream);
+        } else {
+            /* One rank, or ranks without a device team (staged over the network). */
             struct shim_op *mine;
             SHIM_CHECK_GOTO(shim_calloc(&mine, (size_t)n), res, out);
             for (int j = start, k = 0; j < nops; j++) {
@@ -279,10 +276,10 @@ shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
                     mine[k++] = ops[j];
                 }
             }
-            res = shim_devexec_solo(comm, mine, n, gpu, stream);
+            res = comm->nranks == 1
+                      ? shim_devexec_solo(comm, mine, n, gpu, stream)
+                      : shim_staged_arrive(comm, mine, n, gpu, (CUstream)stream);
             free(mine);
-        } else {
-            res = cipc_post_arrive(comm->dev, scratch, n, (CUstream)stream);
         }
         if (res != ncclSuccess) {
             goto out;
@@ -293,8 +290,10 @@ shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
         for (int j = first; j < i && !seen; j++) {
             seen = on[j] && ops[j].comm == ops[i].comm;
         }
-        if (on[i] && !seen && ops[i].comm->nranks > 1) {
+        if (on[i] && !seen && ops[i].comm->dev != NULL) {
             SHIM_CHECK_GOTO(cipc_post_wait(ops[i].comm->dev, (CUstream)stream), res, out);
+        } else if (on[i] && !seen && ops[i].comm->nranks > 1) {
+            SHIM_CHECK_GOTO(shim_staged_wait(ops[i].comm, (CUstream)stream), res, out);
         }
     }
     res = ncclSuccess;
@@ -340,6 +339,9 @@ shim_devexec_pending(const struct ncclComm *comm)
     if (comm->dev != NULL) {
         return cipc_team_busy(comm->dev);
     }
+    if (comm->staged != NULL) {
+        return shim_staged_busy(comm->staged);
+    }
     return comm->solo != NULL && comm->solo->recorded &&
            gpu_cu.cuEventQuery(comm->solo->last) == CUDA_ERROR_NOT_READY;
 }
@@ -350,6 +352,9 @@ shim_devexec_drain(struct ncclComm *comm)
     if (comm->dev != NULL) {
         return cipc_team_drain(comm->dev);
     }
+    if (comm->staged != NULL) {
+        return shim_staged_drain(comm->staged);
+    }
     if (comm->solo != NULL && comm->solo->recorded) {
         GPU_CU_CHECK(cuEventSynchronize(comm->solo->last));
     }
@@ -359,7 +364,7 @@ shim_devexec_drain(struct ncclComm *comm)
 ncclResult_t
 shim_devexec_comm_error(const struct ncclComm *comm)
 {
-    return comm->dev != NULL ? cipc_team_error(comm->dev) : ncclSuccess;
+    return comm->dev != NULL ? cipc_team_error(comm->dev) : shim_staged_error(comm->staged);
 }
 
 void
@@ -367,6 +372,8 @@ shim_devexec_comm_free(struct ncclComm *comm, bool abort)
 {
     cipc_team_destroy(comm->dev, abort);
     comm->dev = NULL;
+    shim_staged_destroy(comm->staged, abort);
+    comm->staged = NULL;
     if (comm->solo != NULL) {
         if (!abort && comm->solo->recorded) {
             gpu_cu.cuEventSynchronize(comm->solo->last);

@@ -96,7 +96,9 @@ shim_group_checked(void)
 static ncclResult_t
 shim_group_drain(struct ncclComm *comm)
 {
-    return comm->dev != NULL || comm->solo != NULL ? shim_devexec_drain(comm) : ncclSuccess;
+    return comm->dev != NULL || comm->solo != NULL || comm->staged != NULL
+               ? shim_devexec_drain(comm)
+               : ncclSuccess;
 }
 
 /* Runs a group's host ops, after NCCLSHIM_CHECK's comparison with the other ranks' calls. */

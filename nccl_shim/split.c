@@ -16,6 +16,7 @@
 #include "base/check.h"
 #include "comm.h"
 #include "exec.h"
+#include "exec_device.h"
 #include "transports/transport.h"
 
 /* A worker address is a few hundred bytes; anything far beyond is a broken peer. */
@@ -42,6 +43,9 @@ static ncclResult_t
 shim_split_exchange(struct ncclComm *parent, const int *members, int nmembers, int me,
                     const void *blob, size_t len, struct shim_split_blobs *blobs_out)
 {
+    /* Device operations still running on the parent's thread drive its worker: let them
+     * end first. Their failure does not stop a split or a shrink. */
+    (void)shim_devexec_drain(parent);
     struct shim_split_blobs blobs = {0};
     uint64_t *lens64 = NULL;
     struct alg_sched sched;

@@ -85,6 +85,10 @@ bool tp_worker_progress(struct tp_worker *worker);
  * timer of at most 10 ms instead of its event fd, until progress finds work again. */
 ncclResult_t tp_worker_wait(struct tp_worker *const *workers, int nworkers, int timeout_ms);
 
+/* Whether UCX moves CUDA device memory itself (the process's context reports the CUDA
+ * memory type), so device buffers may go to tp_send_post and tp_recv_post as they are. */
+bool tp_cuda_memory(void);
+
 /* A peer whose endpoint reported an error; -1 if none. Set from UCX's error callback during
  * progress, also when the peer destroyed its worker in an orderly teardown. Over TCP a dead
  * peer shows at once; over shared memory, by UCX's keepalive within UCX_KEEPALIVE_INTERVAL

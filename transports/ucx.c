@@ -98,6 +98,7 @@ static pthread_mutex_t tp_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static ucp_context_h tp_ctx;
 static int tp_ctx_refs;
 static char tp_ctx_resources[256]; /* transports UCX found, for the INFO line */
+static bool tp_ctx_cuda;            /* UCX moves CUDA device memory itself */
 
 /* Which ncclResult_t a failed UCX operation becomes. A peer that died or closed its endpoint
  * shows up as one of the connection errors, or as CANCELED for our own sends UCX purged when
@@ -262,7 +263,21 @@ tp_context_create(void)
     if (shim_log_enabled(SHIM_LOG_INFO, SHIM_NET)) {
         tp_context_describe(tp_ctx, tp_ctx_resources, sizeof(tp_ctx_resources));
     }
+    /* A UCX built with CUDA (its cuda_copy or cuda_ipc transports loaded) says so here;
+     * Debian's does not. */
+    ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    tp_ctx_cuda = ucp_context_query(tp_ctx, &attr) == UCS_OK &&
+                  (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     return ncclSuccess;
+}
+
+bool
+tp_cuda_memory(void)
+{
+    pthread_mutex_lock(&tp_ctx_lock);
+    bool cuda = tp_ctx != NULL && tp_ctx_cuda;
+    pthread_mutex_unlock(&tp_ctx_lock);
+    return cuda;
 }
 
 static ncclResult_t

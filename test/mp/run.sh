@@ -28,7 +28,11 @@
 # CUDA driver's test double (LD_LIBRARY_PATH=$BUILD/test/doubles): collectives.c's matrix on
 # every memory kind at 1 to 8 ranks, on two fake devices with and without peer access; the
 # stream semantics of streams.c; a rank killed (the device team's leader among them), a
-# timeout, a report and mismatched calls on the device path. MP_GPU=1 runs only the device
+# timeout, a report and mismatched calls on the device path. Then the same without a device
+# team (NCCL_SHM_DISABLE=1, or a host of its own per rank through own_host.sh): device buffers
+# over UCX, staged through pinned memory, under the library's choice and every algorithm
+# forced; stream semantics, a rank killed (over TCP, which reports a dead peer at once), a
+# timeout and a report. MP_GPU=1 runs only the device
 # cases, on the real driver of a GPU machine (tools/gpu-check runs it so there). MP_ONLY=REGEX
 # runs only the cases whose names match it.
 set -euo pipefail
@@ -153,8 +157,6 @@ device_cases() {
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
     run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
-    run_case device-streams-noteam-n2 2 60 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \
-        "$bindir/streams" -p noteam
     if ((gpu == 0)); then
         run_case device-streams-devices 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
             "$bindir/streams" -p devices
@@ -178,6 +180,46 @@ device_cases() {
         "$bindir/hang" -p devtimeout
     run_case device-hang-report-n2 2 60 "${dev[@]}" -- "$bindir/hang" -p devreport
     run_case device-hang-mismatch-n3 3 60 "${dev[@]}" -- "$bindir/hang" -p devmismatch
+    staged_cases
+}
+
+# Device buffers without a device team: over UCX, staged through pinned host memory.
+staged_cases() {
+    local noteam=("${dev[@]}" NCCL_SHM_DISABLE=1) hosts=("$here/own_host.sh")
+    run_case staged-collectives-n2 2 300 "${noteam[@]}" -- "$bindir/collectives" -D device
+    run_case staged-collectives-n3-hosts 3 300 "${dev[@]}" -- \
+        "${hosts[@]}" "$bindir/collectives" -D mixed
+    run_case staged-collectives-quick-n5-tcp 5 300 "${noteam[@]}" UCX_TLS=tcp -- \
+        "$bindir/collectives" -q -D mixed -c "$colls"
+    run_case staged-collectives-quick-n8-hosts 8 300 "${dev[@]}" -- \
+        "${hosts[@]}" "$bindir/collectives" -q -D device -c "$colls"
+    for algo in "${algos[@]}"; do
+        run_case "staged-algo-$algo-quick-n5" 5 120 "${noteam[@]}" NCCLSHIM_ALGO="$algo" -- \
+            "$bindir/collectives" -q -D mixed -c "$colls"
+    done
+    if ((gpu == 0)); then
+        # Device pointers straight to UCX, as with a UCX built with CUDA: the double's device
+        # memory is host memory to UCX, so the ordering around the messages is what is tested.
+        run_case staged-direct-collectives-n3 3 300 "${noteam[@]}" NCCLSHIM_DEVICE_DIRECT=1 -- \
+            "$bindir/collectives" -D mixed
+        run_case staged-direct-algo-ring-quick-n5 5 120 "${noteam[@]}" NCCLSHIM_DEVICE_DIRECT=1 \
+            NCCLSHIM_ALGO=ring -- "$bindir/collectives" -q -D device -c "$colls"
+    fi
+    for part in returns order group memapi; do
+        run_case "staged-streams-$part-n3" 3 60 "${noteam[@]}" -- "$bindir/streams" -p "$part"
+    done
+    run_case staged-streams-abort-n3 3 60 "${noteam[@]}" -- "$bindir/streams" -p abort -r 0
+    run_case staged-fault-allreduce-n3 1 90 "${noteam[@]}" UCX_TLS=tcp -- \
+        "$bindir/fault" -n 3 -c allreduce -D
+    # Three ranks: a survivor that never talks to the dead rank learns of it only when the
+    # others abort (a shrink does not), as over UCX for host memory.
+    run_case staged-fault-sendrecv-n3-shrink 1 90 "${noteam[@]}" UCX_TLS=tcp -- \
+        "$bindir/fault" -n 3 -c sendrecv -D -s
+    run_case staged-fault-broadcast-n3-root 1 90 "${noteam[@]}" UCX_TLS=tcp -- \
+        "$bindir/fault" -n 3 -c broadcast -D -v 0
+    run_case staged-hang-timeout-n3 3 60 "${noteam[@]}" UCX_TLS=tcp NCCLSHIM_TIMEOUT=2 -- \
+        "$bindir/hang" -p devtimeout
+    run_case staged-hang-report-n2 2 60 "${noteam[@]}" -- "$bindir/hang" -p devreport
 }
 
 if [[ $gpu == 1 ]]; then
@@ -204,6 +246,8 @@ elif [[ $quick == 1 ]]; then
     run_case device-streams-abort-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1
     run_case device-fault-allreduce-n3-leader 1 90 "${dev[@]}" -- \
         "$bindir/fault" -n 3 -c allreduce -D -v 0
+    run_case staged-collectives-quick-n3 3 240 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \
+        "$bindir/collectives" -q -D mixed -c "$colls"
 else
     for n in 1 2 3 4 5 8; do
         if ((n == 2)); then

@@ -17,7 +17,6 @@
  *   memapi    ncclMemAlloc'd buffers in an all-reduce, ncclCommRegister/Deregister;
  *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
  *             once and releases its stream, and later work on it runs (-r: the poster rank);
- *   noteam    (NCCL_SHM_DISABLE=1) device buffers are refused with a message;
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
  *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
  */
@@ -249,19 +248,6 @@ part_abort(const struct mp_world *w, int poster)
 }
 
 static void
-part_noteam(const struct mp_world *w)
-{
-    CUstream s = st_stream();
-    float *x = st_buffer(64, 1, 0, s);
-    ncclResult_t res = ncclAllReduce(x, x, 64, ncclFloat, ncclSum, w->comm, s);
-
-    MP_EXPECT(res == ncclInvalidUsage, "device buffers without a device team gave %s",
-              ncclGetErrorString(res));
-    MP_EXPECT(strstr(mp_last_error(w->comm), "device buffers") != NULL,
-              "no clear message: \"%s\"", mp_last_error(w->comm));
-}
-
-static void
 part_fp8(const struct mp_world *w)
 {
     /* 1.0 and the sums 1..8 in float8 e4m3: all exact. */
@@ -308,7 +294,7 @@ main(int argc, char **argv)
             poster = atoi(optarg);
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "abort|noteam|fp8 [-r POSTER]\n");
+                            "abort|fp8 [-r POSTER]\n");
             return 2;
         }
     }
@@ -333,8 +319,6 @@ main(int argc, char **argv)
     } else if (strcmp(part, "abort") == 0) {
         part_abort(&world, poster);
         world.comm = NULL;
-    } else if (strcmp(part, "noteam") == 0) {
-        part_noteam(&world);
     } else if (strcmp(part, "fp8") == 0) {
         part_fp8(&world);
     } else {

@@ -19,6 +19,9 @@
 # bootstrap root) by SIGKILL of their ranks, which the survivors see at once as closed
 # connections; and host 2 by deleting its veth (its rank lives on, cut off), which only
 # NCCLSHIM_TIMEOUT=10 can tell (nothing of TCP or UCX notices a silent peer for minutes).
+# Then device buffers across the hosts (collectives -D, staged through pinned memory over the
+# same TCP), at 3 and 4 ranks, through the CUDA driver's test double, or with NETNS_GPU=1 on
+# the real driver of a GPU machine (tools/gpu-check), every rank on its one GPU.
 # NETNS_CASES='run_case ...; hostloss_case ...' runs those cases instead.
 #
 # Prints each case's name, result and time (and the end of its logs when it fails; logs stay in
@@ -283,6 +286,10 @@ hostloss_case() {
 
 colls=allreduce,reduce,reducescatter,broadcast,allgather,alltoall,gather,scatter,sendrecv
 colls=$colls,groups,split
+dev=(LD_LIBRARY_PATH="$(cd "$BUILD" && pwd)/test/doubles")
+if [[ ${NETNS_GPU:-0} == 1 ]]; then
+    dev=()
+fi
 if [[ -n ${NETNS_CASES:-} ]]; then
     eval "$NETNS_CASES"
 else
@@ -297,6 +304,11 @@ else
     hostloss_case hostloss-kill-h2-n4 kill 2
     hostloss_case hostloss-kill-h0-n4 kill 0
     hostloss_case hostloss-unplug-h2-n4 unplug 2 NCCLSHIM_TIMEOUT=10
+    # Device buffers across hosts: every kind at 3 ranks, device memory at 4.
+    run_case device-collectives-quick-n3 3 180 "${dev[@]}" -- \
+        "$bindir/mp/collectives" -q -D mixed -c "$colls"
+    run_case device-collectives-n4 4 180 "${dev[@]}" -- \
+        "$bindir/mp/collectives" -D device -c "$colls"
 fi
 
 echo "netns: $passed passed, $failed failed"

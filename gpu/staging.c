@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Staging device memory through pinned host memory (staging.h): the lanes, their flags, the
+ * buffers.
+ */
+#include "staging.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/check.h"
+
+/* The flags' page: a flag per lane, then the gate's two, a cache line apart. */
+enum { GPU_STAGING_FLAG_STRIDE = 16, GPU_STAGING_PAGE = 4096 };
+
+/* Pinned host memory the device reaches: anonymous, populated, registered whole. */
+static ncclResult_t
+gpu_staging_pin(size_t bytes, void **host_out)
+{
+    void *host = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+                                                              MAP_POPULATE, -1, 0);
+    if (host == MAP_FAILED) {
+        WARN("cannot map %zu bytes of staging memory: %s", bytes, strerror(errno));
+        return ncclSystemError;
+    }
+    CUresult cu = gpu_cu.cuMemHostRegister(host, bytes, CU_MEMHOSTREGISTER_PORTABLE |
+                                                            CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (cu != CUDA_SUCCESS) {
+        munmap(host, bytes);
+        return gpu_cu_fail(cu, "cuMemHostRegister(staging)", __FILE__, __LINE__);
+    }
+    *host_out = host;
+    return ncclSuccess;
+}
+
+static void
+gpu_staging_unpin(void *host, size_t bytes)
+{
+    if (host != NULL) {
+        gpu_cu.cuMemHostUnregister(host);
+        munmap(host, bytes);
+    }
+}
+
+static ncclResult_t
+gpu_staging_flag(struct gpu_staging *st, int index, struct gpu_flag *flag_out)
+{
+    volatile uint32_t *host = st->flags + index * GPU_STAGING_FLAG_STRIDE;
+    flag_out->host = host;
+    GPU_CU_CHECK(cuMemHostGetDevicePointer(&flag_out->dev, (void *)host, 0));
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_create(const struct gpu_device *device, struct gpu_staging **out)
+{
+    struct gpu_staging *st;
+    ncclResult_t res;
+    void *page;
+
+    SHIM_CHECK(shim_calloc(&st, 1));
+    st->device = device;
+    SHIM_CHECK_GOTO(gpu_staging_pin(GPU_STAGING_PAGE, &page), res, err);
+    st->flags = page;
+    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
+        SHIM_CHECK_GOTO(gpu_staging_flag(st, lane, &st->finished[lane]), res, err);
+        GPU_CU_CHECK_GOTO(cuStreamCreate(&st->lanes[lane], CU_STREAM_NON_BLOCKING), res, err);
+    }
+    SHIM_CHECK_GOTO(gpu_staging_flag(st, GPU_LANE_COUNT, &st->arrive), res, err);
+    SHIM_CHECK_GOTO(gpu_staging_flag(st, GPU_LANE_COUNT + 1, &st->done), res, err);
+    GPU_CU_CHECK_GOTO(cuEventCreate(&st->in_mark, CU_EVENT_DISABLE_TIMING), res, err);
+    *out = st;
+    return ncclSuccess;
+err:
+    gpu_staging_destroy(st);
+    return res;
+}
+
+void
+gpu_staging_destroy(struct gpu_staging *st)
+{
+    if (st == NULL) {
+        return;
+    }
+    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
+        if (st->lanes[lane] != NULL) {
+            gpu_cu.cuStreamSynchronize(st->lanes[lane]);
+            gpu_cu.cuStreamDestroy(st->lanes[lane]);
+        }
+    }
+    if (st->in_mark != NULL) {
+        gpu_cu.cuEventDestroy(st->in_mark);
+    }
+    if (st->dev != 0) {
+        gpu_cu.cuMemFree(st->dev);
+    }
+    gpu_staging_unpin(st->host, st->host_bytes);
+    gpu_staging_unpin((void *)st->flags, st->flags != NULL ? GPU_STAGING_PAGE : 0);
+    free(st);
+}
+
+/* Sizes grow to a power of two, so a run of growing messages reallocates a few times. */
+static size_t
+gpu_staging_round(size_t bytes)
+{
+    size_t size = 1u << 20;
+    while (size < bytes) {
+        size *= 2;
+    }
+    return size;
+}
+
+ncclResult_t
+gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes, size_t dev_bytes)
+{
+    if (host_bytes <= st->host_bytes && dev_bytes <= st->dev_bytes) {
+        return ncclSuccess;
+    }
+    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
+        GPU_CU_CHECK(cuStreamSynchronize(st->lanes[lane]));
+    }
+    if (host_bytes > st->host_bytes) {
+        gpu_staging_unpin(st->host, st->host_bytes);
+        st->host = NULL;
+        st->host_bytes = 0;
+        size_t size = gpu_staging_round(host_bytes);
+        SHIM_CHECK(gpu_staging_pin(size, (void **)&st->host));
+        st->host_bytes = size;
+    }
+    if (dev_bytes > st->dev_bytes) {
+        if (st->dev != 0) {
+            gpu_cu.cuMemFree(st->dev);
+        }
+        st->dev = 0;
+        st->dev_bytes = 0;
+        size_t size = gpu_staging_round(dev_bytes);
+        GPU_CU_CHECK(cuMemAlloc(&st->dev, size));
+        st->dev_bytes = size;
+    }
+    INFO(SHIM_ALLOC, "device %d staging: %zu bytes pinned, %zu bytes of device scratch",
+         st->device->ordinal, st->host_bytes, st->dev_bytes);
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_wait_arrive(struct gpu_staging *st, uint32_t seq)
+{
+    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
+        SHIM_CHECK(gpu_stream_wait_flag(st->lanes[lane], &st->arrive, seq));
+    }
+    gpu_staging_in_touched(st); /* what follows the wait, on either lane, follows arrive */
+    return ncclSuccess;
+}
+
+/* Posts the lane's flag with its next ticket. */
+static ncclResult_t
+gpu_staging_post_ticket(struct gpu_staging *st, enum gpu_lane lane, uint32_t *ticket_out)
+{
+    uint32_t ticket = st->posted[lane] + 1;
+    SHIM_CHECK(gpu_stream_post_flag(st->lanes[lane], &st->finished[lane], ticket));
+    st->posted[lane] = ticket;
+    *ticket_out = ticket;
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_in_ticket(struct gpu_staging *st, uint32_t *ticket_out)
+{
+    if (!st->in_unticketed) {
+        *ticket_out = st->posted[GPU_LANE_IN];
+        return ncclSuccess;
+    }
+    SHIM_CHECK(gpu_staging_post_ticket(st, GPU_LANE_IN, ticket_out));
+    st->in_unticketed = false;
+    return ncclSuccess;
+}
+
+/* The out lane waits for what the in lane's kernels and copies wrote so far. */
+static ncclResult_t
+gpu_staging_out_follows_in(struct gpu_staging *st)
+{
+    if (!st->in_dirty) {
+        return ncclSuccess;
+    }
+    GPU_CU_CHECK(cuEventRecord(st->in_mark, st->lanes[GPU_LANE_IN]));
+    GPU_CU_CHECK(cuStreamWaitEvent(st->lanes[GPU_LANE_OUT], st->in_mark, 0));
+    st->in_dirty = false;
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_copy(struct gpu_staging *st, enum gpu_lane lane, void *dst, const void *src,
+                 size_t len, uint32_t *ticket_out)
+{
+    if (lane == GPU_LANE_OUT) {
+        SHIM_CHECK(gpu_staging_out_follows_in(st));
+    } else {
+        gpu_staging_in_touched(st);
+    }
+    GPU_CU_CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len,
+                               st->lanes[lane]));
+    SHIM_CHECK(gpu_staging_post_ticket(st, lane, ticket_out));
+    if (lane == GPU_LANE_IN) {
+        st->in_unticketed = false;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_post_done(struct gpu_staging *st, uint32_t seq)
+{
+    /* The out lane needs no wait: its copies finished before their sends were posted. */
+    gpu_staging_in_touched(st);
+    return gpu_stream_post_flag(st->lanes[GPU_LANE_IN], &st->done, seq);
+}
+
+void
+gpu_staging_release(struct gpu_staging *st, uint32_t seq)
+{
+    gpu_flag_release(&st->done, seq);
+    gpu_flag_release(&st->arrive, seq);
+}
+
+void
+gpu_staging_settle(struct gpu_staging *st)
+{
+    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
+        gpu_cu.cuStreamSynchronize(st->lanes[lane]);
+    }
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Device memory moved through pinned host memory, for a communicator whose ranks reach each
+ * other only over the network (across hosts, or one host without a device team). The
+ * executor (nccl_shim/exec.c) runs the algorithms' schedules unchanged on the device buffers;
+ * what it cannot do on device memory (hand bytes to UCX, take bytes from it) goes through
+ * this: a pinned host copy of every buffer and two streams of our own, the lanes.
+ *
+ *     out lane:  [wait arrive] copy device -> host | post out = t | copy ... | post out = t+1
+ *     in lane:   [wait arrive] copy host -> device | post in = u | kernels ... | post done = s
+ *
+ * A copy returns a ticket, the value its lane's flag takes once it is finished; the host sees
+ * that without a system call (gpu_staging_finished). The out lane copies what the in lane's
+ * kernels wrote: before each copy out it waits for the in lane's work so far, when there is
+ * new work there. The device and host copies of one op overlap across chunks: a chunk goes
+ * out while the next is reduced and the one after comes in.
+ *
+ * The gate on the user's stream (stream.h) has its flags here too: the lanes wait for arrive
+ * before they touch the user's buffers, and the in lane posts done after the last kernel.
+ *
+ * One thread drives a staging at a time, with the device's primary context current.
+ */
+#ifndef GPU_STAGING_H
+#define GPU_STAGING_H
+
+#include <cuda.h>
+#include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "driver.h"
+#include "stream.h"
+
+enum gpu_lane {
+    GPU_LANE_OUT, /* device to host */
+    GPU_LANE_IN,  /* host to device, and kernels */
+    GPU_LANE_COUNT
+};
+
+struct gpu_staging {
+    const struct gpu_device *device;
+    CUstream lanes[GPU_LANE_COUNT];
+    uint32_t posted[GPU_LANE_COUNT]; /* the last ticket given out per lane */
+    struct gpu_flag finished[GPU_LANE_COUNT];
+    struct gpu_flag arrive, done;    /* the user's stream's gate */
+    CUevent in_mark;                 /* the in lane's work, for the out lane to wait for */
+    bool in_dirty;                   /* the in lane got work since in_mark was recorded */
+    bool in_unticketed;              /* ... since its flag was last posted */
+    volatile uint32_t *flags;        /* the four flags' page, pinned */
+    uint8_t *host;                   /* pinned, host_bytes */
+    size_t host_bytes;
+    CUdeviceptr dev;                 /* device scratch, dev_bytes */
+    size_t dev_bytes;
+};
+
+/* Makes device's lanes and flags; the device's primary context must be current. */
+ncclResult_t gpu_staging_create(const struct gpu_device *device, struct gpu_staging **out);
+/* Frees everything once the lanes' work is finished: a lane that waits for a gate the user's
+ * stream will never reach must have been released first (gpu_staging_release). */
+void gpu_staging_destroy(struct gpu_staging *st);
+
+/* At least host_bytes of pinned host memory and dev_bytes of device memory. Growing waits for
+ * the lanes' work so far, which may still use the old buffers. */
+ncclResult_t gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes, size_t dev_bytes);
+
+/* Both lanes wait until the user's stream posted arrive = seq. */
+ncclResult_t gpu_staging_wait_arrive(struct gpu_staging *st, uint32_t seq);
+/* Copies len bytes on a lane (host <-> device, or device to device on the in lane);
+ * *ticket_out is what gpu_staging_finished waits for. */
+ncclResult_t gpu_staging_copy(struct gpu_staging *st, enum gpu_lane lane, void *dst,
+                              const void *src, size_t len, uint32_t *ticket_out);
+/* The in lane's stream, for kernels; the caller says when it enqueued work there. */
+static inline CUstream
+gpu_staging_in_stream(const struct gpu_staging *st)
+{
+    return st->lanes[GPU_LANE_IN];
+}
+static inline void
+gpu_staging_in_touched(struct gpu_staging *st)
+{
+    st->in_dirty = true;
+    st->in_unticketed = true;
+}
+/* A ticket for the in lane's work so far (posting its flag only if it got work since). */
+ncclResult_t gpu_staging_in_ticket(struct gpu_staging *st, uint32_t *ticket_out);
+/* Whether the lane's work up to ticket is finished. */
+static inline bool
+gpu_staging_finished(const struct gpu_staging *st, enum gpu_lane lane, uint32_t ticket)
+{
+    return gpu_flag_reached(&st->finished[lane], ticket);
+}
+/* Posts done = seq on the in lane, after its kernels; the caller saw every copy out of the
+ * op finish (its sends completed). */
+ncclResult_t gpu_staging_post_done(struct gpu_staging *st, uint32_t seq);
+/* From the host: lets every gate and lane wait up to seq go (abort, failure). */
+void gpu_staging_release(struct gpu_staging *st, uint32_t seq);
+/* Waits for the lanes' work so far, after a release: a done posted by a lane afterwards
+ * would take the flag back below what was released, so the caller releases once more. */
+void gpu_staging_settle(struct gpu_staging *st);
+
+#endif

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The executor's insides, shared by exec.c (the state machine, host memory, the run loop) and
+ * exec_staged_steps.c (steps on device memory staged through pinned host memory). Nothing
+ * else includes this: the rest of the library sees exec.h.
+ */
+#ifndef SHIM_EXEC_INTERNAL_H
+#define SHIM_EXEC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algorithms/alg.h"
+#include "exec.h"
+#include "kernels/kernels.h"
+#include "op.h"
+#include "shm/shm.h"
+#include "transports/transport.h"
+
+enum shim_step_state {
+    SHIM_STEP_PENDING,
+    SHIM_STEP_POSTED,
+    SHIM_STEP_STAGING, /* staged: waits for its copy between device and host */
+    SHIM_STEP_DONE,
+};
+
+struct shim_exec {
+    struct shim_op op;
+    struct alg_sched sched;
+    const char *alg_name;
+    uint32_t seq;
+    uint8_t *bufs[ALG_BUF_COUNT];
+    uint8_t *state;          /* enum shim_step_state, per step */
+    uint64_t *tags;          /* per step; sends and receives only */
+    struct tp_request *reqs; /* per step; sends and receives only */
+    int first_pending;       /* every step before it is done */
+    bool management;         /* split/shrink exchange: per-peer numbering (tag.h) */
+    int ndone;
+    bool shm;                /* runs on the communicator's shared-memory team, no schedule */
+    bool shm_done;
+    struct shm_op shm_op;
+    struct shm_wait shm_wait; /* what the shared-memory op last blocked on */
+    /* Staged (device memory through pinned host memory): bufs are device addresses. */
+    bool staged;
+    struct gpu_staging *staging;      /* bound before it runs (shim_exec_staged_bind) */
+    bool direct;                      /* UCX takes the device buffers as they are */
+    size_t shadow_off[ALG_BUF_COUNT]; /* each buffer's host copy in the exec's share */
+    size_t shadow_bytes;
+    uint8_t *shadow[ALG_BUF_COUNT];   /* the host copies, aliased as the buffers are */
+    uint32_t *tickets;                /* per step: the staging copy it waits for */
+    bool *forward;                    /* per send: its bytes are in the host copy already */
+    int nstaging;                     /* steps STAGING now */
+};
+
+static inline void *
+shim_exec_ptr(const struct shim_exec *exec, struct alg_range range)
+{
+    return exec->bufs[range.buf] + range.off;
+}
+
+static inline unsigned
+shim_exec_kr_flags(unsigned alg_flags)
+{
+    return ((alg_flags & ALG_PRE_A) ? KR_PRE_A : 0) | ((alg_flags & ALG_PRE_B) ? KR_PRE_B : 0) |
+           ((alg_flags & ALG_POST) ? KR_POST : 0);
+}
+
+/* A copy changes values only where the op scales raw input or divides a final sum. */
+static inline bool
+shim_exec_copy_scales(const struct kr_redop *redop, unsigned kr_flags)
+{
+    return (redop->kind == KR_PREMULSUM && (kr_flags & (KR_PRE_A | KR_PRE_B))) ||
+           (redop->kind == KR_SUMPOSTDIV && (kr_flags & KR_POST));
+}
+
+/* Where a message's bytes are: the host copy of a staged exec's buffer, else the buffer. */
+static inline void *
+shim_exec_wire_ptr(const struct shim_exec *exec, struct alg_range range)
+{
+    return exec->staging != NULL && !exec->direct ? exec->shadow[range.buf] + range.off
+                                                  : shim_exec_ptr(exec, range);
+}
+
+static inline void
+shim_exec_step_done(struct shim_exec *exec, int i)
+{
+    exec->state[i] = SHIM_STEP_DONE;
+    exec->ndone++;
+}
+
+/* Posts a send or receive step's message (exec.c). */
+ncclResult_t shim_exec_post(struct shim_exec *exec, int i);
+
+/* Staged execs (exec_staged_steps.c). Lays out the host copies of a new one's buffers and
+ * finds the sends that forward received bytes as they are. */
+void shim_staged_plan(struct shim_exec *exec);
+/* Starts a ready step of a bound one: a message, its copy first, or a kernel. */
+ncclResult_t shim_staged_start(struct shim_exec *exec, int i);
+/* A STAGING step: moves on once what it waits for on the GPU is finished. */
+ncclResult_t shim_staged_test(struct shim_exec *exec, int i, bool *progressed);
+/* A receive whose message arrived: its bytes go in (or, direct, it is done). */
+ncclResult_t shim_staged_received(struct shim_exec *exec, int i);
+
+#endif

@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Device operations through staging (exec_staged.h): the batches, the gates, the thread.
+ */
+#include "exec_staged.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/env.h"
+#include "comm.h"
+#include "exec.h"
+#include "gpu/staging.h"
+#include "gpu/stream.h"
+#include "transports/transport.h"
+
+/* One group's operations of the communicator, behind one gate. */
+struct shim_staged_batch {
+    struct shim_staged_batch *next;
+    uint32_t gate;
+    int nexecs;
+    struct shim_exec *execs[];
+};
+
+/* A user's stream with gates of ours: an event recorded after its last one. */
+struct shim_staged_gated {
+    CUstream stream;
+    CUevent passed;
+};
+
+struct shim_staged {
+    struct ncclComm *comm;
+    const struct gpu_device *gpu;
+    struct gpu_staging *staging;
+    bool direct;                      /* UCX takes device buffers as they are */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;              /* a batch queued or finished, or stop */
+    struct shim_staged_batch *head, *tail;
+    uint32_t gates;                   /* the last gate given out */
+    uint32_t finished;                /* the last gate whose batch the thread is done with */
+    ncclResult_t error;               /* the first failure; later batches are only released */
+    bool stop;
+    struct shim_staged_gated *gated;  /* the caller's, for teardown (the flags they read must */
+    int ngated;                       /* outlive their waits) */
+};
+
+void
+shim_staged_release(struct shim_staged *staged)
+{
+    if (staged != NULL) {
+        gpu_staging_release(staged->staging, __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE));
+    }
+}
+
+static void
+shim_staged_batch_free(struct shim_staged_batch *batch)
+{
+    for (int i = 0; i < batch->nexecs; i++) {
+        shim_exec_destroy(batch->execs[i]);
+    }
+    free(batch);
+}
+
+/* Lays the batch's execs out in the staging, then runs them between the gate's halves. */
+static ncclResult_t
+shim_staged_run_batch(struct shim_staged *staged, struct shim_staged_batch *batch)
+{
+    size_t host_total = 0, dev_total = 0;
+
+    for (int i = 0; i < batch->nexecs; i++) {
+        size_t host, dev;
+        shim_exec_staged_needs(batch->execs[i], &host, &dev);
+        host_total += host;
+        dev_total += dev;
+    }
+    /* Direct, the host copies go unused. */
+    SHIM_CHECK(gpu_staging_reserve(staged->staging, staged->direct ? 0 : host_total, dev_total));
+    host_total = dev_total = 0;
+    for (int i = 0; i < batch->nexecs; i++) {
+        size_t host, dev;
+        shim_exec_staged_needs(batch->execs[i], &host, &dev);
+        shim_exec_staged_bind(batch->execs[i], staged->staging, staged->direct, host_total,
+                              dev_total);
+        host_total += host;
+        dev_total += dev;
+    }
+    SHIM_CHECK(gpu_staging_wait_arrive(staged->staging, batch->gate));
+    SHIM_CHECK(shim_exec_run(batch->execs, batch->nexecs));
+    return gpu_staging_post_done(staged->staging, batch->gate);
+}
+
+static void *
+shim_staged_thread(void *arg)
+{
+    struct shim_staged *staged = arg;
+    bool pushed = gpu_ctx_push(staged->gpu->ctx) == ncclSuccess;
+
+    shim_comm_bind(staged->comm); /* WARNs land in the communicator's last error */
+    pthread_mutex_lock(&staged->lock);
+    for (;;) {
+        while (staged->head == NULL && !staged->stop) {
+            pthread_cond_wait(&staged->cond, &staged->lock);
+        }
+        struct shim_staged_batch *batch = staged->head;
+        if (batch == NULL) {
+            break;
+        }
+        ncclResult_t failed = staged->error;
+        pthread_mutex_unlock(&staged->lock);
+
+        ncclResult_t res = failed;
+        if (res == ncclSuccess) {
+            res = pushed ? shim_staged_run_batch(staged, batch) : ncclUnhandledCudaError;
+            if (res != ncclSuccess &&
+                !__atomic_load_n(&staged->comm->revoked, __ATOMIC_ACQUIRE)) {
+                shim_comm_set_async_error(staged->comm, res);
+            }
+        }
+
+        /* Freed before it counts as finished: a failed exec cancels its requests on the
+         * worker, which a host call may drive once drain returns. */
+        uint32_t gate = batch->gate;
+        pthread_mutex_lock(&staged->lock);
+        staged->head = batch->next;
+        if (staged->head == NULL) {
+            staged->tail = NULL;
+        }
+        pthread_mutex_unlock(&staged->lock);
+        shim_staged_batch_free(batch);
+        pthread_mutex_lock(&staged->lock);
+        if (res != ncclSuccess && staged->error == ncclSuccess) {
+            staged->error = res;
+        }
+        __atomic_store_n(&staged->finished, gate, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&staged->cond);
+    }
+    pthread_mutex_unlock(&staged->lock);
+    shim_comm_bind(NULL);
+    if (pushed) {
+        gpu_ctx_pop();
+    }
+    return NULL;
+}
+
+static ncclResult_t
+shim_staged_create(struct ncclComm *comm, const struct gpu_device *gpu,
+                   struct shim_staged **out)
+{
+    struct shim_staged *staged;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&staged, 1));
+    staged->comm = comm;
+    staged->gpu = gpu;
+    pthread_mutex_init(&staged->lock, NULL);
+    pthread_cond_init(&staged->cond, NULL);
+    SHIM_CHECK_GOTO(gpu_staging_create(gpu, &staged->staging), res, err);
+    staged->direct = shim_env_str(SHIM_ENV_DEVICE_DIRECT) != NULL
+                         ? shim_env_int(SHIM_ENV_DEVICE_DIRECT) != 0
+                         : tp_cuda_memory();
+    int rc = pthread_create(&staged->thread, NULL, shim_staged_thread, staged);
+    if (rc != 0) {
+        WARN("rank %d: cannot start the thread of device operations: %s", comm->rank,
+             strerror(rc));
+        res = ncclSystemError;
+        goto err;
+    }
+    INFO(SHIM_INIT, "comm %p rank %d: device buffers go over the network, %s", (void *)comm,
+         comm->rank, staged->direct ? "handed to UCX as they are"
+                                    : "staged through pinned host memory");
+    *out = staged;
+    return ncclSuccess;
+err:
+    gpu_staging_destroy(staged->staging);
+    pthread_mutex_destroy(&staged->lock);
+    pthread_cond_destroy(&staged->cond);
+    free(staged);
+    return res;
+}
+
+ncclResult_t
+shim_staged_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
+                   const struct gpu_device *gpu, CUstream stream)
+{
+    struct shim_staged_batch *batch;
+    ncclResult_t res;
+
+    if (comm->staged == NULL) {
+        SHIM_CHECK(shim_staged_create(comm, gpu, &comm->staged));
+    }
+    struct shim_staged *staged = comm->staged;
+    SHIM_CHECK(shim_calloc_bytes((void **)&batch, 1,
+                                 sizeof(*batch) + (size_t)nops * sizeof(batch->execs[0]),
+                                 __FILE__, __LINE__));
+    for (int i = 0; i < nops; i++) {
+        SHIM_CHECK_GOTO(shim_exec_create_staged(&ops[i], &batch->execs[i]), res, err);
+        batch->nexecs++;
+    }
+    pthread_mutex_lock(&staged->lock);
+    batch->gate = staged->gates + 1;
+    res = gpu_stream_post_flag(stream, &staged->staging->arrive, batch->gate);
+    if (res == ncclSuccess) {
+        __atomic_store_n(&staged->gates, batch->gate, __ATOMIC_RELEASE);
+        if (staged->tail != NULL) {
+            staged->tail->next = batch;
+        } else {
+            staged->head = batch;
+        }
+        staged->tail = batch;
+        pthread_cond_broadcast(&staged->cond);
+    }
+    pthread_mutex_unlock(&staged->lock);
+    if (res != ncclSuccess) {
+        goto err;
+    }
+    return ncclSuccess;
+err:
+    shim_staged_batch_free(batch);
+    return res;
+}
+
+/* The entry of stream in the gated streams, added if new. */
+static ncclResult_t
+shim_staged_gated_of(struct shim_staged *staged, CUstream stream,
+                     struct shim_staged_gated **out)
+{
+    for (int i = 0; i < staged->ngated; i++) {
+        if (staged->gated[i].stream == stream) {
+            *out = &staged->gated[i];
+            return ncclSuccess;
+        }
+    }
+    struct shim_staged_gated *grown =
+        realloc(staged->gated, (size_t)(staged->ngated + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        WARN("out of memory noting a stream of device operations");
+        return ncclSystemError;
+    }
+    staged->gated = grown;
+    struct shim_staged_gated *g = &grown[staged->ngated];
+    g->stream = stream;
+    GPU_CU_CHECK(cuEventCreate(&g->passed, CU_EVENT_DISABLE_TIMING));
+    staged->ngated++;
+    *out = g;
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_staged_wait(struct ncclComm *comm, CUstream stream)
+{
+    struct shim_staged *staged = comm->staged;
+    struct shim_staged_gated *g = NULL;
+
+    SHIM_CHECK(gpu_stream_wait_flag(stream, &staged->staging->done,
+                                    __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE)));
+    SHIM_CHECK(shim_staged_gated_of(staged, stream, &g));
+    GPU_CU_CHECK(cuEventRecord(g->passed, stream));
+    return ncclSuccess;
+}
+
+bool
+shim_staged_busy(const struct shim_staged *staged)
+{
+    return staged != NULL && __atomic_load_n(&staged->finished, __ATOMIC_ACQUIRE) !=
+                                 __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE);
+}
+
+ncclResult_t
+shim_staged_drain(struct shim_staged *staged)
+{
+    if (staged == NULL) {
+        return ncclSuccess;
+    }
+    pthread_mutex_lock(&staged->lock);
+    while (staged->finished != staged->gates) {
+        pthread_cond_wait(&staged->cond, &staged->lock);
+    }
+    ncclResult_t res = staged->error;
+    pthread_mutex_unlock(&staged->lock);
+    return res;
+}
+
+ncclResult_t
+shim_staged_error(const struct shim_staged *staged)
+{
+    return staged != NULL ? __atomic_load_n(&staged->error, __ATOMIC_ACQUIRE) : ncclSuccess;
+}
+
+void
+shim_staged_destroy(struct shim_staged *staged, bool abort)
+{
+    if (staged == NULL) {
+        return;
+    }
+    /* On abort the thread's run sees the abort flag and fails, and later batches are skipped;
+     * otherwise every batch runs first. */
+    pthread_mutex_lock(&staged->lock);
+    if (abort && staged->error == ncclSuccess) {
+        staged->error = ncclInvalidUsage;
+    }
+    pthread_mutex_unlock(&staged->lock);
+    shim_staged_drain(staged);
+    pthread_mutex_lock(&staged->lock);
+    staged->stop = true;
+    pthread_cond_broadcast(&staged->cond);
+    pthread_mutex_unlock(&staged->lock);
+    pthread_join(staged->thread, NULL);
+    if (staged->error != ncclSuccess) {
+        /* A failed batch never posted its done: every gate given out goes now, and stays
+         * gone once the lanes' last posts (of batches before it) landed. */
+        shim_staged_release(staged);
+        gpu_staging_settle(staged->staging);
+        shim_staged_release(staged);
+    }
+    /* The user's streams must be past their gates before the flags they read go away (on a
+     * GPU a wait on unregistered memory is a fault of the context). */
+    gpu_ctx_push(staged->gpu->ctx);
+    for (int i = 0; i < staged->ngated; i++) {
+        gpu_cu.cuEventSynchronize(staged->gated[i].passed);
+        gpu_cu.cuEventDestroy(staged->gated[i].passed);
+    }
+    free(staged->gated);
+    gpu_staging_destroy(staged->staging);
+    gpu_ctx_pop();
+    pthread_mutex_destroy(&staged->lock);
+    pthread_cond_destroy(&staged->cond);
+    free(staged);
+}

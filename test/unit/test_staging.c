@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gpu/staging.c against the driver's test double (LD_LIBRARY_PATH as make test-unit sets it):
+ * the lanes wait for the user's stream to arrive, a copy out sees what the in lane wrote
+ * before it, tickets finish in order and the in lane's ticket is posted only for new work,
+ * done releases the user's stream, a release lets everything go, and the buffers grow.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu/driver.h"
+#include "gpu/staging.h"
+#include "gpu/stream.h"
+
+static const struct gpu_device *device;
+static struct gpu_staging *st;
+
+static void
+setup(void)
+{
+    cr_assert(gpu_driver_present(), "no driver: run with LD_LIBRARY_PATH=build/test/doubles");
+    cr_assert_eq(gpu_device_get(0, &device), ncclSuccess);
+    cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
+    cr_assert_eq(gpu_staging_create(device, &st), ncclSuccess);
+}
+
+static void
+teardown(void)
+{
+    gpu_staging_release(st, 1u << 20); /* whatever a failed test left waiting */
+    gpu_staging_destroy(st);
+    gpu_ctx_pop();
+}
+
+/* Waits up to a second for cond, polling. */
+#define EVENTUALLY(cond)                                                                     \
+    do {                                                                                     \
+        for (int i_ = 0; i_ < 1000 && !(cond); i_++) {                                        \
+            usleep(1000);                                                                    \
+        }                                                                                    \
+        cr_assert(cond, "%s did not happen within a second", #cond);                         \
+    } while (0)
+
+TestSuite(staging, .init = setup, .fini = teardown);
+
+Test(staging, lanes_wait_for_arrive_and_a_copy_out_sees_the_in_lane)
+{
+    int *host_in, *host_out;
+    uint32_t in_ticket, out_ticket;
+
+    cr_assert_eq(gpu_staging_reserve(st, 4096, 4096), ncclSuccess);
+    host_in = (int *)st->host;
+    host_out = host_in + 256;
+    host_in[0] = 7;
+    host_out[0] = -1;
+    void *dev = (void *)(uintptr_t)st->dev;
+
+    cr_assert_eq(gpu_staging_wait_arrive(st, 1), ncclSuccess);
+    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, dev, host_in, sizeof(int), &in_ticket),
+                 ncclSuccess);
+    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_OUT, host_out, dev, sizeof(int), &out_ticket),
+                 ncclSuccess);
+    usleep(20000);
+    cr_assert(!gpu_staging_finished(st, GPU_LANE_IN, in_ticket), "copied before arrive");
+    cr_assert(!gpu_staging_finished(st, GPU_LANE_OUT, out_ticket), "copied before arrive");
+    gpu_flag_release(&st->arrive, 1); /* the user's stream got there */
+    EVENTUALLY(gpu_staging_finished(st, GPU_LANE_OUT, out_ticket));
+    cr_assert(gpu_staging_finished(st, GPU_LANE_IN, in_ticket));
+    cr_assert_eq(host_out[0], 7, "the copy out ran before the in lane's copy");
+}
+
+Test(staging, tickets_finish_in_order_and_the_in_ticket_needs_new_work)
+{
+    uint32_t a, b, c, d;
+    char *host = NULL;
+
+    cr_assert_eq(gpu_staging_reserve(st, 1 << 16, 1 << 16), ncclSuccess);
+    host = (char *)st->host;
+    cr_assert_eq(gpu_staging_in_ticket(st, &a), ncclSuccess);
+    cr_assert_eq(gpu_staging_in_ticket(st, &b), ncclSuccess);
+    cr_assert_eq(a, b, "a second ticket without new work");
+    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, (void *)(uintptr_t)st->dev, host, 4096, &c),
+                 ncclSuccess);
+    cr_assert_gt(c, b);
+    gpu_staging_in_touched(st);
+    cr_assert_eq(gpu_staging_in_ticket(st, &d), ncclSuccess);
+    cr_assert_gt(d, c, "work enqueued after a ticket needs a new one");
+    EVENTUALLY(gpu_staging_finished(st, GPU_LANE_IN, d));
+    cr_assert(gpu_staging_finished(st, GPU_LANE_IN, c));
+}
+
+Test(staging, done_releases_the_users_stream_after_the_in_lane)
+{
+    CUstream user;
+    static int mark, one = 1;
+
+    mark = 0;
+    cr_assert_eq(gpu_cu.cuStreamCreate(&user, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_stream_post_flag(user, &st->arrive, 3), ncclSuccess);
+    cr_assert_eq(gpu_stream_wait_flag(user, &st->done, 3), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)&mark,
+                                      (CUdeviceptr)(uintptr_t)&one, sizeof(int), user),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_staging_wait_arrive(st, 3), ncclSuccess);
+    usleep(20000);
+    cr_assert_eq(mark, 0, "the user's stream went past its gate before done");
+    cr_assert_eq(gpu_staging_post_done(st, 3), ncclSuccess);
+    EVENTUALLY(gpu_cu.cuStreamQuery(user) == CUDA_SUCCESS);
+    cr_assert_eq(mark, 1);
+    gpu_cu.cuStreamDestroy(user);
+}
+
+Test(staging, a_release_lets_the_users_stream_and_the_lanes_go)
+{
+    CUstream user;
+    uint32_t ticket;
+
+    cr_assert_eq(gpu_cu.cuStreamCreate(&user, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_stream_wait_flag(user, &st->done, 2), ncclSuccess);
+    cr_assert_eq(gpu_staging_wait_arrive(st, 2), ncclSuccess); /* never posted */
+    gpu_staging_in_touched(st);
+    cr_assert_eq(gpu_staging_in_ticket(st, &ticket), ncclSuccess);
+    usleep(20000);
+    cr_assert(!gpu_staging_finished(st, GPU_LANE_IN, ticket));
+    gpu_staging_release(st, 2);
+    EVENTUALLY(gpu_cu.cuStreamQuery(user) == CUDA_SUCCESS);
+    EVENTUALLY(gpu_staging_finished(st, GPU_LANE_IN, ticket));
+    gpu_cu.cuStreamDestroy(user);
+}
+
+Test(staging, buffers_grow_and_stay)
+{
+    cr_assert_eq(gpu_staging_reserve(st, 5000, 3000), ncclSuccess);
+    cr_assert_geq(st->host_bytes, 5000);
+    cr_assert_geq(st->dev_bytes, 3000);
+    uint8_t *host = st->host;
+    CUdeviceptr dev = st->dev;
+    cr_assert_eq(gpu_staging_reserve(st, 100, 100), ncclSuccess);
+    cr_assert_eq(st->host, host, "a smaller need reallocated");
+    cr_assert_eq(st->dev, dev);
+    cr_assert_eq(gpu_staging_reserve(st, 3u << 20, 0), ncclSuccess);
+    cr_assert_geq(st->host_bytes, 3u << 20);
+    memset(st->host, 1, st->host_bytes); /* all of it is there */
+}
