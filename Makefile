@@ -212,7 +212,7 @@ run: deps
 # What tools/gpu-check needs there, built here (the GPU machine has no UCX headers) into a
 # folder of its own that travels to it: the library, the tools, the multi-process tests.
 .PHONY: gpu-carry
-gpu-carry: lib tools $(MP_BINS)
+gpu-carry: lib tools $(MP_BINS) $(BUILD)/test/netns/hostloss
 
 # --- comparison -----------------------------------------------------------------------------
 # ncclshim's busbw beside Open MPI, MPICH and Gloo (when python3-torch is there), 2 and 4

@@ -4,10 +4,13 @@
 Reads DIR/<lib>-<collective>-n<ranks>.log, nccl-tests output of the genuine NCCL (lib
 "genuine") and of ncclshim (lib "ncclshim") run alike, and prints a Markdown table: per
 collective, rank count and size, each library's out-of-place time and bandwidth (busbw; at 1
-rank, where busbw is 0 for most collectives, algbw) and the ratio of the times; then the speed targets of issue 12, each met or not. Writes the same rows to
-DIR/compare.csv. Exits 1 when a log has no rows or a row reports wrong elements.
+rank, where busbw is 0 for most collectives, algbw) and the ratio of the times; then the
+speed targets, each met or not: issue 12's (ranks on one GPU, every rank of ncclshim on its
+device team), or with --network issue 13's (every rank with a host of its own, so both
+libraries take their network path). Writes the same rows to DIR/compare.csv. Exits 1 when a
+log has no rows or a row reports wrong elements.
 
-Usage: python3 nccl_tests_table.py DIR
+Usage: python3 nccl_tests_table.py [--network] DIR
 """
 
 import csv
@@ -106,15 +109,52 @@ def targets(results):
     return out
 
 
+NETWORK_COLLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
+
+
+def targets_network(results):
+    """Issue 13's speed targets, every rank a host of its own: (text, met or None)."""
+    slower, compared = [], 0
+    for coll in NETWORK_COLLS:
+        for ranks in (2, 4):
+            libs = results.get((coll, ranks), {})
+            gen, ours = libs.get("genuine", {}), libs.get("ncclshim", {})
+            for size in sorted(set(gen) & set(ours)):
+                compared += 1
+                if gen[size][0] > 0 and ours[size][0] > gen[size][0]:
+                    slower.append(f"{coll} {ranks}r {human(size)} "
+                                  f"({ours[size][0] / gen[size][0]:.2f}x)")
+    out = [(f"never slower than the genuine NCCL at any size of {', '.join(NETWORK_COLLS)}, "
+            f"2 and 4 ranks ({compared} sizes compared" +
+            (f"; slower: {', '.join(slower)})" if slower else ")"),
+            not slower if compared else None)]
+    libs2 = results.get(("all_reduce", 2), {})
+    ours, gen = libs2.get("ncclshim", {}), libs2.get("genuine", {})
+    small = ours.get(8)
+    out.append(("2 ranks, 8 B all-reduce: time <= 600 us" +
+                (f" (measured {small[0]} us)" if small else " (not measured)"),
+                small[0] <= 600 if small else None))
+    big, big_gen = ours.get(256 << 20), gen.get(256 << 20)
+    both = big and big_gen and big_gen[2] > 0
+    out.append(("2 ranks, 256 MiB all-reduce: busbw >= 3x the genuine" +
+                (f" (measured {big[2]} against {big_gen[2]} GB/s, {big[2] / big_gen[2]:.2f}x)"
+                 if both else " (not measured)"),
+                big[2] >= 3 * big_gen[2] if both else None))
+    return out
+
+
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    network = bool(args) and args[0] == "--network"
+    args = args[1:] if network else args
+    if len(args) != 1:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    folder = sys.argv[1]
+    folder = args[0]
     results, problems = read_logs(folder)
     table(results, os.path.join(folder, "compare.csv"))
-    print("\nSpeed targets (issue 12):\n")
-    for text, met in targets(results):
+    print(f"\nSpeed targets (issue {13 if network else 12}):\n")
+    for text, met in (targets_network if network else targets)(results):
         print(f"- {'met' if met else 'NOT MET' if met is False else 'not measured'}: {text}")
     for p in problems:
         print(f"\nPROBLEM: {p}")
