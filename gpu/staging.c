@@ -93,9 +93,6 @@ gpu_staging_destroy(struct gpu_staging *st)
     if (st->in_mark != NULL) {
         gpu_cu.cuEventDestroy(st->in_mark);
     }
-    if (st->dev != 0) {
-        gpu_cu.cuMemFree(st->dev);
-    }
     gpu_staging_unpin(st->host, st->host_bytes);
     gpu_staging_unpin((void *)st->flags, st->flags != NULL ? GPU_STAGING_PAGE : 0);
     free(st);
@@ -113,34 +110,23 @@ gpu_staging_round(size_t bytes)
 }
 
 ncclResult_t
-gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes, size_t dev_bytes)
+gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes)
 {
-    if (host_bytes <= st->host_bytes && dev_bytes <= st->dev_bytes) {
+    if (host_bytes <= st->host_bytes) {
         return ncclSuccess;
     }
     for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
         GPU_CU_CHECK(cuStreamSynchronize(st->lanes[lane]));
     }
-    if (host_bytes > st->host_bytes) {
-        gpu_staging_unpin(st->host, st->host_bytes);
-        st->host = NULL;
-        st->host_bytes = 0;
-        size_t size = gpu_staging_round(host_bytes);
-        SHIM_CHECK(gpu_staging_pin(size, (void **)&st->host));
-        st->host_bytes = size;
-    }
-    if (dev_bytes > st->dev_bytes) {
-        if (st->dev != 0) {
-            gpu_cu.cuMemFree(st->dev);
-        }
-        st->dev = 0;
-        st->dev_bytes = 0;
-        size_t size = gpu_staging_round(dev_bytes);
-        GPU_CU_CHECK(cuMemAlloc(&st->dev, size));
-        st->dev_bytes = size;
-    }
-    INFO(SHIM_ALLOC, "device %d staging: %zu bytes pinned, %zu bytes of device scratch",
-         st->device->ordinal, st->host_bytes, st->dev_bytes);
+    gpu_staging_unpin(st->host, st->host_bytes);
+    st->host = NULL;
+    st->host_dev = 0;
+    st->host_bytes = 0;
+    size_t size = gpu_staging_round(host_bytes);
+    SHIM_CHECK(gpu_staging_pin(size, (void **)&st->host));
+    st->host_bytes = size;
+    GPU_CU_CHECK(cuMemHostGetDevicePointer(&st->host_dev, st->host, 0));
+    INFO(SHIM_ALLOC, "device %d staging: %zu bytes pinned", st->device->ordinal, st->host_bytes);
     return ncclSuccess;
 }
 

@@ -4,7 +4,9 @@
  * other only over the network (across hosts, or one host without a device team). The
  * executor (nccl_shim/exec.c) runs the algorithms' schedules unchanged on the device buffers;
  * what it cannot do on device memory (hand bytes to UCX, take bytes from it) goes through
- * this: a pinned host copy of every buffer and two streams of our own, the lanes.
+ * this: pinned host memory for a copy of every buffer (and the schedules' scratch, which
+ * lives there: received chunks are reduced by kernels reading it where it landed) and two
+ * streams of our own, the lanes.
  *
  *     out lane:  [wait arrive] copy device -> host | post out = t | copy ... | post out = t+1
  *     in lane:   [wait arrive] copy host -> device | post in = u | kernels ... | post done = s
@@ -49,9 +51,8 @@ struct gpu_staging {
     bool in_unticketed;              /* ... since its flag was last posted */
     volatile uint32_t *flags;        /* the four flags' page, pinned */
     uint8_t *host;                   /* pinned, host_bytes */
+    CUdeviceptr host_dev;            /* the same memory as kernels and copies address it */
     size_t host_bytes;
-    CUdeviceptr dev;                 /* device scratch, dev_bytes */
-    size_t dev_bytes;
 };
 
 /* Makes device's lanes and flags; the device's primary context must be current. */
@@ -60,9 +61,9 @@ ncclResult_t gpu_staging_create(const struct gpu_device *device, struct gpu_stag
  * stream will never reach must have been released first (gpu_staging_release). */
 void gpu_staging_destroy(struct gpu_staging *st);
 
-/* At least host_bytes of pinned host memory and dev_bytes of device memory. Growing waits for
- * the lanes' work so far, which may still use the old buffers. */
-ncclResult_t gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes, size_t dev_bytes);
+/* At least host_bytes of pinned host memory. Growing waits for the lanes' work so far, which
+ * may still use the old memory. */
+ncclResult_t gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes);
 
 /* Both lanes wait until the user's stream posted arrive = seq. */
 ncclResult_t gpu_staging_wait_arrive(struct gpu_staging *st, uint32_t seq);

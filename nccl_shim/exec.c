@@ -122,7 +122,7 @@ shim_exec_arm(struct shim_exec *exec)
         /* Scratch is device memory of the staging, bound later; the op was numbered when it
          * was issued. */
         SHIM_CHECK(shim_calloc(&exec->tickets, (size_t)nsteps));
-        SHIM_CHECK(shim_calloc(&exec->forward, (size_t)nsteps));
+        SHIM_CHECK(shim_calloc(&exec->how, (size_t)nsteps));
         exec->seq = exec->op.seq;
     } else {
         SHIM_CHECK(shim_comm_scratch_get(comm, exec->sched.scratch_bytes,
@@ -274,7 +274,7 @@ shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out)
 }
 
 ncclResult_t
-shim_exec_create_staged(const struct shim_op *op, struct shim_exec **exec_out)
+shim_exec_create_staged(const struct shim_op *op, bool direct, struct shim_exec **exec_out)
 {
     struct shim_exec *exec;
 
@@ -282,6 +282,7 @@ shim_exec_create_staged(const struct shim_op *op, struct shim_exec **exec_out)
     SHIM_CHECK(shim_calloc(&exec, 1));
     exec->op = *op;
     exec->staged = true;
+    exec->direct = direct;
     alg_sched_init(&exec->sched);
     SHIM_CHECK(shim_exec_schedule(exec, shim_exec_args(op)));
     shim_staged_plan(exec);
@@ -395,7 +396,7 @@ shim_exec_destroy(struct shim_exec *exec)
         shim_comm_scratch_put(exec->op.comm, exec->bufs[ALG_BUF_SCRATCH],
                               exec->sched.scratch_bytes);
     }
-    free(exec->forward);
+    free(exec->how);
     free(exec->tickets);
     free(exec->reqs);
     free(exec->tags);

@@ -24,15 +24,16 @@ struct shim_exec;
 ncclResult_t shim_exec_create(const struct shim_op *op, struct shim_exec **exec_out);
 /* As shim_exec_create, for an op on device memory whose communicator has no device team: it
  * keeps the number it was issued with (op->seq), always runs a schedule, and runs on device
- * memory through a staging (gpu/staging.h), bound before it runs. */
-ncclResult_t shim_exec_create_staged(const struct shim_op *op, struct shim_exec **exec_out);
-/* The staging's pinned host bytes and device scratch bytes a staged exec needs ... */
-void shim_exec_staged_needs(const struct shim_exec *exec, size_t *host_bytes, size_t *dev_bytes);
-/* ... and its share of them, from these offsets on; direct: UCX takes device memory as it
- * is (tp_cuda_memory), and only scratch is used. */
+ * memory through a staging (gpu/staging.h), bound before it runs. direct: UCX takes device
+ * memory as it is (tp_cuda_memory), and only scratch is staged. */
+ncclResult_t shim_exec_create_staged(const struct shim_op *op, bool direct,
+                                     struct shim_exec **exec_out);
+/* The staging's pinned bytes a staged exec needs ... */
+size_t shim_exec_staged_needs(const struct shim_exec *exec);
+/* ... and its share of them, from this offset on. */
 struct gpu_staging;
-void shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging, bool direct,
-                           size_t host_off, size_t dev_off);
+void shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging,
+                           size_t host_off);
 
 /* Cancels whatever is still in flight and frees the op (keeping one spare per
  * communicator, which shim_exec_free_spare releases when the communicator goes). */

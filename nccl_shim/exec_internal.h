@@ -48,8 +48,8 @@ struct shim_exec {
     size_t shadow_off[ALG_BUF_COUNT]; /* each buffer's host copy in the exec's share */
     size_t shadow_bytes;
     uint8_t *shadow[ALG_BUF_COUNT];   /* the host copies, aliased as the buffers are */
-    uint32_t *tickets;                /* per step: the staging copy it waits for */
-    bool *forward;                    /* per send: its bytes are in the host copy already */
+    uint32_t *tickets;                /* per step: the lane's ticket it waits for */
+    uint8_t *how;                     /* per send and receive: enum shim_staged_how */
     int nstaging;                     /* steps STAGING now */
 };
 
@@ -74,12 +74,13 @@ shim_exec_copy_scales(const struct kr_redop *redop, unsigned kr_flags)
            (redop->kind == KR_SUMPOSTDIV && (kr_flags & KR_POST));
 }
 
-/* Where a message's bytes are: the host copy of a staged exec's buffer, else the buffer. */
+/* Where a message's bytes are: a staged exec's host copy of the buffer (scratch lives only
+ * there; the user's buffers, unless UCX takes device memory), else the buffer. */
 static inline void *
 shim_exec_wire_ptr(const struct shim_exec *exec, struct alg_range range)
 {
-    return exec->staging != NULL && !exec->direct ? exec->shadow[range.buf] + range.off
-                                                  : shim_exec_ptr(exec, range);
+    bool host_copy = exec->staging != NULL && (range.buf == ALG_BUF_SCRATCH || !exec->direct);
+    return host_copy ? exec->shadow[range.buf] + range.off : shim_exec_ptr(exec, range);
 }
 
 static inline void
@@ -92,8 +93,16 @@ shim_exec_step_done(struct shim_exec *exec, int i)
 /* Posts a send or receive step's message (exec.c). */
 ncclResult_t shim_exec_post(struct shim_exec *exec, int i);
 
+/* How a staged send or receive meets the GPU (exec_staged_steps.c says what each means). */
+enum shim_staged_how {
+    SHIM_STAGED_NOW,           /* the message at once */
+    SHIM_STAGED_COPY_OUT,      /* send: copy out first */
+    SHIM_STAGED_AFTER_KERNELS, /* the message once the in lane's work so far is finished */
+    SHIM_STAGED_COPY_IN,       /* receive: into the host copy, then copied in */
+};
+
 /* Staged execs (exec_staged_steps.c). Lays out the host copies of a new one's buffers and
- * finds the sends that forward received bytes as they are. */
+ * plans how each send and receive meets the GPU. */
 void shim_staged_plan(struct shim_exec *exec);
 /* Starts a ready step of a bound one: a message, its copy first, or a kernel. */
 ncclResult_t shim_staged_start(struct shim_exec *exec, int i);

@@ -69,24 +69,16 @@ shim_staged_batch_free(struct shim_staged_batch *batch)
 static ncclResult_t
 shim_staged_run_batch(struct shim_staged *staged, struct shim_staged_batch *batch)
 {
-    size_t host_total = 0, dev_total = 0;
+    size_t total = 0;
 
     for (int i = 0; i < batch->nexecs; i++) {
-        size_t host, dev;
-        shim_exec_staged_needs(batch->execs[i], &host, &dev);
-        host_total += host;
-        dev_total += dev;
+        total += shim_exec_staged_needs(batch->execs[i]);
     }
-    /* Direct, the host copies go unused. */
-    SHIM_CHECK(gpu_staging_reserve(staged->staging, staged->direct ? 0 : host_total, dev_total));
-    host_total = dev_total = 0;
+    SHIM_CHECK(gpu_staging_reserve(staged->staging, total));
+    total = 0;
     for (int i = 0; i < batch->nexecs; i++) {
-        size_t host, dev;
-        shim_exec_staged_needs(batch->execs[i], &host, &dev);
-        shim_exec_staged_bind(batch->execs[i], staged->staging, staged->direct, host_total,
-                              dev_total);
-        host_total += host;
-        dev_total += dev;
+        shim_exec_staged_bind(batch->execs[i], staged->staging, total);
+        total += shim_exec_staged_needs(batch->execs[i]);
     }
     SHIM_CHECK(gpu_staging_wait_arrive(staged->staging, batch->gate));
     SHIM_CHECK(shim_exec_run(batch->execs, batch->nexecs));
@@ -197,7 +189,8 @@ shim_staged_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
                                  sizeof(*batch) + (size_t)nops * sizeof(batch->execs[0]),
                                  __FILE__, __LINE__));
     for (int i = 0; i < nops; i++) {
-        SHIM_CHECK_GOTO(shim_exec_create_staged(&ops[i], &batch->execs[i]), res, err);
+        SHIM_CHECK_GOTO(shim_exec_create_staged(&ops[i], staged->direct, &batch->execs[i]), res,
+                        err);
         batch->nexecs++;
     }
     pthread_mutex_lock(&staged->lock);

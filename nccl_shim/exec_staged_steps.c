@@ -1,18 +1,24 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A schedule's steps on device memory, for a communicator without a device team (the
- * executor's part that exec.c leaves to this file; see its header comment for the whole). The
- * device buffers get host copies in the staging's pinned memory, laid out as the buffers are,
- * aliasing included, so the schedule's hazard rules hold for them too:
+ * executor's part that exec.c leaves to this file; see its header comment for the whole).
+ * The staging's pinned memory holds a host copy of the user's buffers, laid out as the
+ * buffers are, aliasing included, so the schedule's hazard rules hold for the copies too; and
+ * the schedule's scratch, which lives only there, where messages land and kernels read it.
+ * How each send and receive meets the GPU is planned when the exec is made:
  *
- *     send      copy out on the out lane (STAGING) | the message from the host copy
- *               (a send of bytes a receive just brought in: the message at once)
- *     receive   the message into the host copy | copy in on the in lane (STAGING) | done
- *     reduce    a kernel on the in lane, done at once: what reads its result is ordered after
- *     copy      it on that lane, or (a copy out) waits for an event of it
+ *     send, COPY_OUT       copy out on the out lane (STAGING) | the message from the host copy
+ *     send, NOW            the bytes came from a receive and nothing wrote them since: the
+ *                          message from the host copy at once (forwarding rings, chains, trees)
+ *     send, AFTER_KERNELS  scratch a kernel wrote, or (direct) the device buffer: the message
+ *                          once the in lane's work so far is finished (STAGING)
+ *     receive, COPY_IN     the message into the host copy | copy in on the in lane (STAGING)
+ *     receive, AFTER_KERNELS  scratch, or (direct) the device buffer, which kernels enqueued
+ *                          before may still read: the message once they are finished
+ *     reduce, copy         a kernel (or a copy) on the in lane, done at once: whatever reads
+ *                          its result is ordered after it there, or waits for it as above
  *
- * Direct (UCX moves device memory itself): a send or receive waits (STAGING) for the in
- * lane's work so far, which wrote or still reads its bytes, then UCX gets the device buffer.
+ * Direct: UCX moves device memory itself (tp_cuda_memory), so only scratch has a host copy.
  */
 #include <string.h>
 
@@ -51,7 +57,7 @@ shim_staged_align(size_t bytes)
 }
 
 /* Lays out the host copies: the user's two buffers keep their overlap (in place), scratch
- * follows. */
+ * follows; direct, scratch alone. */
 static void
 shim_staged_shadow_layout(struct shim_exec *exec)
 {
@@ -59,6 +65,11 @@ shim_staged_shadow_layout(struct shim_exec *exec)
     uintptr_t send = (uintptr_t)exec->op.sendbuff, recv = (uintptr_t)exec->op.recvbuff;
 
     shim_staged_extents(&exec->sched, ext);
+    if (exec->direct) {
+        exec->shadow_off[ALG_BUF_SCRATCH] = 0;
+        exec->shadow_bytes = shim_staged_align(ext[ALG_BUF_SCRATCH]);
+        return;
+    }
     bool overlap = ext[ALG_BUF_SEND] > 0 && ext[ALG_BUF_RECV] > 0 &&
                    send < recv + ext[ALG_BUF_RECV] && recv < send + ext[ALG_BUF_SEND];
     size_t end;
@@ -86,61 +97,87 @@ shim_staged_shadow_pos(const struct shim_exec *exec, struct alg_range range)
     return exec->shadow_off[range.buf] + range.off;
 }
 
-/* How far back a send looks for the receive that brought its bytes in; past it, the bytes
- * are copied out of device memory again, which is always right. Forwarding steps (rings,
- * chains, trees) find theirs within a few steps. */
+/* How far back a send looks for the step that last wrote its bytes; past it, the bytes are
+ * copied out of device memory again, which is always right. Forwarding steps (rings, chains,
+ * trees) find theirs within a few steps. */
 #define SHIM_FORWARD_LOOKBACK 64
 
-/* A send goes out of the host copy as it is when the last step before it that wrote any of
- * its bytes is a receive of all of them: nothing changed them on the device since, and the
- * receive is done before the send is ready (steps writing the same bytes are ordered). */
-static void
-shim_staged_find_forwards(struct shim_exec *exec)
+/* Whether the last step before send i that wrote any of its bytes is a receive of all of them:
+ * then they are in the host copy and nothing changed them since (steps writing the same
+ * bytes are ordered, so that receive is done before the send is ready). */
+static bool
+shim_staged_forwards(const struct shim_exec *exec, int i)
 {
-    for (int i = 0; i < exec->sched.nsteps; i++) {
-        const struct alg_step *send = &exec->sched.steps[i];
-        if (send->kind != ALG_STEP_SEND) {
+    const struct alg_range *src = &exec->sched.steps[i].src[0];
+    size_t lo = shim_staged_shadow_pos(exec, *src), hi = lo + src->len;
+
+    for (int j = i - 1; j >= 0 && j >= i - SHIM_FORWARD_LOOKBACK; j--) {
+        const struct alg_step *w = &exec->sched.steps[j];
+        if (w->kind == ALG_STEP_SEND) {
             continue;
         }
-        size_t lo = shim_staged_shadow_pos(exec, send->src[0]), hi = lo + send->src[0].len;
-        for (int j = i - 1; j >= 0 && j >= i - SHIM_FORWARD_LOOKBACK; j--) {
-            const struct alg_step *w = &exec->sched.steps[j];
-            if (w->kind == ALG_STEP_SEND) {
-                continue;
-            }
-            size_t wlo = shim_staged_shadow_pos(exec, w->dst), whi = wlo + w->dst.len;
-            if (wlo < hi && lo < whi) {
-                exec->forward[i] = w->kind == ALG_STEP_RECV && wlo <= lo && hi <= whi;
-                break;
-            }
+        size_t wlo = shim_staged_shadow_pos(exec, w->dst), whi = wlo + w->dst.len;
+        if (wlo < hi && lo < whi) {
+            return w->kind == ALG_STEP_RECV && wlo <= lo && hi <= whi;
         }
     }
+    return false;
+}
+
+static enum shim_staged_how
+shim_staged_plan_step(const struct shim_exec *exec, int i)
+{
+    const struct alg_step *step = &exec->sched.steps[i];
+
+    if (step->kind == ALG_STEP_RECV) {
+        bool in_place = step->dst.buf == ALG_BUF_SCRATCH || exec->direct;
+        return step->dst.len == 0 ? SHIM_STAGED_NOW
+               : in_place         ? SHIM_STAGED_AFTER_KERNELS
+                                  : SHIM_STAGED_COPY_IN;
+    }
+    if (step->src[0].len == 0) {
+        return SHIM_STAGED_NOW;
+    }
+    if (exec->direct && step->src[0].buf != ALG_BUF_SCRATCH) {
+        return SHIM_STAGED_AFTER_KERNELS;
+    }
+    if (shim_staged_forwards(exec, i)) {
+        return SHIM_STAGED_NOW;
+    }
+    return step->src[0].buf == ALG_BUF_SCRATCH ? SHIM_STAGED_AFTER_KERNELS
+                                                : SHIM_STAGED_COPY_OUT;
 }
 
 void
 shim_staged_plan(struct shim_exec *exec)
 {
     shim_staged_shadow_layout(exec);
-    shim_staged_find_forwards(exec);
+    for (int i = 0; i < exec->sched.nsteps; i++) {
+        enum alg_step_kind kind = exec->sched.steps[i].kind;
+        if (kind == ALG_STEP_SEND || kind == ALG_STEP_RECV) {
+            exec->how[i] = (uint8_t)shim_staged_plan_step(exec, i);
+        }
+    }
 }
 
-void
-shim_exec_staged_needs(const struct shim_exec *exec, size_t *host_bytes, size_t *dev_bytes)
+size_t
+shim_exec_staged_needs(const struct shim_exec *exec)
 {
-    *host_bytes = exec->shadow_bytes;
-    *dev_bytes = shim_staged_align(exec->sched.scratch_bytes);
+    return exec->shadow_bytes;
 }
 
 void
-shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging, bool direct,
-                      size_t host_off, size_t dev_off)
+shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging, size_t host_off)
 {
     exec->staging = staging;
-    exec->direct = direct;
-    for (int b = 0; b < ALG_BUF_COUNT && !direct; b++) {
-        exec->shadow[b] = staging->host + host_off + exec->shadow_off[b];
+    for (int b = 0; b < ALG_BUF_COUNT; b++) {
+        if (b == ALG_BUF_SCRATCH || !exec->direct) {
+            exec->shadow[b] = staging->host + host_off + exec->shadow_off[b];
+        }
     }
-    exec->bufs[ALG_BUF_SCRATCH] = (uint8_t *)(uintptr_t)(staging->dev + dev_off);
+    /* Kernels and copies address scratch through the device's view of the same memory. */
+    exec->bufs[ALG_BUF_SCRATCH] =
+        (uint8_t *)(uintptr_t)(staging->host_dev + host_off + exec->shadow_off[ALG_BUF_SCRATCH]);
 }
 
 /* A reduction operand on the device: PreMulSum's scalar comes with it (the host's value, or
@@ -189,29 +226,29 @@ shim_staged_compute_device(struct shim_exec *exec, const struct alg_step *step)
     return ncclSuccess;
 }
 
-/* The lane a STAGING step waits on: direct, the in lane's work; else its copy's. */
+/* What a STAGING step waits for: its copy out on the out lane; its copy in, or the work
+ * before it, on the in lane. */
 static enum gpu_lane
-shim_staged_stage_lane(const struct shim_exec *exec, int i)
+shim_staged_lane(const struct shim_exec *exec, int i)
 {
-    return !exec->direct && exec->sched.steps[i].kind == ALG_STEP_SEND ? GPU_LANE_OUT
-                                                                        : GPU_LANE_IN;
+    return exec->how[i] == SHIM_STAGED_COPY_OUT ? GPU_LANE_OUT : GPU_LANE_IN;
 }
 
-/* A staged step begins what its message must wait for: a copy between its device bytes and
- * their host copy, or (direct) the in lane's work so far. */
+/* A step begins what it must wait for on the GPU: a copy between its device bytes and their
+ * host copy (out before a send, in after a receive), or the in lane's work so far. */
 static ncclResult_t
 shim_staged_stage(struct shim_exec *exec, int i)
 {
     const struct alg_step *step = &exec->sched.steps[i];
-    enum gpu_lane lane = shim_staged_stage_lane(exec, i);
 
-    if (exec->direct) {
+    if (exec->how[i] == SHIM_STAGED_AFTER_KERNELS) {
         SHIM_CHECK(gpu_staging_in_ticket(exec->staging, &exec->tickets[i]));
     } else {
-        struct alg_range range = lane == GPU_LANE_OUT ? step->src[0] : step->dst;
+        bool out = exec->how[i] == SHIM_STAGED_COPY_OUT;
+        struct alg_range range = out ? step->src[0] : step->dst;
         void *dev = shim_exec_ptr(exec, range), *host = shim_exec_wire_ptr(exec, range);
-        SHIM_CHECK(gpu_staging_copy(exec->staging, lane, lane == GPU_LANE_OUT ? host : dev,
-                                    lane == GPU_LANE_OUT ? dev : host, range.len,
+        SHIM_CHECK(gpu_staging_copy(exec->staging, out ? GPU_LANE_OUT : GPU_LANE_IN,
+                                    out ? host : dev, out ? dev : host, range.len,
                                     &exec->tickets[i]));
     }
     exec->state[i] = SHIM_STEP_STAGING;
@@ -219,21 +256,21 @@ shim_staged_stage(struct shim_exec *exec, int i)
     return ncclSuccess;
 }
 
-/* A STAGING step whose wait is over: a send's message goes, and a direct receive's; a
- * staged receive's bytes are in. */
+/* A STAGING step whose wait is over: a send's message goes, and a receive's that waited for
+ * the kernels; a copied-in receive is done. */
 ncclResult_t
 shim_staged_test(struct shim_exec *exec, int i, bool *progressed)
 {
-    if (!gpu_staging_finished(exec->staging, shim_staged_stage_lane(exec, i), exec->tickets[i])) {
+    if (!gpu_staging_finished(exec->staging, shim_staged_lane(exec, i), exec->tickets[i])) {
         return ncclSuccess;
     }
     exec->nstaging--;
     *progressed = true;
-    if (exec->sched.steps[i].kind == ALG_STEP_SEND || exec->direct) {
-        return shim_exec_post(exec, i);
+    if (exec->how[i] == SHIM_STAGED_COPY_IN) {
+        shim_exec_step_done(exec, i);
+        return ncclSuccess;
     }
-    shim_exec_step_done(exec, i);
-    return ncclSuccess;
+    return shim_exec_post(exec, i);
 }
 
 ncclResult_t
@@ -241,30 +278,22 @@ shim_staged_start(struct shim_exec *exec, int i)
 {
     const struct alg_step *step = &exec->sched.steps[i];
 
-    switch (step->kind) {
-    case ALG_STEP_SEND:
-        if ((exec->direct || !exec->forward[i]) && step->src[0].len > 0) {
-            return shim_staged_stage(exec, i);
-        }
-        return shim_exec_post(exec, i);
-    case ALG_STEP_RECV:
-        if (exec->direct && step->dst.len > 0) {
-            return shim_staged_stage(exec, i); /* the in lane's kernels may still read there */
-        }
-        return shim_exec_post(exec, i);
-    default:
+    if (step->kind == ALG_STEP_REDUCE || step->kind == ALG_STEP_COPY) {
         SHIM_CHECK(shim_staged_compute_device(exec, step));
         shim_exec_step_done(exec, i);
         return ncclSuccess;
     }
+    bool waits = exec->how[i] == SHIM_STAGED_COPY_OUT ||
+                 exec->how[i] == SHIM_STAGED_AFTER_KERNELS;
+    return waits ? shim_staged_stage(exec, i) : shim_exec_post(exec, i);
 }
 
 ncclResult_t
 shim_staged_received(struct shim_exec *exec, int i)
 {
-    if (exec->direct || exec->sched.steps[i].dst.len == 0) {
-        shim_exec_step_done(exec, i);
-        return ncclSuccess;
+    if (exec->how[i] == SHIM_STAGED_COPY_IN) {
+        return shim_staged_stage(exec, i); /* the bytes go in */
     }
-    return shim_staged_stage(exec, i); /* the bytes go in */
+    shim_exec_step_done(exec, i);
+    return ncclSuccess;
 }

@@ -3,7 +3,8 @@
  * gpu/staging.c against the driver's test double (LD_LIBRARY_PATH as make test-unit sets it):
  * the lanes wait for the user's stream to arrive, a copy out sees what the in lane wrote
  * before it, tickets finish in order and the in lane's ticket is posted only for new work,
- * done releases the user's stream, a release lets everything go, and the buffers grow.
+ * done releases the user's stream, a release lets everything go, and the pinned memory grows
+ * and is reachable from the device side too.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 static const struct gpu_device *device;
 static struct gpu_staging *st;
+static CUdeviceptr dev; /* 64 KiB of device memory */
 
 static void
 setup(void)
@@ -23,6 +25,7 @@ setup(void)
     cr_assert_eq(gpu_device_get(0, &device), ncclSuccess);
     cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
     cr_assert_eq(gpu_staging_create(device, &st), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 1 << 16), CUDA_SUCCESS);
 }
 
 static void
@@ -30,6 +33,7 @@ teardown(void)
 {
     gpu_staging_release(st, 1u << 20); /* whatever a failed test left waiting */
     gpu_staging_destroy(st);
+    gpu_cu.cuMemFree(dev);
     gpu_ctx_pop();
 }
 
@@ -49,17 +53,17 @@ Test(staging, lanes_wait_for_arrive_and_a_copy_out_sees_the_in_lane)
     int *host_in, *host_out;
     uint32_t in_ticket, out_ticket;
 
-    cr_assert_eq(gpu_staging_reserve(st, 4096, 4096), ncclSuccess);
+    cr_assert_eq(gpu_staging_reserve(st, 4096), ncclSuccess);
     host_in = (int *)st->host;
     host_out = host_in + 256;
     host_in[0] = 7;
     host_out[0] = -1;
-    void *dev = (void *)(uintptr_t)st->dev;
+    void *buf = (void *)(uintptr_t)dev;
 
     cr_assert_eq(gpu_staging_wait_arrive(st, 1), ncclSuccess);
-    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, dev, host_in, sizeof(int), &in_ticket),
+    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, buf, host_in, sizeof(int), &in_ticket),
                  ncclSuccess);
-    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_OUT, host_out, dev, sizeof(int), &out_ticket),
+    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_OUT, host_out, buf, sizeof(int), &out_ticket),
                  ncclSuccess);
     usleep(20000);
     cr_assert(!gpu_staging_finished(st, GPU_LANE_IN, in_ticket), "copied before arrive");
@@ -75,12 +79,12 @@ Test(staging, tickets_finish_in_order_and_the_in_ticket_needs_new_work)
     uint32_t a, b, c, d;
     char *host = NULL;
 
-    cr_assert_eq(gpu_staging_reserve(st, 1 << 16, 1 << 16), ncclSuccess);
+    cr_assert_eq(gpu_staging_reserve(st, 1 << 16), ncclSuccess);
     host = (char *)st->host;
     cr_assert_eq(gpu_staging_in_ticket(st, &a), ncclSuccess);
     cr_assert_eq(gpu_staging_in_ticket(st, &b), ncclSuccess);
     cr_assert_eq(a, b, "a second ticket without new work");
-    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, (void *)(uintptr_t)st->dev, host, 4096, &c),
+    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, (void *)(uintptr_t)dev, host, 4096, &c),
                  ncclSuccess);
     cr_assert_gt(c, b);
     gpu_staging_in_touched(st);
@@ -129,17 +133,23 @@ Test(staging, a_release_lets_the_users_stream_and_the_lanes_go)
     gpu_cu.cuStreamDestroy(user);
 }
 
-Test(staging, buffers_grow_and_stay)
+Test(staging, pinned_memory_grows_stays_and_the_device_reaches_it)
 {
-    cr_assert_eq(gpu_staging_reserve(st, 5000, 3000), ncclSuccess);
+    uint32_t ticket;
+
+    cr_assert_eq(gpu_staging_reserve(st, 5000), ncclSuccess);
     cr_assert_geq(st->host_bytes, 5000);
-    cr_assert_geq(st->dev_bytes, 3000);
     uint8_t *host = st->host;
-    CUdeviceptr dev = st->dev;
-    cr_assert_eq(gpu_staging_reserve(st, 100, 100), ncclSuccess);
+    cr_assert_eq(gpu_staging_reserve(st, 100), ncclSuccess);
     cr_assert_eq(st->host, host, "a smaller need reallocated");
-    cr_assert_eq(st->dev, dev);
-    cr_assert_eq(gpu_staging_reserve(st, 3u << 20, 0), ncclSuccess);
+    cr_assert_eq(gpu_staging_reserve(st, 3u << 20), ncclSuccess);
     cr_assert_geq(st->host_bytes, 3u << 20);
     memset(st->host, 1, st->host_bytes); /* all of it is there */
+    /* A copy through the device's view of it, as kernels see scratch. */
+    memset(st->host, 9, 64);
+    cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, st->host + 4096,
+                                  (void *)(uintptr_t)st->host_dev, 64, &ticket),
+                 ncclSuccess);
+    EVENTUALLY(gpu_staging_finished(st, GPU_LANE_IN, ticket));
+    cr_assert_eq(st->host[4096 + 63], 9);
 }
