@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/debug.h"
+#include "eventually.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
@@ -82,15 +83,6 @@ stream_idle(CUstream s)
 {
     return gpu_cu.cuStreamQuery(s) == CUDA_SUCCESS;
 }
-
-/* Waits up to a second for cond, polling. */
-#define EVENTUALLY(cond)                                                                     \
-    do {                                                                                     \
-        for (int i_ = 0; i_ < 1000 && !(cond); i_++) {                                        \
-            usleep(1000);                                                                    \
-        }                                                                                    \
-        cr_assert(cond, "%s did not happen within a second", #cond);                         \
-    } while (0)
 
 TestSuite(gpu, .init = setup, .fini = teardown);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "eventually.h"
 #include "gpu/driver.h"
 #include "gpu/staging.h"
 #include "gpu/stream.h"
@@ -36,15 +37,6 @@ teardown(void)
     gpu_cu.cuMemFree(dev);
     gpu_ctx_pop();
 }
-
-/* Waits up to a second for cond, polling. */
-#define EVENTUALLY(cond)                                                                     \
-    do {                                                                                     \
-        for (int i_ = 0; i_ < 1000 && !(cond); i_++) {                                        \
-            usleep(1000);                                                                    \
-        }                                                                                    \
-        cr_assert(cond, "%s did not happen within a second", #cond);                         \
-    } while (0)
 
 TestSuite(staging, .init = setup, .fini = teardown);
 
