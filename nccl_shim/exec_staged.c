@@ -4,7 +4,6 @@
  */
 #include "exec_staged.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
