@@ -67,6 +67,9 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
     [SHIM_ENV_DEVICE_DIRECT] = {"NCCLSHIM_DEVICE_DIRECT", NULL,
                                 "device buffers across hosts: 1 to UCX as they are, 0 staged "
                                 "through pinned memory (default: 1 if UCX reports CUDA)"},
+    [SHIM_ENV_STAGED_PHASES] = {"NCCLSHIM_STAGED_PHASES", "0",
+                                "1: device buffers across hosts: time spent per phase, printed "
+                                "when the communicator goes"},
 };
 
 static pthread_once_t shim_env_once = PTHREAD_ONCE_INIT;

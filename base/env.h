@@ -33,6 +33,7 @@ enum shim_env_id {
     SHIM_ENV_TIMEOUT,
     SHIM_ENV_CHECK,
     SHIM_ENV_DEVICE_DIRECT,
+    SHIM_ENV_STAGED_PHASES,
     SHIM_ENV_COUNT
 };
 

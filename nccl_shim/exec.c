@@ -397,6 +397,7 @@ shim_exec_destroy(struct shim_exec *exec)
                               exec->sched.scratch_bytes);
     }
     free(exec->how);
+    free(exec->since);
     free(exec->tickets);
     free(exec->reqs);
     free(exec->tags);
@@ -452,6 +453,9 @@ shim_exec_post(struct shim_exec *exec, int i)
                                 step->dst.len, exec->tags[i], &exec->reqs[i]));
     }
     exec->state[i] = SHIM_STEP_POSTED;
+    if (exec->since != NULL) {
+        exec->since[i] = shim_clock_ns();
+    }
     return ncclSuccess;
 }
 
@@ -510,8 +514,8 @@ shim_exec_progress(struct shim_exec *exec, bool *progressed_out)
         if (exec->state[i] == SHIM_STEP_POSTED) {
             bool done;
             SHIM_CHECK(tp_request_test(tp, &exec->reqs[i], &done));
-            if (done && exec->staging != NULL && exec->sched.steps[i].kind == ALG_STEP_RECV) {
-                SHIM_CHECK(shim_staged_received(exec, i));
+            if (done && exec->staging != NULL) {
+                SHIM_CHECK(shim_staged_message_done(exec, i));
             } else if (done) {
                 shim_exec_step_done(exec, i);
             }

@@ -30,10 +30,12 @@ ncclResult_t shim_exec_create_staged(const struct shim_op *op, bool direct,
                                      struct shim_exec **exec_out);
 /* The staging's pinned bytes a staged exec needs ... */
 size_t shim_exec_staged_needs(const struct shim_exec *exec);
-/* ... and its share of them, from this offset on. */
+/* ... and its share of them, from this offset on; phases, when not NULL, adds up where its
+ * steps' time goes (NCCLSHIM_STAGED_PHASES). */
 struct gpu_staging;
-void shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging,
-                           size_t host_off);
+struct shim_staged_phases;
+ncclResult_t shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging,
+                                   size_t host_off, struct shim_staged_phases *phases);
 
 /* Cancels whatever is still in flight and frees the op (keeping one spare per
  * communicator, which shim_exec_free_spare releases when the communicator goes). */

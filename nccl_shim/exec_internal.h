@@ -50,6 +50,8 @@ struct shim_exec {
     uint8_t *shadow[ALG_BUF_COUNT];   /* the host copies, aliased as the buffers are */
     uint32_t *tickets;                /* per step: the lane's ticket it waits for */
     uint8_t *how;                     /* per send and receive: enum shim_staged_how */
+    struct shim_staged_phases *phases; /* NCCLSHIM_STAGED_PHASES: where to add up, or NULL */
+    uint64_t *since;                  /* ... and per step, when its phase began */
     int nstaging;                     /* steps STAGING now */
 };
 
@@ -101,6 +103,21 @@ enum shim_staged_how {
     SHIM_STAGED_COPY_IN,       /* receive: into the host copy, then copied in */
 };
 
+/* Where a staged step's time goes (NCCLSHIM_STAGED_PHASES). Phases of different steps overlap:
+ * each total is the time steps spent in it, not a share of the wall time. */
+enum shim_staged_phase {
+    SHIM_PHASE_COPY_OUT, /* a send's copy out of device memory */
+    SHIM_PHASE_KERNELS,  /* a message waiting for the in lane's work before it */
+    SHIM_PHASE_SEND,     /* a send's message, posted to completed */
+    SHIM_PHASE_RECV,     /* a receive's message, posted to arrived */
+    SHIM_PHASE_COPY_IN,  /* a receive's copy into device memory */
+    SHIM_PHASE_COUNT
+};
+struct shim_staged_phases {
+    uint64_t ns[SHIM_PHASE_COUNT];
+    uint64_t count[SHIM_PHASE_COUNT];
+};
+
 /* Staged execs (exec_staged_steps.c). Lays out the host copies of a new one's buffers and
  * plans how each send and receive meets the GPU. */
 void shim_staged_plan(struct shim_exec *exec);
@@ -108,7 +125,8 @@ void shim_staged_plan(struct shim_exec *exec);
 ncclResult_t shim_staged_start(struct shim_exec *exec, int i);
 /* A STAGING step: moves on once what it waits for on the GPU is finished. */
 ncclResult_t shim_staged_test(struct shim_exec *exec, int i, bool *progressed);
-/* A receive whose message arrived: its bytes go in (or, direct, it is done). */
-ncclResult_t shim_staged_received(struct shim_exec *exec, int i);
+/* A send or receive whose message completed: a receive's bytes go in where planned, else the
+ * step is done. */
+ncclResult_t shim_staged_message_done(struct shim_exec *exec, int i);
 
 #endif

@@ -5,13 +5,16 @@
 #include "exec_staged.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/env.h"
 #include "comm.h"
-#include "exec.h"
+#include "exec_internal.h"
 #include "gpu/staging.h"
 #include "gpu/stream.h"
 #include "transports/transport.h"
@@ -45,6 +48,8 @@ struct shim_staged {
     bool stop;
     struct shim_staged_gated *gated;  /* the caller's, for teardown (the flags they read must */
     int ngated;                       /* outlive their waits) */
+    struct shim_staged_phases *phases; /* NCCLSHIM_STAGED_PHASES=1: the thread's sums */
+    uint64_t batches, batch_ns;       /* ... and the batches' wall time */
 };
 
 void
@@ -76,12 +81,39 @@ shim_staged_run_batch(struct shim_staged *staged, struct shim_staged_batch *batc
     SHIM_CHECK(gpu_staging_reserve(staged->staging, total));
     total = 0;
     for (int i = 0; i < batch->nexecs; i++) {
-        shim_exec_staged_bind(batch->execs[i], staged->staging, total);
+        SHIM_CHECK(shim_exec_staged_bind(batch->execs[i], staged->staging, total,
+                                         staged->phases));
         total += shim_exec_staged_needs(batch->execs[i]);
     }
+    uint64_t start = shim_clock_ns();
     SHIM_CHECK(gpu_staging_wait_arrive(staged->staging, batch->gate));
     SHIM_CHECK(shim_exec_run(batch->execs, batch->nexecs));
+    staged->batches++;
+    staged->batch_ns += shim_clock_ns() - start;
     return gpu_staging_post_done(staged->staging, batch->gate);
+}
+
+/* NCCLSHIM_STAGED_PHASES=1: one line on stderr, whatever NCCL_DEBUG says, as asked. */
+static void
+shim_staged_print_phases(const struct shim_staged *staged)
+{
+    static const char *const names[SHIM_PHASE_COUNT] = {
+        [SHIM_PHASE_COPY_OUT] = "copies out", [SHIM_PHASE_KERNELS] = "waits for kernels",
+        [SHIM_PHASE_SEND] = "sends", [SHIM_PHASE_RECV] = "receives",
+        [SHIM_PHASE_COPY_IN] = "copies in"};
+    char line[512];
+    int n = snprintf(line, sizeof(line), "%llu batches in %.1f us each",
+                     (unsigned long long)staged->batches,
+                     staged->batches ? staged->batch_ns / 1e3 / (double)staged->batches : 0.0);
+
+    for (int p = 0; p < SHIM_PHASE_COUNT && n > 0 && (size_t)n < sizeof(line); p++) {
+        const uint64_t count = staged->phases->count[p];
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "; %s %llu, %.1f us each", names[p],
+                      (unsigned long long)count,
+                      count ? staged->phases->ns[p] / 1e3 / (double)count : 0.0);
+    }
+    fprintf(stderr, "ncclshim staged phases: pid %d comm %p rank %d: %s\n", (int)getpid(),
+            (void *)staged->comm, staged->comm->rank, line);
 }
 
 static void *
@@ -153,6 +185,9 @@ shim_staged_create(struct ncclComm *comm, const struct gpu_device *gpu,
     staged->direct = shim_env_str(SHIM_ENV_DEVICE_DIRECT) != NULL
                          ? shim_env_int(SHIM_ENV_DEVICE_DIRECT) != 0
                          : tp_cuda_memory();
+    if (shim_env_int(SHIM_ENV_STAGED_PHASES) != 0) {
+        SHIM_CHECK_GOTO(shim_calloc(&staged->phases, 1), res, err);
+    }
     int rc = pthread_create(&staged->thread, NULL, shim_staged_thread, staged);
     if (rc != 0) {
         WARN("rank %d: cannot start the thread of device operations: %s", comm->rank,
@@ -166,6 +201,7 @@ shim_staged_create(struct ncclComm *comm, const struct gpu_device *gpu,
     *out = staged;
     return ncclSuccess;
 err:
+    free(staged->phases);
     gpu_staging_destroy(staged->staging);
     pthread_mutex_destroy(&staged->lock);
     pthread_cond_destroy(&staged->cond);
@@ -317,6 +353,10 @@ shim_staged_destroy(struct shim_staged *staged, bool abort)
     }
     free(staged->gated);
     gpu_staging_destroy(staged->staging);
+    if (staged->phases != NULL) {
+        shim_staged_print_phases(staged);
+        free(staged->phases);
+    }
     gpu_ctx_pop();
     pthread_mutex_destroy(&staged->lock);
     pthread_cond_destroy(&staged->cond);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "exec_internal.h"
 #include "gpu/staging.h"
 #include "kernels/device.h"
@@ -166,9 +167,14 @@ shim_exec_staged_needs(const struct shim_exec *exec)
     return exec->shadow_bytes;
 }
 
-void
-shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging, size_t host_off)
+ncclResult_t
+shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging, size_t host_off,
+                      struct shim_staged_phases *phases)
 {
+    if (phases != NULL) {
+        SHIM_CHECK(shim_calloc(&exec->since, (size_t)exec->sched.nsteps));
+        exec->phases = phases;
+    }
     exec->staging = staging;
     for (int b = 0; b < ALG_BUF_COUNT; b++) {
         if (b == ALG_BUF_SCRATCH || !exec->direct) {
@@ -178,6 +184,33 @@ shim_exec_staged_bind(struct shim_exec *exec, struct gpu_staging *staging, size_
     /* Kernels and copies address scratch through the device's view of the same memory. */
     exec->bufs[ALG_BUF_SCRATCH] =
         (uint8_t *)(uintptr_t)(staging->host_dev + host_off + exec->shadow_off[ALG_BUF_SCRATCH]);
+    return ncclSuccess;
+}
+
+/* Step i's phase ends now (NCCLSHIM_STAGED_PHASES); the next one, if any, begins. */
+static void
+shim_staged_phase_end(struct shim_exec *exec, int i, enum shim_staged_phase phase)
+{
+    if (exec->phases != NULL) {
+        uint64_t now = shim_clock_ns();
+        exec->phases->ns[phase] += now - exec->since[i];
+        exec->phases->count[phase]++;
+        exec->since[i] = now;
+    }
+}
+
+/* The phase a STAGING step is in. */
+static enum shim_staged_phase
+shim_staged_stage_phase(const struct shim_exec *exec, int i)
+{
+    switch (exec->how[i]) {
+    case SHIM_STAGED_COPY_OUT:
+        return SHIM_PHASE_COPY_OUT;
+    case SHIM_STAGED_COPY_IN:
+        return SHIM_PHASE_COPY_IN;
+    default:
+        return SHIM_PHASE_KERNELS;
+    }
 }
 
 /* A reduction operand on the device: PreMulSum's scalar comes with it (the host's value, or
@@ -253,6 +286,9 @@ shim_staged_stage(struct shim_exec *exec, int i)
     }
     exec->state[i] = SHIM_STEP_STAGING;
     exec->nstaging++;
+    if (exec->since != NULL) {
+        exec->since[i] = shim_clock_ns();
+    }
     return ncclSuccess;
 }
 
@@ -266,6 +302,7 @@ shim_staged_test(struct shim_exec *exec, int i, bool *progressed)
     }
     exec->nstaging--;
     *progressed = true;
+    shim_staged_phase_end(exec, i, shim_staged_stage_phase(exec, i));
     if (exec->how[i] == SHIM_STAGED_COPY_IN) {
         shim_exec_step_done(exec, i);
         return ncclSuccess;
@@ -289,9 +326,12 @@ shim_staged_start(struct shim_exec *exec, int i)
 }
 
 ncclResult_t
-shim_staged_received(struct shim_exec *exec, int i)
+shim_staged_message_done(struct shim_exec *exec, int i)
 {
-    if (exec->how[i] == SHIM_STAGED_COPY_IN) {
+    bool send = exec->sched.steps[i].kind == ALG_STEP_SEND;
+
+    shim_staged_phase_end(exec, i, send ? SHIM_PHASE_SEND : SHIM_PHASE_RECV);
+    if (!send && exec->how[i] == SHIM_STAGED_COPY_IN) {
         return shim_staged_stage(exec, i); /* the bytes go in */
     }
     shim_exec_step_done(exec, i);

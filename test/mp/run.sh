@@ -189,7 +189,8 @@ staged_cases() {
     run_case staged-collectives-n2 2 300 "${noteam[@]}" -- "$bindir/collectives" -D device
     run_case staged-collectives-n3-hosts 3 300 "${dev[@]}" -- \
         "${hosts[@]}" "$bindir/collectives" -D mixed
-    run_case staged-collectives-quick-n5-tcp 5 300 "${noteam[@]}" UCX_TLS=tcp -- \
+    run_case staged-collectives-quick-n5-tcp 5 300 "${noteam[@]}" UCX_TLS=tcp \
+        NCCLSHIM_STAGED_PHASES=1 -- \
         "$bindir/collectives" -q -D mixed -c "$colls"
     run_case staged-collectives-quick-n8-hosts 8 300 "${dev[@]}" -- \
         "${hosts[@]}" "$bindir/collectives" -q -D device -c "$colls"
