@@ -32,7 +32,7 @@
 # team (NCCL_SHM_DISABLE=1, or a host of its own per rank through own_host.sh): device buffers
 # over UCX, staged through pinned memory, under the library's choice and every algorithm
 # forced; stream semantics, a rank killed (over TCP, which reports a dead peer at once), a
-# timeout and a report. MP_GPU=1 runs only the device
+# timeout and a report. Both device paths also run soak.c on registered memory (-D). MP_GPU=1 runs only the device
 # cases, on the real driver of a GPU machine (tools/gpu-check runs it so there). MP_ONLY=REGEX
 # runs only the cases whose names match it.
 set -euo pipefail
@@ -180,6 +180,8 @@ device_cases() {
         "$bindir/hang" -p devtimeout
     run_case device-hang-report-n2 2 60 "${dev[@]}" -- "$bindir/hang" -p devreport
     run_case device-hang-mismatch-n3 3 60 "${dev[@]}" -- "$bindir/hang" -p devmismatch
+    # Soak: soak.c's checked random mix on registered host memory, stream ordered.
+    run_case device-soak-n4 4 120 "${dev[@]}" -- "$bindir/soak" -D -n 6000
     staged_cases
 }
 
@@ -221,6 +223,7 @@ staged_cases() {
     run_case staged-hang-timeout-n3 3 60 "${noteam[@]}" UCX_TLS=tcp NCCLSHIM_TIMEOUT=2 -- \
         "$bindir/hang" -p devtimeout
     run_case staged-hang-report-n2 2 60 "${noteam[@]}" -- "$bindir/hang" -p devreport
+    run_case staged-soak-n4 4 120 "${noteam[@]}" -- "$bindir/soak" -D -n 6000
 }
 
 if [[ $gpu == 1 ]]; then

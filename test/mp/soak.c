@@ -27,13 +27,20 @@
  * (256 MiB by default, about 3 MiB more RSS per thousand ops here until it is full), so
  * otherwise the figures are printed and not enforced.
  *
- * Usage: soak [-n OPS] [-s SEED] [-r MIB]. -n: ops in all, split between the two threads
+ * Device mode (-D): the buffers are host memory registered with the CUDA driver (found as
+ * device.h finds it: the driver's test double in CI), which a kernel reaches, so every call is
+ * stream ordered: each thread issues on a stream of its own and synchronises it before it
+ * checks, as a PyTorch program does. That soaks the device paths (the team on one host, or
+ * with NCCL_SHM_DISABLE=1 the network path's staging) and bounds their memory as well.
+ *
+ * Usage: soak [-n OPS] [-s SEED] [-r MIB] [-D]. -n: ops in all, split between the two threads
  * (default 100000). Rank 0 prints the RSS checkpoints and one summary line:
  *   soak: N ops on 2 communicators x 2 threads, M wrong, RSS a -> b MiB (peak c), t s
  * where M is the number of wrong ops summed over all ranks. Exit status 1 on a wrong result
  * or RSS growth past the bound on this rank.
  */
 #include "common.h"
+#include "device.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -124,7 +131,11 @@ struct so_thread {
     long shown;
     long groups;
     long per_coll[SO_NCOLLS];
+    CUstream stream;    /* -D: the thread's stream; NULL on host memory */
 };
+
+static bool so_device;     /* -D */
+static struct mp_cuda so_cu;
 
 static atomic_long so_done;
 
@@ -391,39 +402,38 @@ so_post(struct so_thread *th, struct so_item *it)
                                                          ncclScalarHostImmediate, th->comm));
     }
     ncclComm_t comm = th->comm;
+    cudaStream_t s = (cudaStream_t)th->stream;
     int n = th->nranks, me = th->rank;
     size_t c = it->count, blk = c * it->size;
     ncclRedOp_t op = it->op;
 
     switch (it->coll) {
     case SO_ALLREDUCE:
-        MP_CHECK_COMM(comm, ncclAllReduce(it->sendp, it->recvp, c, it->type, op, comm, NULL));
+        MP_CHECK_COMM(comm, ncclAllReduce(it->sendp, it->recvp, c, it->type, op, comm, s));
         break;
     case SO_REDUCE:
-        MP_CHECK_COMM(comm, ncclReduce(it->sendp, it->recvp, c, it->type, op, it->root, comm,
-                                       NULL));
+        MP_CHECK_COMM(comm, ncclReduce(it->sendp, it->recvp, c, it->type, op, it->root, comm, s));
         break;
     case SO_REDUCESCATTER:
         MP_CHECK_COMM(comm, ncclReduceScatter(it->sendp, it->recvp, c, it->type, op, comm,
-                                              NULL));
+                                              s));
         break;
     case SO_BROADCAST:
         MP_CHECK_COMM(comm, ncclBroadcast(it->sendp, it->recvp, c, it->type, it->root, comm,
-                                          NULL));
+                                          s));
         break;
     case SO_ALLGATHER:
-        MP_CHECK_COMM(comm, ncclAllGather(it->sendp, it->recvp, c, it->type, comm, NULL));
+        MP_CHECK_COMM(comm, ncclAllGather(it->sendp, it->recvp, c, it->type, comm, s));
         break;
     case SO_ALLTOALL:
-        MP_CHECK_COMM(comm, ncclAlltoAll(it->sendp, it->recvp, c, it->type, comm, NULL));
+        MP_CHECK_COMM(comm, ncclAlltoAll(it->sendp, it->recvp, c, it->type, comm, s));
         break;
     case SO_GATHER:
-        MP_CHECK_COMM(comm, ncclGather(it->sendp, it->recvp, c, it->type, it->root, comm,
-                                       NULL));
+        MP_CHECK_COMM(comm, ncclGather(it->sendp, it->recvp, c, it->type, it->root, comm, s));
         break;
     case SO_SCATTER:
         MP_CHECK_COMM(comm, ncclScatter(it->sendp, it->recvp, c, it->type, it->root, comm,
-                                        NULL));
+                                        s));
         break;
     case SO_SENDRECV: {
         /* Message m of the pair: block m of the buffers; all with the same count. */
@@ -431,9 +441,9 @@ so_post(struct so_thread *th, struct so_item *it)
         MP_CHECK_COMM(comm, ncclGroupStart());
         for (int m = 0; m < it->nmsg; m++) {
             MP_CHECK_COMM(comm, ncclSend(it->sendp + (size_t)m * blk, c, it->type, to, comm,
-                                         NULL));
+                                         s));
             MP_CHECK_COMM(comm, ncclRecv(it->recvp + (size_t)m * blk, c, it->type, from, comm,
-                                         NULL));
+                                         s));
         }
         MP_CHECK_COMM(comm, ncclGroupEnd());
         break;
@@ -585,6 +595,9 @@ so_thread_main(void *arg)
     struct so_thread *th = arg;
     long done = 0;
 
+    if (so_device) {
+        MP_CU(&so_cu, ctx_set_current(so_cu.ctx));
+    }
     for (int step = 0; done < th->ops; step++) {
         struct so_item items[SO_MAX_GROUP];
         int k = so_warm_items(th, step, items);
@@ -612,6 +625,9 @@ so_thread_main(void *arg)
         if (group) {
             MP_CHECK_COMM(th->comm, ncclGroupEnd());
         }
+        if (so_device) {
+            MP_CU(&so_cu, stream_synchronize(th->stream));
+        }
         for (int j = 0; j < k; j++) {
             so_note(th, &items[j], so_check(th, &items[j]));
             th->per_coll[items[j].coll]++;
@@ -633,8 +649,8 @@ so_slots_create(struct so_thread *th)
         struct so_slot *slot = &th->slots[s];
         slot->cap = s == 0 ? SO_BIG_CAP : SO_SMALL_CAP;
         size_t bytes = (size_t)th->nranks * slot->cap * 8;
-        slot->send = malloc(bytes);
-        slot->recv = malloc(bytes);
+        slot->send = so_device ? mp_cuda_alloc(&so_cu, MP_MEM_REGISTERED, bytes) : malloc(bytes);
+        slot->recv = so_device ? mp_cuda_alloc(&so_cu, MP_MEM_REGISTERED, bytes) : malloc(bytes);
         MP_ASSERT(slot->send != NULL && slot->recv != NULL, "out of memory (%zu bytes)", bytes);
         /* Touched now, so the RSS counts them from the start (not with 0: GCC turns malloc
          * and memset 0 into calloc, which leaves fresh pages untouched). */
@@ -650,8 +666,13 @@ static void
 so_slots_destroy(struct so_thread *th)
 {
     for (int s = 0; s < SO_SLOTS; s++) {
-        free(th->slots[s].send);
-        free(th->slots[s].recv);
+        if (so_device) {
+            mp_cuda_free(&so_cu, MP_MEM_REGISTERED, th->slots[s].send);
+            mp_cuda_free(&so_cu, MP_MEM_REGISTERED, th->slots[s].recv);
+        } else {
+            free(th->slots[s].send);
+            free(th->slots[s].recv);
+        }
     }
     free(th->scratch);
 }
@@ -673,7 +694,7 @@ so_rss_mib(void)
 static void
 so_usage(void)
 {
-    fprintf(stderr, "usage: soak [-n OPS] [-s SEED] [-r MIB]\n");
+    fprintf(stderr, "usage: soak [-n OPS] [-s SEED] [-r MIB] [-D]\n");
     exit(2);
 }
 
@@ -687,8 +708,9 @@ main(int argc, char **argv)
     double bound = 16.0, rss_warm = 0.0, rss_peak = 0.0, rss_end, start, took;
     int opt;
 
-    while ((opt = getopt(argc, argv, "n:s:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:r:D")) != -1) {
         switch (opt) {
+        case 'D': so_device = true; break;
         case 'n': total = strtol(optarg, NULL, 10); break;
         case 's': seed = strtoull(optarg, NULL, 0); break;
         case 'r': bound = strtod(optarg, NULL); break;
@@ -702,6 +724,9 @@ main(int argc, char **argv)
         }
     }
 
+    if (so_device) {
+        mp_cuda_init(&so_cu); /* before the communicators: they take the current device */
+    }
     mp_world_init(&world);
     MP_ASSERT(world.nranks <= 8, "soak's exact data needs at most 8 ranks, not %d",
               world.nranks);
@@ -713,6 +738,9 @@ main(int argc, char **argv)
         th[i].ops = i == 0 ? total / 2 : total - total / 2;
         th[i].rng = mp_hash4(seed, (uint64_t)i, 0x736f616b, 0);
         so_slots_create(&th[i]);
+        if (so_device) {
+            MP_CU(&so_cu, stream_create(&th[i].stream, CU_STREAM_NON_BLOCKING));
+        }
     }
     th[0].comm = world.comm;
     MP_CHECK_COMM(world.comm, ncclCommSplit(world.comm, 0, world.rank, &th[1].comm, NULL));
@@ -785,6 +813,9 @@ main(int argc, char **argv)
     MP_CHECK_COMM(world.comm, ncclCommDestroy(world.comm));
     for (int i = 0; i < 2; i++) {
         so_slots_destroy(&th[i]);
+        if (th[i].stream != NULL) {
+            MP_CU(&so_cu, stream_destroy(th[i].stream));
+        }
     }
     return mp_failures == 0 ? 0 : 1;
 }
