@@ -251,16 +251,27 @@ err:
     return res;
 }
 
-/* The entry of stream in the gated streams, added if new. */
+/* The entry of stream in the gated streams: its own, or one whose stream is past all its
+ * gates (a program that makes a stream per call must not grow the list), or a new one. */
 static ncclResult_t
 shim_staged_gated_of(struct shim_staged *staged, CUstream stream,
                      struct shim_staged_gated **out)
 {
+    struct shim_staged_gated *passed = NULL;
+
     for (int i = 0; i < staged->ngated; i++) {
         if (staged->gated[i].stream == stream) {
             *out = &staged->gated[i];
             return ncclSuccess;
         }
+        if (passed == NULL && gpu_cu.cuEventQuery(staged->gated[i].passed) == CUDA_SUCCESS) {
+            passed = &staged->gated[i];
+        }
+    }
+    if (passed != NULL) {
+        passed->stream = stream;
+        *out = passed;
+        return ncclSuccess;
     }
     struct shim_staged_gated *grown =
         realloc(staged->gated, (size_t)(staged->ngated + 1) * sizeof(*grown));
