@@ -415,12 +415,10 @@ so_post(struct so_thread *th, struct so_item *it)
         MP_CHECK_COMM(comm, ncclReduce(it->sendp, it->recvp, c, it->type, op, it->root, comm, s));
         break;
     case SO_REDUCESCATTER:
-        MP_CHECK_COMM(comm, ncclReduceScatter(it->sendp, it->recvp, c, it->type, op, comm,
-                                              s));
+        MP_CHECK_COMM(comm, ncclReduceScatter(it->sendp, it->recvp, c, it->type, op, comm, s));
         break;
     case SO_BROADCAST:
-        MP_CHECK_COMM(comm, ncclBroadcast(it->sendp, it->recvp, c, it->type, it->root, comm,
-                                          s));
+        MP_CHECK_COMM(comm, ncclBroadcast(it->sendp, it->recvp, c, it->type, it->root, comm, s));
         break;
     case SO_ALLGATHER:
         MP_CHECK_COMM(comm, ncclAllGather(it->sendp, it->recvp, c, it->type, comm, s));
@@ -432,18 +430,15 @@ so_post(struct so_thread *th, struct so_item *it)
         MP_CHECK_COMM(comm, ncclGather(it->sendp, it->recvp, c, it->type, it->root, comm, s));
         break;
     case SO_SCATTER:
-        MP_CHECK_COMM(comm, ncclScatter(it->sendp, it->recvp, c, it->type, it->root, comm,
-                                        s));
+        MP_CHECK_COMM(comm, ncclScatter(it->sendp, it->recvp, c, it->type, it->root, comm, s));
         break;
     case SO_SENDRECV: {
         /* Message m of the pair: block m of the buffers; all with the same count. */
         int to = (me + it->root) % n, from = (me - it->root + n) % n;
         MP_CHECK_COMM(comm, ncclGroupStart());
         for (int m = 0; m < it->nmsg; m++) {
-            MP_CHECK_COMM(comm, ncclSend(it->sendp + (size_t)m * blk, c, it->type, to, comm,
-                                         s));
-            MP_CHECK_COMM(comm, ncclRecv(it->recvp + (size_t)m * blk, c, it->type, from, comm,
-                                         s));
+            MP_CHECK_COMM(comm, ncclSend(it->sendp + (size_t)m * blk, c, it->type, to, comm, s));
+            MP_CHECK_COMM(comm, ncclRecv(it->recvp + (size_t)m * blk, c, it->type, from, comm, s));
         }
         MP_CHECK_COMM(comm, ncclGroupEnd());
         break;
