@@ -194,11 +194,13 @@ staged_cases() {
     run_case staged-collectives-quick-n5-tcp 5 300 "${noteam[@]}" UCX_TLS=tcp \
         NCCLSHIM_STAGED_PHASES=1 -- \
         "$bindir/collectives" -q -D mixed -c "$colls"
-    run_case staged-collectives-quick-n8-hosts 8 300 "${dev[@]}" -- \
-        "${hosts[@]}" "$bindir/collectives" -q -D device -c "$colls"
+    for n in 2 4 8; do
+        run_case "staged-collectives-quick-n$n-hosts" "$n" 300 "${dev[@]}" -- \
+            "${hosts[@]}" "$bindir/collectives" -q -D device -c "$colls"
+    done
     for algo in "${algos[@]}"; do
-        run_case "staged-algo-$algo-quick-n5" 5 120 "${noteam[@]}" NCCLSHIM_ALGO="$algo" -- \
-            "$bindir/collectives" -q -D mixed -c "$colls"
+        run_case "staged-algo-$algo-quick-n5-hosts" 5 120 "${dev[@]}" NCCLSHIM_ALGO="$algo" -- \
+            "${hosts[@]}" "$bindir/collectives" -q -D mixed -c "$colls"
     done
     if ((gpu == 0)); then
         # Device pointers straight to UCX, as with a UCX built with CUDA: the double's device
