@@ -84,9 +84,9 @@ gpu_staging_destroy(struct gpu_staging *st)
     if (st == NULL) {
         return;
     }
+    gpu_staging_settle(st);
     for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
         if (st->lanes[lane] != NULL) {
-            gpu_cu.cuStreamSynchronize(st->lanes[lane]);
             gpu_cu.cuStreamDestroy(st->lanes[lane]);
         }
     }
@@ -213,6 +213,8 @@ void
 gpu_staging_settle(struct gpu_staging *st)
 {
     for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
-        gpu_cu.cuStreamSynchronize(st->lanes[lane]);
+        if (st->lanes[lane] != NULL) {
+            gpu_cu.cuStreamSynchronize(st->lanes[lane]);
+        }
     }
 }

@@ -350,10 +350,10 @@ shim_exec_describe(const struct shim_exec *exec, char *buf, size_t len)
         }
         if (exec->state[i] == SHIM_STEP_STAGING) {
             return n + snprintf(buf, len, "%d/%d steps done, step %d (%s of %zu bytes, rank %d) "
-                                "waits for its copy %s device memory", exec->ndone,
-                                exec->sched.nsteps, i, kinds[step->kind],
+                                "waits for %s", exec->ndone, exec->sched.nsteps, i,
+                                kinds[step->kind],
                                 step->kind == ALG_STEP_SEND ? step->src[0].len : step->dst.len,
-                                step->peer, step->kind == ALG_STEP_SEND ? "out of" : "into");
+                                step->peer, shim_staged_waits_for(exec, i));
         }
         if (exec->state[i] == SHIM_STEP_POSTED) {
             return n + snprintf(buf, len, "%d/%d steps done, step %d waits for rank %d (%s of "

@@ -21,7 +21,7 @@
 enum shim_step_state {
     SHIM_STEP_PENDING,
     SHIM_STEP_POSTED,
-    SHIM_STEP_STAGING, /* staged: waits for its copy between device and host */
+    SHIM_STEP_STAGING, /* staged: waits for the GPU (a copy, or the kernels before it) */
     SHIM_STEP_DONE,
 };
 
@@ -124,6 +124,8 @@ void shim_staged_plan(struct shim_exec *exec);
 /* Starts a ready step of a bound one: a message, its copy first, or a kernel. */
 ncclResult_t shim_staged_start(struct shim_exec *exec, int i);
 /* A STAGING step: moves on once what it waits for on the GPU is finished. */
+/* What it waits for, in words, for hang reports. */
+const char *shim_staged_waits_for(const struct shim_exec *exec, int i);
 ncclResult_t shim_staged_test(struct shim_exec *exec, int i, bool *progressed);
 /* A send or receive whose message completed: a receive's bytes go in where planned, else the
  * step is done. */

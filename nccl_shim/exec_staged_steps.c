@@ -267,6 +267,19 @@ shim_staged_lane(const struct shim_exec *exec, int i)
     return exec->how[i] == SHIM_STAGED_COPY_OUT ? GPU_LANE_OUT : GPU_LANE_IN;
 }
 
+const char *
+shim_staged_waits_for(const struct shim_exec *exec, int i)
+{
+    switch (exec->how[i]) {
+    case SHIM_STAGED_COPY_OUT:
+        return "its copy out of device memory";
+    case SHIM_STAGED_COPY_IN:
+        return "its copy into device memory";
+    default:
+        return "the kernels enqueued before it";
+    }
+}
+
 /* A step begins what it must wait for on the GPU: a copy between its device bytes and their
  * host copy (out before a send, in after a receive), or the in lane's work so far. */
 static ncclResult_t
