@@ -19,10 +19,20 @@ cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key, 
 {
     for (int i = 0; i < cache->cap; i++) {
         struct cipc_map *m = &cache->maps[i];
-        if (m->rank == rank && m->how == how && m->key == key) {
-            m->last_use = use;
-            return m;
+        if (m->rank != rank || m->how != how || m->key != key) {
+            continue;
         }
+        if (m->forgotten) {
+            if (how != CIPC_BUF_LEGACY) {
+                continue; /* the owner sent the allocation again: a new entry takes it */
+            }
+            /* The owner exported the allocation again (the descriptor carries the handle);
+             * opening a handle twice in one context is not portable, so keep this one. */
+            m->forgotten = false;
+            cache->forgotten--;
+        }
+        m->last_use = use;
+        return m;
     }
     return NULL;
 }
@@ -48,29 +58,15 @@ cipc_map_close(struct cipc_map *m)
     m->rank = -1;
 }
 
-/* A free entry: a fresh one, else the least recently used whose operations are all done,
- * else more room. */
+/* A free entry: a fresh one, else more room. */
 static ncclResult_t
-cipc_cache_slot(struct cipc_cache *cache, uint32_t completed, struct cipc_map **slot_out)
+cipc_cache_slot(struct cipc_cache *cache, struct cipc_map **slot_out)
 {
-    struct cipc_map *victim = NULL;
-
     for (int i = 0; i < cache->cap; i++) {
-        struct cipc_map *m = &cache->maps[i];
-        if (m->rank < 0) {
-            *slot_out = m;
+        if (cache->maps[i].rank < 0) {
+            *slot_out = &cache->maps[i];
             return ncclSuccess;
         }
-        bool idle = (int32_t)(completed - m->last_use) >= 0;
-        if (idle && (victim == NULL || (int32_t)(m->last_use - victim->last_use) < 0)) {
-            victim = m;
-        }
-    }
-    if (cache->count >= CIPC_CACHE_MAX && victim != NULL) {
-        cipc_map_close(victim);
-        cache->count--;
-        *slot_out = victim;
-        return ncclSuccess;
     }
     int cap = cache->cap ? 2 * cache->cap : 16;
     struct cipc_map *maps = realloc(cache->maps, (size_t)cap * sizeof(*maps));
@@ -139,13 +135,12 @@ err_unmap:
 
 ncclResult_t
 cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device, int rank,
-               const struct cipc_buf *buf, int fd, uint32_t use, uint32_t completed,
-               struct cipc_map **map_out)
+               const struct cipc_buf *buf, int fd, uint32_t use, struct cipc_map **map_out)
 {
     struct cipc_map *m;
     ncclResult_t res;
 
-    res = cipc_cache_slot(cache, completed, &m);
+    res = cipc_cache_slot(cache, &m);
     if (res != ncclSuccess) {
         goto out;
     }
@@ -189,6 +184,34 @@ out:
         close(fd);
     }
     return res;
+}
+
+void
+cipc_cache_forget(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key)
+{
+    for (int i = 0; i < cache->cap; i++) {
+        struct cipc_map *m = &cache->maps[i];
+        if (m->rank == rank && m->how == how && m->key == key && !m->forgotten) {
+            m->forgotten = true;
+            cache->forgotten++;
+        }
+    }
+}
+
+void
+cipc_cache_reap(struct cipc_cache *cache, uint32_t completed)
+{
+    for (int i = 0; i < cache->cap && cache->forgotten > 0; i++) {
+        struct cipc_map *m = &cache->maps[i];
+        if (m->rank >= 0 && m->forgotten && (int32_t)(completed - m->last_use) >= 0) {
+            INFO(SHIM_P2P, "cudaipc: unmapped rank %d's %s %llu; %d mappings", m->rank,
+                 m->how == CIPC_BUF_STAGED ? "staging segment" : "allocation",
+                 (unsigned long long)m->key, cache->count - 1);
+            cipc_map_close(m);
+            cache->count--;
+            cache->forgotten--;
+        }
+    }
 }
 
 void

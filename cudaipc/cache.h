@@ -3,9 +3,11 @@
  * The leader's mappings of other ranks' memory (cache.c), keyed by (rank, how, key): the
  * allocation's unique id in its owner, or a staging segment's generation. Memory freed and
  * allocated again is a new id, so a mapping never stands for memory that changed under it.
- * Made on first use and kept: the same buffers come back call after call. Bounded: past
- * CIPC_CACHE_MAX entries the least recently used one whose last operation is done goes
- * (the leader's stream counts operations done). Cleared whole when the team ends.
+ * Made on first use and kept: the same buffers come back call after call (PyTorch's caching
+ * allocator hands out the same segments again and again). A mapping goes when its owner says
+ * forget (exports.c: the allocation was freed, or the owner's table of exports, which bounds
+ * this cache, made room), once the leader's last operation using it is done (the leader's
+ * stream counts operations done). Cleared whole when the team ends.
  */
 #ifndef CIPC_CACHE_H
 #define CIPC_CACHE_H
@@ -15,8 +17,6 @@
 #include <stdint.h>
 
 #include "gpu/driver.h"
-
-#define CIPC_CACHE_MAX 512
 
 struct cipc_buf;
 
@@ -29,22 +29,31 @@ struct cipc_map {
     void *host;           /* STAGED: the segment mapped here */
     CUmemGenericAllocationHandle handle; /* CUMEM: the imported allocation */
     uint32_t last_use;    /* the leader's operation that used it last */
+    bool forgotten;       /* its owner said forget: unmap once last_use is done */
 };
 
 struct cipc_cache {
     struct cipc_map *maps;
     int count, cap;
+    int forgotten;        /* entries waiting to be unmapped */
 };
 
-/* The entry for (rank, how, key) with its last use set to `use`, or NULL if not mapped. */
+/* The entry for (rank, how, key) with its last use set to `use`, or NULL if not mapped (or
+ * forgotten: the owner sends a cuMem allocation or a segment again after a forget). */
 struct cipc_map *cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key,
                                  uint32_t use);
 /* Maps buf of rank for the leader's device (whose context is current) and enters it: a legacy
  * handle is opened, a cuMem allocation or a staging segment imported from fd (which this takes
- * over and closes). `completed` is the leader's count of operations done, for eviction. */
+ * over and closes). */
 ncclResult_t cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device,
                             int rank, const struct cipc_buf *buf, int fd, uint32_t use,
-                            uint32_t completed, struct cipc_map **map_out);
+                            struct cipc_map **map_out);
+/* rank's word that (how, key) will not be named again: its mapping goes at the next reap
+ * after its last use is done. Nothing if it is not mapped. */
+void cipc_cache_forget(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key);
+/* Unmaps the forgotten entries whose last use is done by `completed` (the context is
+ * current). */
+void cipc_cache_reap(struct cipc_cache *cache, uint32_t completed);
 /* Unmaps everything (the leader's stream must be idle). */
 void cipc_cache_clear(struct cipc_cache *cache);
 /* How many mappings are open, for logs. */

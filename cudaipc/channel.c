@@ -86,16 +86,21 @@ cipc_channel_send(int fd, const struct cipc_channel_msg *msg, int passed_fd)
     ssize_t sent;
 
     memset(&control, 0, sizeof(control));
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &passed_fd, sizeof(int));
+    if (passed_fd >= 0) {
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &passed_fd, sizeof(int));
+    } else {
+        mh.msg_control = NULL;
+        mh.msg_controllen = 0;
+    }
     do {
         sent = sendmsg(fd, &mh, MSG_NOSIGNAL);
     } while (sent < 0 && errno == EINTR);
     if (sent != (ssize_t)sizeof(*msg)) {
-        WARN("cudaipc: sending a file descriptor to the leader failed: %s",
+        WARN("cudaipc: sending a message to the leader failed: %s",
              sent < 0 ? strerror(errno) : "short send");
         return errno == EPIPE || errno == ECONNRESET ? ncclRemoteError : ncclSystemError;
     }
@@ -135,6 +140,10 @@ cipc_channel_recv(int fd, struct cipc_channel_msg *msg_out, int *passed_fd_out)
         return ENOTCONN;
     }
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    if (got == (ssize_t)sizeof(*msg_out) && cm == NULL) {
+        *passed_fd_out = -1;
+        return 0;
+    }
     if (got != (ssize_t)sizeof(*msg_out) || cm == NULL || cm->cmsg_type != SCM_RIGHTS ||
         cm->cmsg_len != CMSG_LEN(sizeof(int))) {
         if (cm != NULL && cm->cmsg_type == SCM_RIGHTS) {

@@ -98,6 +98,22 @@ ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops,
                               CUstream stream);
 ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);
 
+/* A registered buffer's export (ncclCommRegister): pinned, the leader keeps its mapping. */
+struct cipc_pin {
+    bool pinned;       /* false: nothing to pin (the leader's own process, or staged) */
+    uint32_t how;      /* enum cipc_buf_how */
+    uint64_t key;      /* the allocation's id */
+    uintptr_t base;    /* its first byte */
+};
+
+/* Exports the allocation bytes at ptr lie in now (device memory, mem as gpu_mem_query told)
+ * and keeps it exported until cipc_team_unpin; pin->pinned is false where the leader reaches
+ * the buffer without an export. */
+ncclResult_t cipc_team_pin(struct cipc_team *team, const void *ptr, size_t bytes,
+                           const struct gpu_mem_info *mem, struct cipc_pin *pin);
+/* Ends one pin; the last lets the leader unmap the allocation (at once if idle). */
+ncclResult_t cipc_team_unpin(struct cipc_team *team, const struct cipc_pin *pin);
+
 /* Waits until every operation this rank posted is done (a host operation on the same
  * communicator comes after them). An error if the team failed or fails meanwhile. */
 ncclResult_t cipc_team_drain(struct cipc_team *team);

@@ -58,6 +58,7 @@ struct cipc_leader {
     int nconns, conns_cap;
     struct cipc_pending_fd *fds;
     int nfds, fds_cap;
+    uint32_t forgets_read;        /* the control block's forgets when the channel was read */
     struct cipc_cache cache;
     struct cipc_work work;        /* the operation being enqueued */
 };
@@ -214,6 +215,25 @@ cipc_leader_keep_fd(struct cipc_leader *L, const struct cipc_channel_msg *msg, i
     return ncclSuccess;
 }
 
+/* A rank's word that it will not name (how, key) again: descriptors of it that came before
+ * are stale, and the mapping goes once the operations using it are done. */
+static void
+cipc_leader_forget(struct cipc_leader *L, const struct cipc_channel_msg *msg, int fd)
+{
+    uint32_t kind = msg->how == CIPC_BUF_CUMEM ? CIPC_FD_CUMEM : CIPC_FD_STAGING;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    for (int i = L->nfds - 1; i >= 0; i--) {
+        if (L->fds[i].rank == msg->rank && L->fds[i].kind == kind && L->fds[i].key == msg->key) {
+            close(L->fds[i].fd);
+            L->fds[i] = L->fds[--L->nfds];
+        }
+    }
+    cipc_cache_forget(&L->cache, msg->rank, msg->how, msg->key);
+}
+
 /* Accepts what connected and takes every message waiting. */
 static ncclResult_t
 cipc_leader_drain_channel(struct cipc_team *team)
@@ -243,6 +263,18 @@ cipc_leader_drain_channel(struct cipc_team *team)
                 close(fd);
                 WARN("cudaipc: a message on the channel claims rank %d of %d", msg.rank,
                      team->nranks);
+                return ncclRemoteError;
+            }
+            if (msg.kind == CIPC_FORGET) {
+                cipc_leader_forget(L, &msg, fd);
+                continue;
+            }
+            if (fd < 0 || (msg.kind != CIPC_FD_CUMEM && msg.kind != CIPC_FD_STAGING)) {
+                if (fd >= 0) {
+                    close(fd);
+                }
+                WARN("cudaipc: rank %d sent a message of kind %u on the channel", msg.rank,
+                     msg.kind);
                 return ncclRemoteError;
             }
             SHIM_CHECK(cipc_leader_keep_fd(L, &msg, fd));
@@ -283,8 +315,6 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
                     uint64_t *addr_out)
 {
     struct cipc_leader *L = team->leader;
-    uint32_t completed = __atomic_load_n(&team->ctrls[CIPC_LEADER]->leader_done,
-                                         __ATOMIC_ACQUIRE);
     uint32_t use = L->ops + 1;
 
     switch (buf->how) {
@@ -314,7 +344,7 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
                 return ncclInternalError;
             }
         }
-        SHIM_CHECK(cipc_cache_map(&L->cache, L->gpu, rank, buf, fd, use, completed, &m));
+        SHIM_CHECK(cipc_cache_map(&L->cache, L->gpu, rank, buf, fd, use, &m));
     }
     *addr_out = (uint64_t)m->base + buf->offset;
     return ncclSuccess;
@@ -631,7 +661,6 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
 {
     struct cipc_leader *L = team->leader;
     ncclResult_t res = ncclSuccess;
-    bool found;
 
     *progressed_out = false;
     if (L->gpu == NULL) {
@@ -641,13 +670,21 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
         SHIM_CHECK(cipc_leader_activate(team));
     }
     SHIM_CHECK(gpu_ctx_push(L->gpu->ctx));
-    do {
+    uint32_t forgets = __atomic_load_n(&team->ctrls[CIPC_LEADER]->forgets, __ATOMIC_ACQUIRE);
+    if (forgets != L->forgets_read) {
+        L->forgets_read = forgets;
+        res = cipc_leader_drain_channel(team);
+    }
+    cipc_cache_reap(&L->cache, __atomic_load_n(&team->ctrls[CIPC_LEADER]->leader_done,
+                                               __ATOMIC_ACQUIRE));
+    for (bool found = true; res == ncclSuccess && found;) {
+        found = false;
         res = cipc_step_coll(team, &found);
         if (res == ncclSuccess && !found) {
             res = cipc_step_p2p(team, &found);
         }
         *progressed_out |= found;
-    } while (res == ncclSuccess && found);
+    }
     gpu_ctx_pop();
     return res;
 }

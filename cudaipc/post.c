@@ -29,21 +29,8 @@
 #include "base/env.h"
 #include "team.h"
 
-#define CIPC_EXPORTS 512                      /* allocations whose export is remembered */
 #define CIPC_STAGE_ALIGN 256
 #define CIPC_STAGE_MIN ((size_t)1 << 20)
-
-struct cipc_export {
-    uint64_t id;
-    uint64_t used;  /* last use, for replacing the oldest */
-    uint32_t how;   /* LEGACY: handle below; CUMEM: its descriptor was sent */
-    CUipcMemHandle handle;
-};
-
-struct cipc_exports {
-    uint64_t clock;
-    struct cipc_export entries[CIPC_EXPORTS];
-};
 
 struct cipc_stage_seg {
     int memfd;
@@ -91,7 +78,7 @@ cipc_post_ready(struct cipc_team *team)
     }
     const struct gpu_device *gpu;
     SHIM_CHECK(gpu_device_get(team->device, &gpu));
-    SHIM_CHECK(shim_calloc(&team->exports, 1));
+    SHIM_CHECK(cipc_exports_create(team));
     SHIM_CHECK(shim_calloc(&team->stage, 1));
     SHIM_CHECK(gpu_ctx_push(gpu->ctx));
     SHIM_CHECK_GOTO(cipc_ctrl_register(team, team->rank), res, out);
@@ -108,7 +95,7 @@ out:
 /* The connection to the leader's socket. The leader opens it as it forms its side of the
  * team, right after the exchange that ends init; a rank that posts at once may come first,
  * so refusals are retried until NCCLSHIM_BOOTSTRAP_TIMEOUT (or the leader's death). */
-static ncclResult_t
+ncclResult_t
 cipc_channel_open(struct cipc_team *team)
 {
     const struct cipc_ctrl *leader = team->ctrls[CIPC_LEADER];
@@ -135,87 +122,11 @@ cipc_channel_open(struct cipc_team *team)
     return ncclSuccess;
 }
 
-/* --- exports -------------------------------------------------------------------------------- */
-
-/* The entry of allocation id, or the slot to fill (least recently used) with *fresh_out. */
-static struct cipc_export *
-cipc_export_find(struct cipc_exports *ex, uint64_t id, bool *fresh_out)
-{
-    struct cipc_export *oldest = &ex->entries[0];
-
-    ex->clock++;
-    for (int i = 0; i < CIPC_EXPORTS; i++) {
-        struct cipc_export *e = &ex->entries[i];
-        if (e->id == id && e->used != 0) {
-            e->used = ex->clock;
-            *fresh_out = false;
-            return e;
-        }
-        oldest = e->used < oldest->used ? e : oldest;
-    }
-    memset(oldest, 0, sizeof(*oldest));
-    oldest->id = id;
-    oldest->used = ex->clock;
-    *fresh_out = true;
-    return oldest;
-}
-
-static ncclResult_t
-cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_info *mem,
-                   CUipcMemHandle *handle_out)
-{
-    bool fresh;
-    struct cipc_export *e = cipc_export_find(team->exports, mem->alloc_id, &fresh);
-
-    if (fresh) {
-        CUresult cu = gpu_cu.cuIpcGetMemHandle(&e->handle, (CUdeviceptr)mem->alloc_base);
-        if (cu != CUDA_SUCCESS) {
-            e->used = 0;
-            return gpu_cu_fail(cu, "cuIpcGetMemHandle(allocation)", __FILE__, __LINE__);
-        }
-        e->how = CIPC_BUF_LEGACY;
-    }
-    *handle_out = e->handle;
-    return ncclSuccess;
-}
-
-/* Sends the leader the file descriptor of the cuMem allocation ptr is in, once. */
-static ncclResult_t
-cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id, size_t size)
-{
-    bool fresh;
-    struct cipc_export *e = cipc_export_find(team->exports, id, &fresh);
-    CUmemGenericAllocationHandle handle;
-    int fd = -1;
-    ncclResult_t res;
-
-    if (!fresh) {
-        return ncclSuccess;
-    }
-    e->used = 0; /* until sent */
-    SHIM_CHECK(cipc_channel_open(team));
-    GPU_CU_CHECK(cuMemRetainAllocationHandle(&handle, (void *)ptr));
-    GPU_CU_CHECK_GOTO(cuMemExportToShareableHandle(&fd, handle,
-                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                      res, out);
-    struct cipc_channel_msg msg = {.kind = CIPC_FD_CUMEM, .rank = team->rank, .key = id,
-                                   .size = size};
-    SHIM_CHECK_GOTO(cipc_channel_send(team->channel_fd, &msg, fd), res, out);
-    e->how = CIPC_BUF_CUMEM;
-    e->used = team->exports->clock;
-    res = ncclSuccess;
-out:
-    if (fd >= 0) {
-        close(fd);
-    }
-    gpu_cu.cuMemRelease(handle); /* the retain's reference; the allocation stays its owner's */
-    return res;
-}
-
-/* Fills buf for bytes at ptr; *staged_out when only a staging copy can reach it. */
+/* Fills buf for bytes at ptr, used by operation seq; *staged_out when only a staging copy can
+ * reach it. */
 static ncclResult_t
 cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info *mem,
-              size_t bytes, struct cipc_buf *buf, bool *staged_out)
+              size_t bytes, uint32_t seq, struct cipc_buf *buf, bool *staged_out)
 {
     uintptr_t p = (uintptr_t)ptr;
 
@@ -240,7 +151,7 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
             buf->key = mem->alloc_id;
             buf->offset = p - mem->alloc_base;
             buf->size = mem->alloc_size;
-            return cipc_export_legacy(team, mem, &buf->handle);
+            return cipc_export_legacy(team, mem, seq, &buf->handle);
         }
         uintptr_t base;
         size_t size;
@@ -251,12 +162,42 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
             buf->key = id;
             buf->offset = p - base;
             buf->size = size;
-            return cipc_export_cumem(team, ptr, id, size);
+            return cipc_export_cumem(team, ptr, id, base, size, seq);
         }
     }
     buf->how = CIPC_BUF_STAGED;
     *staged_out = true;
     return ncclSuccess;
+}
+
+/* --- registration -------------------------------------------------------------------------- */
+
+ncclResult_t
+cipc_team_pin(struct cipc_team *team, const void *ptr, size_t bytes,
+              const struct gpu_mem_info *mem, struct cipc_pin *pin)
+{
+    struct cipc_buf buf;
+    bool staged;
+    ncclResult_t res;
+
+    memset(pin, 0, sizeof(*pin));
+    SHIM_CHECK(cipc_post_ready(team));
+    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    /* Named by the last operation posted: the entry is idle once that is done. */
+    res = cipc_describe(team, ptr, mem, bytes, team->seq, &buf, &staged);
+    if (res == ncclSuccess && (buf.how == CIPC_BUF_LEGACY || buf.how == CIPC_BUF_CUMEM)) {
+        *pin = (struct cipc_pin){.pinned = true, .how = buf.how, .key = buf.key,
+                                 .base = (uintptr_t)(buf.ptr - buf.offset)};
+        res = cipc_export_pin(team, pin->key, pin->base, 1);
+    }
+    gpu_ctx_pop();
+    return res;
+}
+
+ncclResult_t
+cipc_team_unpin(struct cipc_team *team, const struct cipc_pin *pin)
+{
+    return cipc_export_pin(team, pin->key, pin->base, -1);
 }
 
 /* --- staging -------------------------------------------------------------------------------- */
@@ -272,24 +213,28 @@ cipc_stage_seg_free(struct cipc_stage_seg *seg)
     free(seg);
 }
 
-/* Frees the replaced segments whose last operation is done. */
-static void
+/* Frees the replaced segments whose last operation is done, and tells the leader to unmap
+ * them: its mapping would keep their memory. */
+static ncclResult_t
 cipc_stage_trim(struct cipc_team *team)
 {
     struct cipc_stage_seg **link = &team->stage->segs;
 
     if (*link == NULL) {
-        return;
+        return ncclSuccess;
     }
     for (link = &(*link)->next; *link != NULL;) {
         struct cipc_stage_seg *seg = *link;
         if (gpu_flag_reached(&team->done, seg->last_seq)) {
             *link = seg->next;
+            uint64_t gen = seg->gen;
             cipc_stage_seg_free(seg);
+            SHIM_CHECK(cipc_forget(team, CIPC_BUF_STAGED, gen));
         } else {
             link = &seg->next;
         }
     }
+    return ncclSuccess;
 }
 
 /* A segment of at least bytes, registered, its memfd sent to the leader; the current one if
@@ -301,7 +246,7 @@ cipc_stage_get(struct cipc_team *team, size_t bytes, struct cipc_stage_seg **seg
     struct cipc_stage_seg *seg = NULL;
     ncclResult_t res;
 
-    cipc_stage_trim(team);
+    SHIM_CHECK(cipc_stage_trim(team));
     if (st->segs != NULL && st->segs->size >= bytes) {
         *seg_out = st->segs;
         return ncclSuccess;
@@ -519,6 +464,7 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, first - 1), res, out);
     }
     team->last_stream = stream;
+    SHIM_CHECK_GOTO(cipc_exports_sweep(team), res, out);
     for (int i = 0; i < nops; i++) {
         const struct cipc_op *op = &ops[i];
         struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
@@ -528,16 +474,16 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         memset(d, 0, sizeof(*d));
         cipc_desc_fill(team, op, first + (uint32_t)i, last, d);
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-        SHIM_CHECK_GOTO(cipc_describe(team, op->send, &op->send_mem, send_bytes, &d->send,
+        SHIM_CHECK_GOTO(cipc_describe(team, op->send, &op->send_mem, send_bytes, d->seq, &d->send,
                                       &staged_send),
                         res, out);
-        SHIM_CHECK_GOTO(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, &d->recv,
+        SHIM_CHECK_GOTO(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, d->seq, &d->recv,
                                       &staged_recv),
                         res, out);
         struct gpu_mem_info scalar_mem;
         gpu_mem_query(op->scalar_dev, &scalar_mem);
         SHIM_CHECK_GOTO(cipc_describe(team, op->scalar_dev, &scalar_mem,
-                                      kr_type_size(op->redop.type), &d->scalar_buf,
+                                      kr_type_size(op->redop.type), d->seq, &d->scalar_buf,
                                       &staged_scalar),
                         res, out);
         if ((staged_send || staged_recv || staged_scalar) && staged == NULL) {
@@ -680,7 +626,7 @@ cipc_post_free(struct cipc_team *team)
         }
         free(team->stage);
     }
-    free(team->exports);
+    cipc_exports_free(team);
     free(team->copies);
     if (team->channel_fd >= 0) {
         close(team->channel_fd);

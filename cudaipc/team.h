@@ -13,7 +13,8 @@
  *   ring      CIPC_RING descriptors: operation n is in slot n % CIPC_RING
  * and, in the leader's block only: doorbell (any rank posted; the leader sleeps on it),
  * leader_done (its stream's operations done, for its mapping cache), error (the team failed:
- * an ncclResult_t every rank's thread adopts) and channel (its socket's name).
+ * an ncclResult_t every rank's thread adopts), channel (its socket's name) and forgets (bumped
+ * by a rank that sent a forget on the channel, which the leader then reads).
  */
 #ifndef CIPC_TEAM_H
 #define CIPC_TEAM_H
@@ -75,6 +76,7 @@ struct cipc_ctrl {
     struct shm_flag doorbell;
     _Alignas(64) int32_t error;
     int32_t device;        /* the rank's device, in its own process's numbering */
+    uint32_t forgets;
     char channel[CIPC_CHANNEL_NAME_MAX];
     _Alignas(64) struct cipc_desc ring[CIPC_RING];
 };
@@ -133,6 +135,29 @@ struct cipc_team {
     int32_t error;                 /* atomic: ncclResult_t */
     struct cipc_leader *leader;    /* the leader's side; NULL on every other rank */
 };
+
+/* post.c: the connection to the leader's socket, opened on first need. */
+ncclResult_t cipc_channel_open(struct cipc_team *team);
+
+/* exports.c: this rank's allocations the leader maps. Each export names operation seq, the
+ * one that uses it (the entry is forgotten only once that is done). */
+ncclResult_t cipc_exports_create(struct cipc_team *team);
+void cipc_exports_free(struct cipc_team *team);
+/* A legacy IPC handle of mem's allocation, made once per allocation (it costs about 18 us). */
+ncclResult_t cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_info *mem,
+                                uint32_t seq, CUipcMemHandle *handle_out);
+/* Sends the leader the file descriptor of the cuMem allocation (id, mapped at base) that ptr
+ * lies in, once. */
+ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id,
+                               uintptr_t base, size_t size, uint32_t seq);
+/* Adds delta (+1 or -1) to the registrations pinning export (id, base); an unpinned export
+ * that no operation in flight uses is forgotten at once. Nothing if it is not exported (its
+ * allocation was freed and forgotten). */
+ncclResult_t cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta);
+/* Forgets the exports whose allocation is gone, a share at a time, at most every 10 ms. */
+ncclResult_t cipc_exports_sweep(struct cipc_team *team);
+/* Tells the leader that no operation of this rank will name (how, key) again. */
+ncclResult_t cipc_forget(struct cipc_team *team, enum cipc_buf_how how, uint64_t key);
 
 /* Registers rank r's control block with the driver (once per process mapping) and fills the
  * flags of it that streams touch. The caller has a context of the device current. */

@@ -53,30 +53,58 @@ gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
     }
 }
 
-ncclResult_t
-gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out, uint64_t *id_out)
+/* gpu_mem_mapping's answer, quietly: false where the driver cannot tell. */
+static bool
+gpu_mem_mapping_of(CUdeviceptr ptr, CUdeviceptr *base, size_t *size, unsigned long long *id)
 {
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    unsigned long long id = 0;
     CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
                                    CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
                                    CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID};
-    void *data[] = {&base, &size, &id};
+    void *data[] = {base, size, id};
 
+    *base = 0;
+    *size = 0;
+    *id = 0;
+    if (gpu_cu.cuPointerGetAttributes(3, attrs, data, ptr) == CUDA_SUCCESS && *size != 0) {
+        return true;
+    }
     /* A driver that predates these attributes: the address range is the mapping for
      * allocations made as ncclMemAlloc makes them, one handle mapped whole. */
-    if (gpu_cu.cuPointerGetAttributes(3, attrs, data, (CUdeviceptr)(uintptr_t)ptr) !=
-            CUDA_SUCCESS ||
-        size == 0) {
-        GPU_CU_CHECK(cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)ptr));
-        GPU_CU_CHECK(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                           (CUdeviceptr)(uintptr_t)ptr));
+    return gpu_cu.cuMemGetAddressRange(base, size, ptr) == CUDA_SUCCESS &&
+           gpu_cu.cuPointerGetAttribute(id, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr) == CUDA_SUCCESS;
+}
+
+ncclResult_t
+gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out, uint64_t *id_out)
+{
+    CUdeviceptr base;
+    size_t size;
+    unsigned long long id;
+
+    if (!gpu_mem_mapping_of((CUdeviceptr)(uintptr_t)ptr, &base, &size, &id)) {
+        WARN("the CUDA driver cannot tell which cuMem mapping %p lies in", ptr);
+        return ncclUnhandledCudaError;
     }
     *base_out = (uintptr_t)base;
     *size_out = size;
     *id_out = id;
     return ncclSuccess;
+}
+
+bool
+gpu_mem_alive(uintptr_t base, uint64_t id, bool mapping)
+{
+    CUdeviceptr got_base;
+    size_t size;
+    unsigned long long got = 0;
+
+    if (mapping) {
+        return gpu_mem_mapping_of((CUdeviceptr)base, &got_base, &size, &got) &&
+               got_base == (CUdeviceptr)base && got == id;
+    }
+    return gpu_cu.cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                        (CUdeviceptr)base) == CUDA_SUCCESS &&
+           got == id;
 }
 
 const char *

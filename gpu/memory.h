@@ -51,6 +51,10 @@ const char *gpu_mem_kind_name(enum gpu_mem_kind kind);
  * allocation's unique id. ncclUnhandledCudaError if the driver cannot tell. */
 ncclResult_t gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out,
                              uint64_t *id_out);
+/* Whether the allocation with unique id `id` still begins at base: false once it was freed,
+ * and once another took its place (a new id). `mapping`: id is a cuMem mapping's, as
+ * gpu_mem_mapping tells it; else a cudaMalloc allocation's (gpu_mem_info.alloc_id). */
+bool gpu_mem_alive(uintptr_t base, uint64_t id, bool mapping);
 
 /* ncclMemAlloc: device memory of the current device (device 0 without a current context)
  * as a cuMem allocation whose handle exports as a file descriptor, so another rank's process

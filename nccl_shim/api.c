@@ -20,6 +20,7 @@
 #include "gpu/memory.h"
 #include "group.h"
 #include "op.h"
+#include "register.h"
 #include "split.h"
 #include "tag.h"
 
@@ -467,19 +468,17 @@ ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 }
 SHIM_ALIAS(ncclGroupSimulateEnd)
 
-/* Registration is a performance hint in NCCL; we send from and receive into user buffers
- * as they are, so a handle that remembers nothing is the whole implementation. */
+/* Registration: register.c. */
 SHIM_API ncclResult_t
 ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
 {
     shim_error_clear();
-    SHIM_CHECK(shim_comm_check(comm, "ncclCommRegister"));
+    SHIM_CHECK(shim_comm_check_ready(comm, "ncclCommRegister"));
     if (handle == NULL || (buff == NULL && size > 0)) {
         WARN("ncclCommRegister: buff %p size %zu handle %p", buff, size, (void *)handle);
         return ncclInvalidArgument;
     }
-    *handle = comm; /* any non-NULL value; ncclCommDeregister only checks it */
-    return ncclSuccess;
+    return shim_reg_add(comm, buff, size, handle);
 }
 SHIM_ALIAS(ncclCommRegister)
 
@@ -488,12 +487,7 @@ ncclCommDeregister(const ncclComm_t comm, void *handle)
 {
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclCommDeregister"));
-    if (handle != comm) {
-        WARN("ncclCommDeregister: handle %p was not registered on comm %p", handle,
-             (void *)comm);
-        return ncclInvalidArgument;
-    }
-    return ncclSuccess;
+    return shim_reg_remove(comm, handle);
 }
 SHIM_ALIAS(ncclCommDeregister)
 

@@ -8,6 +8,7 @@
  * connect to every peer. Every later exchange between ranks goes over the transport.
  */
 #include "comm.h"
+#include "register.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,6 +329,7 @@ static void
 shim_comm_free(struct ncclComm *comm, bool abort)
 {
     shim_comm_unregister(comm);
+    shim_reg_free_all(comm);
     shim_exec_free_spare(comm);
     shim_devexec_comm_free(comm, abort); /* before the segments its control blocks are in */
     shm_team_destroy(comm->shm);

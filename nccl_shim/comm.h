@@ -19,6 +19,7 @@
 struct shm_team;
 struct shim_exec;
 struct cipc_team;
+struct shim_reg;
 struct shim_dev_solo;
 
 #define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
@@ -76,7 +77,8 @@ struct ncclComm {
     bool init_thread_live;
     struct shim_user_op user_ops[SHIM_MAX_USER_OPS];
     struct shim_log_scope log;  /* its last-error text and the device its log lines name */
-    pthread_mutex_t lock;       /* guards the init thread's join */
+    struct shim_reg *regs;      /* ncclCommRegister's records (register.c) */
+    pthread_mutex_t lock;       /* guards the init thread's join and regs */
     struct ncclComm *next_live; /* the registry of live communicators (comm.c) */
 };
 

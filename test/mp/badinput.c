@@ -564,6 +564,7 @@ bad_mem(struct bad_fixture *fx, int which)
 
 enum bad_reg { BAD_REG_NULL_COMM, BAD_REG_DEAD, BAD_REG_NULL_HANDLE, BAD_REG_NULL_BUFF,
                BAD_DEREG_NULL_COMM, BAD_DEREG_DEAD, BAD_DEREG_NULL, BAD_DEREG_OTHER,
+               BAD_DEREG_TWICE,
                BAD_WIN_NULL_COMM, BAD_WINDEREG_NULL_COMM };
 
 static ncclResult_t
@@ -596,6 +597,11 @@ bad_register(struct bad_fixture *fx, int which)
         return res;
     case BAD_DEREG_NULL:
         return bad_note(fx, ncclCommDeregister(fx->comm, NULL));
+    case BAD_DEREG_TWICE:
+        MP_CHECK_COMM(fx->comm, ncclCommRegister(fx->comm, fx->send, sizeof(fx->send),
+                                                 &handle));
+        MP_CHECK_COMM(fx->comm, ncclCommDeregister(fx->comm, handle));
+        return bad_note(fx, ncclCommDeregister(fx->comm, handle));
     case BAD_DEREG_OTHER: /* a handle of another communicator */
         MP_CHECK_COMM(fx->other, ncclCommRegister(fx->other, fx->send, sizeof(fx->send),
                                                   &other_handle));
@@ -756,6 +762,7 @@ static const struct bad_case bad_cases[] = {
     {"deregister: destroyed comm", bad_register, BAD_DEREG_DEAD, ARG},
     {"deregister: NULL handle", bad_register, BAD_DEREG_NULL, ARG},
     {"deregister: handle of other comm", bad_register, BAD_DEREG_OTHER, ARG},
+    {"deregister: the same handle twice", bad_register, BAD_DEREG_TWICE, ARG},
     {"windowRegister: NULL comm", bad_register, BAD_WIN_NULL_COMM, ARG},
     {"windowDeregister: NULL comm", bad_register, BAD_WINDEREG_NULL_COMM, ARG},
 };

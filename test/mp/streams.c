@@ -14,7 +14,13 @@
  *   refuse    a device send buffer with a host receive buffer; a stream being captured into a
  *             CUDA graph; ncclMemFree of a pointer it did not give out:
  *             each a clear error, after which the communicator still works;
- *   memapi    ncclMemAlloc'd buffers in an all-reduce, ncclCommRegister/Deregister;
+ *   memapi    an ncclMemAlloc'd buffer registered (ncclCommRegister) in three all-reduces;
+ *             deregistered, the leader unmaps it (counted by the double), a second
+ *             deregistration is refused, and the buffer still works unregistered;
+ *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
+ *             after its all-reduce, so addresses come back as new allocations): every result
+ *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
+ *             by the double);
  *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
  *             once and releases its stream, and later work on it runs (-r: the poster rank);
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
@@ -203,23 +209,98 @@ part_refuse(const struct mp_world *w)
               "the communicator no longer works after refused calls");
 }
 
+/* With the double, on rank 0 (the leader): waits up to 5 s for its mappings of other ranks'
+ * memory to be at most `most`; false if they never are (true on a real driver, which does not
+ * count them). */
+static bool
+st_leader_maps_at_most(const struct mp_world *w, int most, int *seen_out)
+{
+    struct mp_fake_stats stats = {0};
+    double t0 = mp_now();
+
+    if (w->rank != 0 || st_cu.fake_stats == NULL) {
+        return true;
+    }
+    for (;;) {
+        st_cu.fake_stats(&stats);
+        *seen_out = stats.ipc_mappings;
+        if (stats.ipc_mappings <= most || mp_now() - t0 > 5) {
+            return stats.ipc_mappings <= most;
+        }
+        usleep(10 * 1000);
+    }
+}
+
 static void
 part_memapi(const struct mp_world *w)
 {
     CUstream s = st_stream();
+    const float sum = (float)(w->nranks * (w->nranks - 1) / 2);
     float *x = NULL;
     void *handle = NULL;
+    int seen = 0;
 
     MP_CHECK(ncclMemAlloc((void **)&x, ST_COUNT * sizeof(float)));
     MP_CHECK_COMM(w->comm, ncclCommRegister(w->comm, x, ST_COUNT * sizeof(float), &handle));
     float *init = st_buffer(ST_COUNT, (float)w->rank, 2, s);
+    for (int round = 0; round < 3; round++) {
+        mp_cuda_copy(&st_cu, x, init, ST_COUNT * sizeof(float), s);
+        MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        MP_EXPECT(st_check(x, ST_COUNT, sum, 2 * (float)w->nranks, s, "registered buffer") == 0,
+                  "round %d: wrong all-reduce on a registered ncclMemAlloc buffer", round);
+    }
+    /* Deregistration lets the leader unmap it: nothing else of the others is mapped. */
+    MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+    MP_EXPECT(st_leader_maps_at_most(w, 0, &seen),
+              "the leader still maps %d allocations after every rank deregistered its buffer",
+              seen);
+    MP_EXPECT(ncclCommDeregister(w->comm, handle) == ncclInvalidArgument,
+              "a second ncclCommDeregister of one handle was not refused");
+    MP_EXPECT(strstr(mp_last_error(w->comm), "not a registration") != NULL,
+              "no clear message: \"%s\"", mp_last_error(w->comm));
+    /* Used again after deregistration: exported again, still right. */
     mp_cuda_copy(&st_cu, x, init, ST_COUNT * sizeof(float), s);
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
-    float sum = (float)(w->nranks * (w->nranks - 1) / 2);
-    MP_EXPECT(st_check(x, ST_COUNT, sum, 2 * (float)w->nranks, s, "ncclMemAlloc buffers") == 0,
-              "wrong all-reduce on ncclMemAlloc'd memory");
-    MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+    MP_EXPECT(st_check(x, ST_COUNT, sum, 2 * (float)w->nranks, s, "deregistered buffer") == 0,
+              "wrong all-reduce on a buffer used again after deregistration");
     MP_CHECK(ncclMemFree(x));
+}
+
+static void
+part_churn(const struct mp_world *w)
+{
+    const int rounds = 40;
+    const float n = (float)w->nranks;
+    CUstream s = st_stream();
+
+    for (int round = 0; round < rounds; round++) {
+        enum mp_mem_kind kind = round % 2 ? MP_MEM_MEMALLOC : MP_MEM_DEVICE;
+        size_t count = ST_COUNT + (size_t)(round % 5) * 1024;
+        float *host = malloc(count * sizeof(float));
+        MP_ASSERT(host != NULL, "out of memory");
+        for (size_t i = 0; i < count; i++) {
+            host[i] = (float)(w->rank + round) + (float)i;
+        }
+        float *x = mp_cuda_alloc(&st_cu, kind, count * sizeof(float));
+        mp_cuda_copy(&st_cu, x, host, count * sizeof(float), s);
+        free(host);
+        MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, count, ncclFloat, ncclSum, w->comm, s));
+        MP_EXPECT(st_check(x, count, n * (float)round + n * (n - 1) / 2, n, s, "churn") == 0,
+                  "round %d (%s memory at %p): wrong all-reduce", round,
+                  mp_mem_kind_names[kind], (void *)x);
+        mp_cuda_free(&st_cu, kind, x);
+    }
+    /* Ranks look for freed allocations when they post, at most every 10 ms. */
+    usleep(30 * 1000);
+    float *keep = st_buffer(ST_COUNT, 1, 0, s);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(keep, keep, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_EXPECT(st_check(keep, ST_COUNT, n, 0, s, "after the churn") == 0,
+              "wrong all-reduce after the churn");
+    /* Each other rank's `keep`, and at most one freed buffer whose forget is on its way. */
+    int seen = 0;
+    MP_EXPECT(st_leader_maps_at_most(w, 2 * (w->nranks - 1), &seen),
+              "the leader still maps %d allocations after %d rounds of freed ones", seen,
+              rounds);
 }
 
 static void
@@ -294,7 +375,7 @@ main(int argc, char **argv)
             poster = atoi(optarg);
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "abort|fp8 [-r POSTER]\n");
+                            "churn|abort|fp8 [-r POSTER]\n");
             return 2;
         }
     }
@@ -316,6 +397,8 @@ main(int argc, char **argv)
         part_refuse(&world);
     } else if (strcmp(part, "memapi") == 0) {
         part_memapi(&world);
+    } else if (strcmp(part, "churn") == 0) {
+        part_churn(&world);
     } else if (strcmp(part, "abort") == 0) {
         part_abort(&world, poster);
         world.comm = NULL;

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A rank's exports (team.h): the allocations it made reachable to the leader, by a legacy IPC
+ * handle or by a cuMem allocation's file descriptor, and how the leader learns to let them go.
+ *
+ * The leader maps each once and keeps the mapping (cache.c) until this rank says forget on
+ * the channel. It does so for an allocation that is gone (freed, or freed and another made
+ * at its address: the driver's unique id at its first byte is no longer the exported one,
+ * checked when posting, a share of the table every CIPC_SWEEP_NS), and for the least recently
+ * used entry when the table is full. Either way only once the last operation that used it is
+ * done: no descriptor still waiting in the ring names a mapping the leader let go, and a later
+ * use exports the allocation again, after the forget on the channel. Without forgetting, a
+ * mapping would keep a freed allocation's memory alive (an imported cuMem handle holds it) for
+ * the life of the team.
+ *
+ * The table bounds the leader's mappings of this rank: CIPC_EXPORTS, more than the buffers
+ * (three per operation) of a full ring, so some entry is always idle when it is full.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/clock.h"
+#include "team.h"
+
+#define CIPC_EXPORTS (4 * CIPC_RING)
+#define CIPC_SWEEP_NS 10000000u /* 10 ms between looks at the table */
+#define CIPC_SWEEP_SHARE 64     /* entries looked at per look */
+
+struct cipc_export {
+    uint64_t id;        /* the allocation's unique id; the leader's key */
+    uintptr_t base;     /* its first byte, where its identity is asked */
+    uint64_t used;      /* last use by the clock below, for the least recently used; 0: free */
+    uint32_t last_seq;  /* the last operation that used it */
+    uint32_t how;       /* CIPC_BUF_LEGACY: handle below; CIPC_BUF_CUMEM: its fd was sent */
+    uint32_t pins;      /* registrations (ncclCommRegister): never the least recently used */
+    bool gone;          /* freed: forget it once last_seq is done */
+    CUipcMemHandle handle;
+};
+
+struct cipc_exports {
+    uint64_t clock;
+    uint64_t next_sweep;  /* shim_clock_ns */
+    uint32_t cursor;      /* where the next look starts */
+    struct cipc_export entries[CIPC_EXPORTS];
+};
+
+ncclResult_t
+cipc_exports_create(struct cipc_team *team)
+{
+    return shim_calloc(&team->exports, 1);
+}
+
+void
+cipc_exports_free(struct cipc_team *team)
+{
+    free(team->exports);
+    team->exports = NULL;
+}
+
+ncclResult_t
+cipc_forget(struct cipc_team *team, enum cipc_buf_how how, uint64_t key)
+{
+    struct cipc_channel_msg msg = {.kind = CIPC_FORGET, .rank = team->rank, .how = how,
+                                   .key = key};
+
+    SHIM_CHECK(cipc_channel_open(team));
+    SHIM_CHECK(cipc_channel_send(team->channel_fd, &msg, -1));
+    /* The leader reads the channel when this moves, not on every step. */
+    __atomic_add_fetch(&team->ctrls[CIPC_LEADER]->forgets, 1, __ATOMIC_RELEASE);
+    shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+    return ncclSuccess;
+}
+
+static bool
+cipc_export_idle(struct cipc_team *team, const struct cipc_export *e)
+{
+    return gpu_flag_reached(&team->done, e->last_seq);
+}
+
+/* Tells the leader to let e go (why: for the log) and frees the entry. */
+static ncclResult_t
+cipc_export_drop(struct cipc_team *team, struct cipc_export *e, const char *why)
+{
+    ncclResult_t res = cipc_forget(team, (enum cipc_buf_how)e->how, e->id);
+
+    INFO(SHIM_P2P, "rank %d: the leader may unmap allocation %llu (%s)", team->rank,
+         (unsigned long long)e->id, why);
+    memset(e, 0, sizeof(*e));
+    return res;
+}
+
+/* The entry of allocation id, updated for operation seq; or a free one for it, made by
+ * forgetting the least recently used idle entry if need be (*fresh_out). */
+static ncclResult_t
+cipc_export_find(struct cipc_team *team, uint64_t id, uintptr_t base, uint32_t seq,
+                 struct cipc_export **entry_out, bool *fresh_out)
+{
+    struct cipc_exports *ex = team->exports;
+    struct cipc_export *free_entry = NULL, *oldest = NULL;
+
+    ex->clock++;
+    for (int i = 0; i < CIPC_EXPORTS; i++) {
+        struct cipc_export *e = &ex->entries[i];
+        if (e->used != 0 && e->id == id && e->base == base && !e->gone) {
+            e->used = ex->clock;
+            e->last_seq = seq;
+            *entry_out = e;
+            *fresh_out = false;
+            return ncclSuccess;
+        }
+    }
+    for (int i = 0; i < CIPC_EXPORTS && free_entry == NULL; i++) {
+        struct cipc_export *e = &ex->entries[i];
+        if (e->used == 0) {
+            free_entry = e;
+        } else if ((oldest == NULL || e->used < oldest->used) && e->pins == 0 &&
+                   cipc_export_idle(team, e)) {
+            oldest = e;
+        }
+    }
+    if (free_entry == NULL) {
+        if (oldest == NULL) {
+            WARN("rank %d: all %d exported allocations are registered or in use by operations "
+                 "not done", team->rank, CIPC_EXPORTS);
+            return ncclInternalError;
+        }
+        SHIM_CHECK(cipc_export_drop(team, oldest, "least recently used"));
+        free_entry = oldest;
+    }
+    *free_entry = (struct cipc_export){.id = id, .base = base, .used = ex->clock,
+                                       .last_seq = seq};
+    *entry_out = free_entry;
+    *fresh_out = true;
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_info *mem, uint32_t seq,
+                   CUipcMemHandle *handle_out)
+{
+    struct cipc_export *e;
+    bool fresh;
+
+    SHIM_CHECK(cipc_export_find(team, mem->alloc_id, mem->alloc_base, seq, &e, &fresh));
+    if (fresh) {
+        CUresult cu = gpu_cu.cuIpcGetMemHandle(&e->handle, (CUdeviceptr)mem->alloc_base);
+        if (cu != CUDA_SUCCESS) {
+            e->used = 0;
+            return gpu_cu_fail(cu, "cuIpcGetMemHandle(allocation)", __FILE__, __LINE__);
+        }
+        e->how = CIPC_BUF_LEGACY;
+    }
+    *handle_out = e->handle;
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id, uintptr_t base,
+                  size_t size, uint32_t seq)
+{
+    struct cipc_export *e;
+    bool fresh;
+    CUmemGenericAllocationHandle handle;
+    int fd = -1;
+    ncclResult_t res;
+
+    SHIM_CHECK(cipc_export_find(team, id, base, seq, &e, &fresh));
+    if (!fresh) {
+        return ncclSuccess;
+    }
+    e->used = 0; /* until sent */
+    SHIM_CHECK(cipc_channel_open(team));
+    GPU_CU_CHECK(cuMemRetainAllocationHandle(&handle, (void *)ptr));
+    GPU_CU_CHECK_GOTO(cuMemExportToShareableHandle(&fd, handle,
+                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                      res, out);
+    struct cipc_channel_msg msg = {.kind = CIPC_FD_CUMEM, .rank = team->rank, .key = id,
+                                   .size = size};
+    SHIM_CHECK_GOTO(cipc_channel_send(team->channel_fd, &msg, fd), res, out);
+    e->how = CIPC_BUF_CUMEM;
+    e->used = team->exports->clock;
+    res = ncclSuccess;
+out:
+    if (fd >= 0) {
+        close(fd);
+    }
+    gpu_cu.cuMemRelease(handle); /* the retain's reference; the allocation stays its owner's */
+    return res;
+}
+
+ncclResult_t
+cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta)
+{
+    for (int i = 0; i < CIPC_EXPORTS; i++) {
+        struct cipc_export *e = &team->exports->entries[i];
+        if (e->used == 0 || e->id != id || e->base != base || e->gone) {
+            continue;
+        }
+        e->pins = (uint32_t)((int)e->pins + delta);
+        if (e->pins == 0 && delta < 0 && cipc_export_idle(team, e)) {
+            return cipc_export_drop(team, e, "deregistered");
+        }
+        return ncclSuccess;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_exports_sweep(struct cipc_team *team)
+{
+    struct cipc_exports *ex = team->exports;
+    uint64_t now = (uint64_t)shim_clock_ns();
+
+    if (now < ex->next_sweep) {
+        return ncclSuccess;
+    }
+    ex->next_sweep = now + CIPC_SWEEP_NS;
+    /* Free entries cost a load each; the driver is asked about CIPC_SWEEP_SHARE at most. */
+    for (int n = 0, asked = 0; n < CIPC_EXPORTS && asked < CIPC_SWEEP_SHARE; n++) {
+        struct cipc_export *e = &ex->entries[ex->cursor++ % CIPC_EXPORTS];
+        if (e->used == 0) {
+            continue;
+        }
+        if (!e->gone) {
+            e->gone = !gpu_mem_alive(e->base, e->id, e->how == CIPC_BUF_CUMEM);
+            asked++;
+        }
+        if (e->gone && cipc_export_idle(team, e)) {
+            SHIM_CHECK(cipc_export_drop(team, e, "freed"));
+        }
+    }
+    return ncclSuccess;
+}
