@@ -26,7 +26,7 @@ gpu_stream_ctx(cudaStream_t stream, int fallback_device, CUcontext *ctx_out)
 }
 
 ncclResult_t
-gpu_stream_check_capture(cudaStream_t stream, CUcontext ctx, const char *api)
+gpu_stream_capturing(cudaStream_t stream, CUcontext ctx, bool *capturing_out)
 {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     ncclResult_t res = gpu_ctx_push(ctx);
@@ -39,11 +39,8 @@ gpu_stream_check_capture(cudaStream_t stream, CUcontext ctx, const char *api)
     if (cu != CUDA_SUCCESS) {
         return gpu_cu_fail(cu, "cuStreamIsCapturing(stream)", __FILE__, __LINE__);
     }
-    if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
-        WARN("%s: stream %p is being captured into a CUDA graph, which ncclshim does not "
-             "support yet: run the collective outside the capture", api, (void *)stream);
-        return ncclInvalidUsage;
-    }
+    /* An invalidated capture counts: work enqueued now would be lost with it all the same. */
+    *capturing_out = status != CU_STREAM_CAPTURE_STATUS_NONE;
     return ncclSuccess;
 }
 

@@ -44,9 +44,9 @@ struct gpu_flag {
 /* The context a user's stream belongs to; for NULL (the legacy default stream) the context of
  * fallback_device's primary context, which is what NCCL does with the communicator's device. */
 ncclResult_t gpu_stream_ctx(cudaStream_t stream, int fallback_device, CUcontext *ctx_out);
-/* ncclInvalidUsage, with a WARN naming `api`, if stream is being captured into a CUDA graph:
- * a captured call would not run where the capture is replayed. */
-ncclResult_t gpu_stream_check_capture(cudaStream_t stream, CUcontext ctx, const char *api);
+/* Whether stream is being captured into a CUDA graph: what is enqueued on it then runs only
+ * when the graph is launched, as often as it is. */
+ncclResult_t gpu_stream_capturing(cudaStream_t stream, CUcontext ctx, bool *capturing_out);
 
 /* Enqueues on stream: post flag = seq once earlier work is done (with a memory barrier before
  * it, so whoever sees the flag sees that work); wait until flag >= seq. */

@@ -19,7 +19,8 @@
 #include "kernels/device.h"
 
 /* A one-rank communicator's operations run on the call's stream; this keeps them in issue
- * order when calls use several streams. */
+ * order when calls use several streams. Captured into a CUDA graph they are the graph's
+ * kernels and copies, replayed as often as it is launched: nothing of ours takes part then. */
 struct shim_dev_solo {
     CUevent last;          /* recorded after the last operation */
     cudaStream_t stream;   /* on this stream */
@@ -74,7 +75,17 @@ shim_devexec_check(const struct shim_op *op, const char *api)
              "context)", api, (void *)op->stream, gpu->ordinal);
         return ncclInvalidArgument;
     }
-    return gpu_stream_check_capture(op->stream, ctx, api);
+    bool capturing;
+    SHIM_CHECK(gpu_stream_capturing(op->stream, ctx, &capturing));
+    if (capturing && comm->nranks > 1) {
+        /* Ranks meet through flags whose values the host picks per call; a graph would
+         * replay the first call's. */
+        WARN("%s: stream %p is being captured into a CUDA graph; ncclshim captures the "
+             "operations of one-rank communicators only so far (this one has %d ranks): run "
+             "the call outside the capture", api, (void *)op->stream, comm->nranks);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
 }
 
 /* --- one rank --------------------------------------------------------------------------- */
@@ -177,7 +188,11 @@ shim_devexec_solo(struct ncclComm *comm, const struct shim_op *ops, int nops,
         }
         comm->solo = solo;
     }
-    if (solo->recorded && solo->stream != stream) {
+    bool capturing;
+    SHIM_CHECK(gpu_stream_capturing(stream, gpu->ctx, &capturing));
+    /* A capture is ordered by where its graph is launched; an event of ours recorded outside
+     * it may not be awaited in it, nor one recorded in it outside. */
+    if (solo->recorded && solo->stream != stream && !capturing) {
         GPU_CU_CHECK(cuStreamWaitEvent((CUstream)stream, solo->last, 0));
     }
     for (int i = 0; i < nops; i++) {
@@ -186,6 +201,9 @@ shim_devexec_solo(struct ncclComm *comm, const struct shim_op *ops, int nops,
         }
     }
     SHIM_CHECK(shim_devexec_solo_p2p(ops, nops, (CUstream)stream));
+    if (capturing) {
+        return ncclSuccess;
+    }
     GPU_CU_CHECK(cuEventRecord(solo->last, (CUstream)stream));
     solo->stream = stream;
     solo->recorded = true;

@@ -54,13 +54,15 @@ struct mp_cuda {
     CUresult (*stream_destroy)(CUstream);
     CUresult (*stream_synchronize)(CUstream);
     CUresult (*stream_query)(CUstream);
-    /* Graph capture, NULL in the double (which fakes a capturing stream instead). */
+    /* CUDA graphs (the double's hold one stream's kernels, copies and flag operations). */
     CUresult (*stream_begin_capture)(CUstream, CUstreamCaptureMode);
     CUresult (*stream_end_capture)(CUstream, CUgraph *);
     CUresult (*graph_destroy)(CUgraph);
+    CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*graph_launch)(CUgraphExec, CUstream);
+    CUresult (*graph_exec_destroy)(CUgraphExec);
     /* The double's own, NULL on a real driver. */
     void (*fake_stats)(struct mp_fake_stats *);
-    void (*fake_set_capturing)(CUstream, int);
 };
 
 static inline void *
@@ -110,8 +112,11 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->stream_end_capture = (CUresult(*)(CUstream, CUgraph *))dlsym(cu->lib,
                                                                        "cuStreamEndCapture");
     cu->graph_destroy = (CUresult(*)(CUgraph))dlsym(cu->lib, "cuGraphDestroy");
+    cu->graph_instantiate = (CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))dlsym(
+        cu->lib, "cuGraphInstantiateWithFlags");
+    cu->graph_launch = (CUresult(*)(CUgraphExec, CUstream))dlsym(cu->lib, "cuGraphLaunch");
+    cu->graph_exec_destroy = (CUresult(*)(CUgraphExec))dlsym(cu->lib, "cuGraphExecDestroy");
     cu->fake_stats = (void (*)(struct mp_fake_stats *))dlsym(cu->lib, "fake_cuda_get_stats");
-    cu->fake_set_capturing = (void (*)(CUstream, int))dlsym(cu->lib, "fake_cuda_set_capturing");
     MP_CU(cu, init(0));
     MP_CU(cu, device_get_count(&count));
     MP_ASSERT(count > 0, "the CUDA driver sees no device");
@@ -174,15 +179,11 @@ mp_cuda_free(struct mp_cuda *cu, enum mp_mem_kind kind, void *ptr)
     }
 }
 
-/* Starts (capturing != 0) or ends capturing stream into a CUDA graph, which is thrown away:
- * the double's pretend capture, or the driver's own. Returns false where neither exists. */
+/* Starts (capturing != 0) or ends capturing stream into a CUDA graph, which is thrown away.
+ * Returns false where the driver has no graphs. */
 static inline bool
 mp_cuda_capture(struct mp_cuda *cu, CUstream stream, int capturing)
 {
-    if (cu->fake_set_capturing != NULL) {
-        cu->fake_set_capturing(stream, capturing);
-        return true;
-    }
     if (cu->stream_begin_capture == NULL || cu->stream_end_capture == NULL) {
         return false;
     }

@@ -155,6 +155,7 @@ device_cases() {
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
+    run_case device-streams-graph-n1 1 60 "${dev[@]}" -- "$bindir/streams" -p graph
     run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
     if ((gpu == 0)); then

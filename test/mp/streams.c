@@ -12,7 +12,7 @@
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double);
  *   refuse    a device send buffer with a host receive buffer; a stream being captured into a
- *             CUDA graph; ncclMemFree of a pointer it did not give out:
+ *             CUDA graph (more than one rank); ncclMemFree of a pointer it did not give out:
  *             each a clear error, after which the communicator still works;
  *   memapi    an ncclMemAlloc'd buffer registered (ncclCommRegister) in three all-reduces;
  *             deregistered, the leader unmaps it (counted by the double), a second
@@ -21,6 +21,9 @@
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
  *             by the double);
+ *   graph     one rank: an all-reduce (PreMulSum by 2, in place) and a broadcast captured into
+ *             a CUDA graph run only when it is launched, as often as it is (5 launches: x
+ *             times 32), and a call after it, outside any capture, still runs;
  *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
  *             once and releases its stream, and later work on it runs (-r: the poster rank);
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
@@ -304,6 +307,47 @@ part_churn(const struct mp_world *w)
 }
 
 static void
+part_graph(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_COUNT, 1, 1, s);
+    float *y = st_buffer(ST_COUNT, 0, 0, s);
+    float two = 2;
+    ncclRedOp_t times2;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+
+    MP_ASSERT(w->nranks == 1, "graph part: one rank (more are refused: see -p refuse)");
+    MP_ASSERT(st_cu.graph_instantiate != NULL && st_cu.graph_launch != NULL,
+              "the CUDA driver has no graphs");
+    MP_CHECK_COMM(w->comm, ncclRedOpCreatePreMulSum(&times2, &two, ncclFloat,
+                                                    ncclScalarHostImmediate, w->comm));
+    /* Warm up outside the capture (the kernels' module loads on first use), as PyTorch does. */
+    MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, times2, w->comm, s));
+    MP_CU(&st_cu, stream_synchronize(s));
+    MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, times2, w->comm, s));
+    MP_CHECK_COMM(w->comm, ncclBroadcast(x, y, ST_COUNT, ncclFloat, 0, w->comm, s));
+    MP_CU(&st_cu, stream_end_capture(s, &graph));
+    MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
+    MP_EXPECT(st_check(x, ST_COUNT, 1, 1, s, "captured, not launched") == 0,
+              "a captured all-reduce ran before its graph was launched");
+    for (int i = 0; i < 5; i++) {
+        MP_CU(&st_cu, graph_launch(exec, s));
+    }
+    MP_EXPECT(st_check(x, ST_COUNT, 32, 32, s, "five launches") == 0,
+              "five launches of a graph with an all-reduce times 2 did not multiply by 32");
+    MP_EXPECT(st_check(y, ST_COUNT, 32, 32, s, "the captured broadcast") == 0,
+              "the captured broadcast did not copy the all-reduce's result");
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, times2, w->comm, s));
+    MP_EXPECT(st_check(x, ST_COUNT, 64, 64, s, "after the graph") == 0,
+              "an all-reduce after the graph's launches, outside any capture, was wrong");
+    MP_CU(&st_cu, graph_exec_destroy(exec));
+    MP_CU(&st_cu, graph_destroy(graph));
+    MP_CHECK_COMM(w->comm, ncclRedOpDestroy(times2, w->comm));
+}
+
+static void
 part_abort(const struct mp_world *w, int poster)
 {
     CUstream s = st_stream();
@@ -375,7 +419,7 @@ main(int argc, char **argv)
             poster = atoi(optarg);
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|abort|fp8 [-r POSTER]\n");
+                            "churn|graph|abort|fp8 [-r POSTER]\n");
             return 2;
         }
     }
@@ -399,6 +443,8 @@ main(int argc, char **argv)
         part_memapi(&world);
     } else if (strcmp(part, "churn") == 0) {
         part_churn(&world);
+    } else if (strcmp(part, "graph") == 0) {
+        part_graph(&world);
     } else if (strcmp(part, "abort") == 0) {
         part_abort(&world, poster);
         world.comm = NULL;

@@ -11,6 +11,10 @@ is known. Then 20 steps of DDP training of a small model, whose losses and final
 equal a single-process run on the same global batch (to float32 rounding). Exits 1 on any
 mismatch, after printing each.
 
+On one rank with CUDA (ncclshim captures one-rank communicators only so far), also collectives
+captured in CUDA graphs (torch.cuda.graph): an all_reduce and a scaling replayed 10 times, the
+result exact; and the time of an 8-byte all_reduce captured (per replay) and not (per call).
+
 Kill mode (--kill N, not under torchrun: its agent kills every rank as soon as one dies, which
 would hide a hang): starts N ranks itself, training in a loop; the last one kills itself at
 step 5. Every other rank must then die of PyTorch's watchdog (an NCCL error, not its 10-minute
@@ -177,6 +181,42 @@ def check_groups(chk, rank, world, device):
 
 # --- DDP ------------------------------------------------------------------------------------
 
+def check_graphs(chk, world, device):
+    x = torch.ones(1024, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm up outside the capture, as torch.cuda.graph asks
+            dist.all_reduce(x)
+    torch.cuda.current_stream().wait_stream(side)
+    x.fill_(1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dist.all_reduce(x)
+        x.mul_(2)
+    for _ in range(10):
+        graph.replay()
+    torch.cuda.synchronize()
+    chk.equal("all_reduce and mul_ captured, 10 replays", x, torch.full_like(x, (2 * world) ** 10))
+
+    small = torch.zeros(2, device=device)  # 8 bytes
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dist.all_reduce(small)
+    times = {}
+    for name, step in (("call", lambda: dist.all_reduce(small)), ("replay", graph.replay)):
+        for _ in range(100):
+            step()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(1000):
+            step()
+        torch.cuda.synchronize()
+        times[name] = (time.perf_counter() - started) * 1e3  # us per step over 1000
+    print(f"torch_check: 8 B all_reduce, {times['call']:.1f} us a call, "
+          f"{times['replay']:.1f} us a replay of a captured one", flush=True)
+
+
 def model_and_batch(device, world):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
@@ -272,6 +312,8 @@ def run_checks(args):
     started = time.time()
     check_collectives(chk, rank, world, device, args.backend)
     check_ddp(chk, rank, world, device)
+    if world == 1 and device.type == "cuda":
+        check_graphs(chk, world, device)
     if device.type == "cuda":
         torch.cuda.synchronize()
     failed = torch.tensor([chk.failed], dtype=torch.float32, device=device)

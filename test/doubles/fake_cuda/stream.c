@@ -3,6 +3,11 @@
  * The fake driver's streams, events, copies and launches. A stream is a queue with a worker
  * thread that runs its operations in order, so a stream waiting on a flag blocks only itself,
  * as on a GPU. Each context's NULL stream is one more such stream, made on first use.
+ *
+ * CUDA graphs, as far as one stream goes: a stream being captured appends its operations to
+ * a graph instead of running them; an instantiated graph launched on a stream enqueues copies
+ * of them. Events have no place in these graphs (CUDA's fork and join across streams): an
+ * event recorded or awaited while capturing invalidates the capture.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +50,17 @@ struct fake_op {
     uint64_t generation;
     const struct fake_kernel *kernel; /* KERNEL */
     void *params;
+    size_t params_bytes;
     struct fake_op *next;
+};
+
+/* A captured graph and an instantiated one: a list of operations. */
+struct CUgraph_st {
+    struct fake_op *head, *tail;
+};
+
+struct CUgraphExec_st {
+    struct fake_op *head;
 };
 
 struct CUstream_st {
@@ -54,7 +69,9 @@ struct CUstream_st {
     pthread_cond_t cond; /* work queued, or an operation done */
     struct fake_op *head, *tail;
     uint64_t enqueued, completed;
-    bool capturing;
+    bool capturing;              /* atomic; set alone by fake_cuda_set_capturing */
+    struct CUgraph_st *graph;    /* capturing into it (cuStreamBeginCapture) */
+    bool invalidated;            /* the capture took something a graph here cannot hold */
     bool destroyed;
 };
 
@@ -222,6 +239,18 @@ fake_stream(CUstream handle)
     return ctx->null_stream;
 }
 
+static void
+fake_op_append(struct fake_op **head, struct fake_op **tail, struct fake_op *op)
+{
+    op->next = NULL;
+    if (*tail != NULL) {
+        (*tail)->next = op;
+    } else {
+        *head = op;
+    }
+    *tail = op;
+}
+
 static CUresult
 fake_enqueue(CUstream handle, struct fake_op *op)
 {
@@ -233,6 +262,20 @@ fake_enqueue(CUstream handle, struct fake_op *op)
     }
     op->next = NULL;
     pthread_mutex_lock(&s->lock);
+    if (s->graph != NULL) {
+        bool takes = op->event == NULL;
+        if (takes) {
+            fake_op_append(&s->graph->head, &s->graph->tail, op);
+        } else {
+            s->invalidated = true;
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (!takes) {
+            fake_op_free(op);
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+        return CUDA_SUCCESS;
+    }
     if (s->tail != NULL) {
         s->tail->next = op;
     } else {
@@ -550,7 +593,152 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     memcpy(op->params, params[0], bytes);
+    op->params_bytes = bytes;
     op->kernel = f->kernel;
     FAKE_STAT_ADD(kernels_launched, 1);
     return fake_enqueue(stream, op);
+}
+
+/* --- capture and graphs --------------------------------------------------------------------- */
+
+/* A copy of op (a graph's: no event), or NULL when out of memory. */
+static struct fake_op *
+fake_op_clone(const struct fake_op *op)
+{
+    struct fake_op *copy = malloc(sizeof(*copy));
+
+    if (copy == NULL) {
+        return NULL;
+    }
+    *copy = *op;
+    copy->next = NULL;
+    if (op->params != NULL) {
+        copy->params = malloc(op->params_bytes);
+        if (copy->params == NULL) {
+            free(copy);
+            return NULL;
+        }
+        memcpy(copy->params, op->params, op->params_bytes);
+    }
+    return copy;
+}
+
+static void
+fake_op_list_free(struct fake_op *op)
+{
+    while (op != NULL) {
+        struct fake_op *next = op->next;
+        fake_op_free(op);
+        op = next;
+    }
+}
+
+FAKE_API CUresult
+cuStreamBeginCapture(CUstream handle, CUstreamCaptureMode mode)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    (void)mode;
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    struct CUgraph_st *graph = calloc(1, sizeof(*graph));
+    if (graph == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&s->lock);
+    bool busy = s->graph != NULL || s->capturing;
+    if (!busy) {
+        s->graph = graph;
+        s->invalidated = false;
+        __atomic_store_n(&s->capturing, true, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (busy) {
+        free(graph);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuStreamEndCapture(CUstream handle, CUgraph *graph_out)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    *graph_out = NULL;
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    pthread_mutex_lock(&s->lock);
+    struct CUgraph_st *graph = s->graph;
+    bool invalidated = s->invalidated;
+    s->graph = NULL;
+    __atomic_store_n(&s->capturing, false, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&s->lock);
+    if (graph == NULL) {
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    if (invalidated) {
+        fake_op_list_free(graph->head);
+        free(graph);
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *graph_out = graph;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuGraphDestroy(CUgraph graph)
+{
+    fake_op_list_free(graph->head);
+    free(graph);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuGraphInstantiateWithFlags(CUgraphExec *exec_out, CUgraph graph, unsigned long long flags)
+{
+    struct CUgraphExec_st *exec = calloc(1, sizeof(*exec));
+    struct fake_op *tail = NULL;
+
+    (void)flags;
+    if (exec == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (const struct fake_op *op = graph->head; op != NULL; op = op->next) {
+        struct fake_op *copy = fake_op_clone(op);
+        if (copy == NULL) {
+            fake_op_list_free(exec->head);
+            free(exec);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        fake_op_append(&exec->head, &tail, copy);
+    }
+    *exec_out = exec;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuGraphExecDestroy(CUgraphExec exec)
+{
+    fake_op_list_free(exec->head);
+    free(exec);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuGraphLaunch(CUgraphExec exec, CUstream stream)
+{
+    for (const struct fake_op *op = exec->head; op != NULL; op = op->next) {
+        struct fake_op *copy = fake_op_clone(op);
+        if (copy == NULL) {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        CUresult cu = fake_enqueue(stream, copy);
+        if (cu != CUDA_SUCCESS) {
+            return cu;
+        }
+    }
+    return CUDA_SUCCESS;
 }
