@@ -28,6 +28,10 @@
  * (managed or registered host memory, or device memory on a GPU the leader's cannot reach)
  * are staged through pinned shared host memory by their owner's stream.
  *
+ * Once a stream of a rank is captured into a CUDA graph, that rank posts every operation from
+ * its stream instead (hostpost.c): a host function numbers, posts and waits when the stream
+ * gets there, since a graph replays the values of its capture.
+ *
  * Every rank runs a thread per team: on the leader it schedules operations; on every rank it
  * watches them (a rank that died, NCCLSHIM_TIMEOUT) and keeps the team's error for
  * ncclCommGetAsyncError. Destroy and abort are local; abort releases every stream of this
@@ -89,8 +93,9 @@ struct cipc_op {
 };
 
 /* Posts ops (a group's, in call order; one outside a group) and enqueues on stream (of ctx,
- * this rank's device's primary context) their staging copies in and the write of arrive. Then
- * cipc_post_wait enqueues the wait for done and the copies out. Between the two, a caller with
+ * this rank's device's primary context) their staging copies in and the write of arrive; or,
+ * posting from the stream (capturing, or since a capture), a host function that does it all.
+ * Then cipc_post_wait enqueues the wait for done and the copies out (or nothing). Between the two, a caller with
  * several teams in one group arrives on all of them before it waits on any: the teams may be
  * ranks of one clique. Neither waits for another rank (the ring of descriptors is the one
  * bound: a rank CIPC_RING operations ahead of the leader waits for room). */

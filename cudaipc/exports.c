@@ -76,7 +76,9 @@ cipc_forget(struct cipc_team *team, enum cipc_buf_how how, uint64_t key)
 static bool
 cipc_export_idle(struct cipc_team *team, const struct cipc_export *e)
 {
-    return gpu_flag_reached(&team->done, e->last_seq);
+    /* Operations made for a host function to post (hostpost.c) have no number yet. */
+    return __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) == 0 &&
+           gpu_flag_reached(&team->done, e->last_seq);
 }
 
 /* Tells the leader to let e go (why: for the log) and frees the entry. */

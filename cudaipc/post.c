@@ -420,8 +420,39 @@ cipc_desc_fill(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     memcpy(&d->scalar, op->redop.scalar, sizeof(d->scalar));
 }
 
-/* Sleeps until the leader took enough descriptors for last to fit in the ring. */
-static ncclResult_t
+ncclResult_t
+cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
+               uint32_t group_last, struct cipc_desc *d, bool staged_out[3])
+{
+    size_t send_bytes, recv_bytes;
+    struct gpu_mem_info scalar_mem;
+
+    memset(d, 0, sizeof(*d));
+    cipc_desc_fill(team, op, seq, group_last, d);
+    cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
+    SHIM_CHECK(cipc_describe(team, op->send, &op->send_mem, send_bytes, seq, &d->send,
+                             &staged_out[0]));
+    SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, &d->recv,
+                             &staged_out[1]));
+    gpu_mem_query(op->scalar_dev, &scalar_mem);
+    return cipc_describe(team, op->scalar_dev, &scalar_mem, kr_type_size(op->redop.type), seq,
+                         &d->scalar_buf, &staged_out[2]);
+}
+
+/* The last match numbers this rank's posts used, which stream posting goes on from. */
+static void
+cipc_match_note(struct cipc_team *team, const struct cipc_op *op)
+{
+    if (op->coll == ALG_COLL_SEND) {
+        team->sent_match[op->root] = op->match;
+    } else if (op->coll == ALG_COLL_RECV) {
+        team->received_match[op->root] = op->match;
+    } else {
+        team->coll_match = op->match;
+    }
+}
+
+ncclResult_t
 cipc_ring_wait(struct cipc_team *team, uint32_t last)
 {
     struct cipc_ctrl *own = team->ctrls[team->rank];
@@ -430,6 +461,10 @@ cipc_ring_wait(struct cipc_team *team, uint32_t last)
 
     while (!shm_flag_reached(&own->consumed, last - CIPC_RING, team->rank, &wait)) {
         SHIM_CHECK(cipc_team_error(team));
+        if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+            WARN("rank %d: the communicator went while an operation waited for room", team->rank);
+            return ncclInvalidUsage;
+        }
         shm_wait_sleep(&wait, wait_ms > 0 ? wait_ms : 100);
     }
     return ncclSuccess;
@@ -454,6 +489,12 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         return ncclInvalidUsage;
     }
     SHIM_CHECK(cipc_post_ready(team));
+    bool capturing;
+    SHIM_CHECK(gpu_stream_capturing(stream, team->gpu->ctx, &capturing));
+    if (capturing || team->stream_posting) {
+        SHIM_CHECK(cipc_exports_sweep(team));
+        return cipc_hostpost_arrive(team, ops, nops, stream, capturing);
+    }
     uint32_t first = team->seq + 1, last = team->seq + (uint32_t)nops;
     SHIM_CHECK(cipc_ring_wait(team, last));
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
@@ -469,35 +510,24 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         const struct cipc_op *op = &ops[i];
         struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
         size_t send_bytes, recv_bytes;
-        bool staged_send, staged_recv, staged_scalar;
+        bool staged_bufs[3];
 
-        memset(d, 0, sizeof(*d));
-        cipc_desc_fill(team, op, first + (uint32_t)i, last, d);
+        SHIM_CHECK_GOTO(cipc_desc_make(team, op, first + (uint32_t)i, last, d, staged_bufs),
+                        res, out);
+        cipc_match_note(team, op);
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-        SHIM_CHECK_GOTO(cipc_describe(team, op->send, &op->send_mem, send_bytes, d->seq, &d->send,
-                                      &staged_send),
-                        res, out);
-        SHIM_CHECK_GOTO(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, d->seq, &d->recv,
-                                      &staged_recv),
-                        res, out);
-        struct gpu_mem_info scalar_mem;
-        gpu_mem_query(op->scalar_dev, &scalar_mem);
-        SHIM_CHECK_GOTO(cipc_describe(team, op->scalar_dev, &scalar_mem,
-                                      kr_type_size(op->redop.type), d->seq, &d->scalar_buf,
-                                      &staged_scalar),
-                        res, out);
-        if ((staged_send || staged_recv || staged_scalar) && staged == NULL) {
+        if ((staged_bufs[0] || staged_bufs[1] || staged_bufs[2]) && staged == NULL) {
             SHIM_CHECK_GOTO(shim_calloc(&staged, 3 * (size_t)nops), res, out);
         }
-        if (staged_send) {
+        if (staged_bufs[0]) {
             cipc_stage_add(staged, &nstaged, &d->send, (uintptr_t)op->send, send_bytes, true,
                            false);
         }
-        if (staged_recv) {
+        if (staged_bufs[1]) {
             cipc_stage_add(staged, &nstaged, &d->recv, (uintptr_t)op->recv, recv_bytes, false,
                            true);
         }
-        if (staged_scalar) {
+        if (staged_bufs[2]) {
             cipc_stage_add(staged, &nstaged, &d->scalar_buf, (uintptr_t)op->scalar_dev,
                            kr_type_size(op->redop.type), true, false);
         }
@@ -576,6 +606,10 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
     struct cipc_gate *gate = NULL;
     ncclResult_t res;
 
+    if (team->posted_by_host) {
+        team->posted_by_host = false; /* its host function waits for done itself */
+        return ncclSuccess;
+    }
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
     SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, team->pending_wait), res, out);
     SHIM_CHECK_GOTO(cipc_gate_of(team, stream, &gate), res, out);

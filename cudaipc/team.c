@@ -257,6 +257,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     team->log = args->log;
     team->channel_fd = -1;
     pthread_mutex_init(&team->reg_lock, NULL);
+    pthread_mutex_init(&team->post_lock, NULL);
     SHIM_CHECK_GOTO(shim_calloc(&team->reach, (size_t)n * n), res, err_free);
     memcpy(team->reach, args->reach, (size_t)n * n);
     SHIM_CHECK_GOTO(shim_calloc(&team->ctrls, (size_t)n), res, err_free);
@@ -291,6 +292,7 @@ err_free:
     free(team->ctrls);
     free(team->reach);
     pthread_mutex_destroy(&team->reg_lock);
+    pthread_mutex_destroy(&team->post_lock);
     free(team);
     return res;
 }
@@ -299,8 +301,10 @@ ncclResult_t
 cipc_team_drain(struct cipc_team *team)
 {
     /* The leader's stream writes done, and no one wakes a sleeper: poll, gently. The thread
-     * turns a stall into an error (a dead rank; NCCLSHIM_TIMEOUT). */
-    while (cipc_team_busy(team)) {
+     * turns a stall into an error (a dead rank; NCCLSHIM_TIMEOUT). Operations waiting for a
+     * host function to post them count too. */
+    while (cipc_team_busy(team) ||
+           __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) > 0) {
         ncclResult_t res = cipc_team_error(team);
         if (res != ncclSuccess) {
             WARN("rank %d: device operations of this communicator failed before they finished",
@@ -343,6 +347,8 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
         /* Nothing waits for us any more: every gate of this rank's streams opens. */
         gpu_flag_release(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
     }
+    /* Host functions still to run (a graph may be launched later) find no team. */
+    cipc_hostpost_detach(team);
     if (team->gpu != NULL) {
         /* The streams must be past their gates before the flags they read go away (on a GPU
          * a wait on unregistered memory is a fault of the context). */
@@ -363,5 +369,6 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     free(team->ctrls);
     free(team->reach);
     pthread_mutex_destroy(&team->reg_lock);
+    pthread_mutex_destroy(&team->post_lock);
     free(team);
 }

@@ -127,6 +127,17 @@ struct cipc_team {
     struct cipc_stage *stage;
     struct cipc_exports *exports;
     int channel_fd;                /* to the leader, once needed; -1 */
+    uint32_t coll_match;           /* the last numbers posted: collectives, and per peer; */
+    uint32_t sent_match[CIPC_MAX_RANKS];     /* stream posting goes on from them */
+    uint32_t received_match[CIPC_MAX_RANKS];
+
+    /* Stream posting (hostpost.c), for good once a stream of this rank was captured. */
+    bool stream_posting;
+    bool posted_by_host;           /* the last arrive was a host function's: no wait to add */
+    pthread_mutex_t post_lock;     /* host functions post one at a time */
+    int hostposts_queued;          /* atomic: made by calls, not posted yet */
+    int hostposts_running;         /* under cipc_hostpost_lock */
+    struct cipc_hostpost *hostposts; /* under cipc_hostpost_lock: every one naming this team */
 
     /* The thread. */
     pthread_t thread;
@@ -138,6 +149,18 @@ struct cipc_team {
 
 /* post.c: the connection to the leader's socket, opened on first need. */
 ncclResult_t cipc_channel_open(struct cipc_team *team);
+/* Fills d for op (numbered seq, in a group ending at group_last) and describes its buffers;
+ * staged_out: whether its send, receive and scalar buffers only a staging copy reaches. */
+ncclResult_t cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
+                            uint32_t group_last, struct cipc_desc *d, bool staged_out[3]);
+/* Sleeps until the leader took enough descriptors for last to fit in the ring. */
+ncclResult_t cipc_ring_wait(struct cipc_team *team, uint32_t last);
+
+/* hostpost.c: operations posted by a host function on their stream (cudaipc.h). */
+ncclResult_t cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
+                                  CUstream stream, bool capturing);
+/* At teardown, after the release: no host function touches the team any more. */
+void cipc_hostpost_detach(struct cipc_team *team);
 
 /* exports.c: this rank's allocations the leader maps. Each export names operation seq, the
  * one that uses it (the entry is forgotten only once that is done). */

@@ -40,7 +40,7 @@
     X(cuStreamIsCapturing) X(cuStreamWaitEvent) X(cuStreamWaitValue32)                       \
     X(cuStreamWriteValue32) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery)                \
     X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData) X(cuModuleUnload)            \
-    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemcpyAsync)
+    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemcpyAsync) X(cuLaunchHostFunc)
 
 /* The entry points; a member is named after the function as cuda.h spells it (cuMemAlloc is
  * cuMemAlloc_v2 there, and here). Filled once, read-only afterwards. */

@@ -77,12 +77,13 @@ shim_devexec_check(const struct shim_op *op, const char *api)
     }
     bool capturing;
     SHIM_CHECK(gpu_stream_capturing(op->stream, ctx, &capturing));
-    if (capturing && comm->nranks > 1) {
-        /* Ranks meet through flags whose values the host picks per call; a graph would
-         * replay the first call's. */
-        WARN("%s: stream %p is being captured into a CUDA graph; ncclshim captures the "
-             "operations of one-rank communicators only so far (this one has %d ranks): run "
-             "the call outside the capture", api, (void *)op->stream, comm->nranks);
+    if (capturing && comm->nranks > 1 && comm->dev == NULL) {
+        /* The network path's thread runs batches the call hands it: nothing for a graph to
+         * replay. One host's device team posts from the stream instead (cudaipc/hostpost.c). */
+        WARN("%s: stream %p is being captured into a CUDA graph; ncclshim captures device "
+             "operations of one rank, or of ranks sharing a host, not yet those across hosts "
+             "(this communicator has no device team): run the call outside the capture", api,
+             (void *)op->stream);
         return ncclInvalidUsage;
     }
     return ncclSuccess;

@@ -155,9 +155,12 @@ device_cases() {
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
-    run_case device-streams-graph-n1 1 60 "${dev[@]}" -- "$bindir/streams" -p graph
+    for n in 1 2 4; do
+        run_case "device-streams-graph-n$n" "$n" 60 "${dev[@]}" -- "$bindir/streams" -p graph
+    done
     run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
+    run_case device-streams-abort-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1 -g
     if ((gpu == 0)); then
         run_case device-streams-devices 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
             "$bindir/streams" -p devices
@@ -211,7 +214,7 @@ staged_cases() {
         run_case staged-direct-algo-ring-quick-n5 5 120 "${noteam[@]}" NCCLSHIM_DEVICE_DIRECT=1 \
             NCCLSHIM_ALGO=ring -- "$bindir/collectives" -q -D device -c "$colls"
     fi
-    for part in returns order group memapi; do
+    for part in returns order group memapi refuse; do
         run_case "staged-streams-$part-n3" 3 60 "${noteam[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case staged-streams-abort-n3 3 60 "${noteam[@]}" -- "$bindir/streams" -p abort -r 0
@@ -251,6 +254,8 @@ elif [[ $quick == 1 ]]; then
     run_case device-collectives-quick-n3 3 240 "${dev[@]}" -- \
         "$bindir/collectives" -q -D mixed -c "$colls"
     run_case device-streams-abort-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1
+    run_case device-streams-graph-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graph
+    run_case device-streams-churn-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p churn
     run_case device-fault-allreduce-n3-leader 1 90 "${dev[@]}" -- \
         "$bindir/fault" -n 3 -c allreduce -D -v 0
     run_case staged-collectives-quick-n3 3 240 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \

@@ -12,7 +12,8 @@
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double);
  *   refuse    a device send buffer with a host receive buffer; a stream being captured into a
- *             CUDA graph (more than one rank); ncclMemFree of a pointer it did not give out:
+ *             CUDA graph without a device team (NCCL_SHM_DISABLE=1); ncclMemFree of a pointer
+ *             it did not give out:
  *             each a clear error, after which the communicator still works;
  *   memapi    an ncclMemAlloc'd buffer registered (ncclCommRegister) in three all-reduces;
  *             deregistered, the leader unmaps it (counted by the double), a second
@@ -21,11 +22,14 @@
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
  *             by the double);
- *   graph     one rank: an all-reduce (PreMulSum by 2, in place) and a broadcast captured into
- *             a CUDA graph run only when it is launched, as often as it is (5 launches: x
- *             times 32), and a call after it, outside any capture, still runs;
+ *   graph     an all-reduce (PreMulSum by 2, in place), a broadcast and a send/receive around
+ *             the ring captured into a CUDA graph run only when it is launched, as often as it
+ *             is (5 launches, with an uncaptured all-reduce after each), and later calls
+ *             still run;
  *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
- *             once and releases its stream, and later work on it runs (-r: the poster rank);
+ *             once and releases its stream, and later work on it runs (-r: the poster rank;
+ *             -g: every rank captures the all-reduce into a CUDA graph, the poster launches
+ *             it, and the abort ends its host function's wait);
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
  *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
  */
@@ -195,7 +199,9 @@ part_refuse(const struct mp_world *w)
               ncclGetErrorString(res));
     MP_EXPECT(strstr(mp_last_error(w->comm), "host memory") != NULL,
               "no clear message: \"%s\"", mp_last_error(w->comm));
-    if (mp_cuda_capture(&st_cu, s, 1)) {
+    /* Device teams (ranks of one host) capture; the network path does not yet. */
+    const char *no_shm = getenv("NCCL_SHM_DISABLE");
+    if (no_shm != NULL && strcmp(no_shm, "1") == 0 && mp_cuda_capture(&st_cu, s, 1)) {
         res = ncclAllReduce(dev, dev, 64, ncclFloat, ncclSum, w->comm, s);
         mp_cuda_capture(&st_cu, s, 0);
         MP_EXPECT(res == ncclInvalidUsage, "a call on a capturing stream gave %s",
@@ -307,17 +313,21 @@ part_churn(const struct mp_world *w)
 }
 
 static void
-part_graph(const struct mp_world *w)
+part_graph(struct mp_world *w)
 {
+    const int n = w->nranks, next = (w->rank + 1) % n, prev = (w->rank + n - 1) % n;
+    const float grow = 2 * (float)n; /* PreMulSum by 2 summed over n ranks */
     CUstream s = st_stream();
-    float *x = st_buffer(ST_COUNT, 1, 1, s);
+    float *x = st_buffer(ST_COUNT, 1, 0, s);
     float *y = st_buffer(ST_COUNT, 0, 0, s);
+    float *z = st_buffer(ST_COUNT, 1, 0, s);
+    float *mine = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    float *from_prev = st_buffer(ST_COUNT, -1, 0, s);
     float two = 2;
     ncclRedOp_t times2;
     CUgraph graph = NULL;
     CUgraphExec exec = NULL;
 
-    MP_ASSERT(w->nranks == 1, "graph part: one rank (more are refused: see -p refuse)");
     MP_ASSERT(st_cu.graph_instantiate != NULL && st_cu.graph_launch != NULL,
               "the CUDA driver has no graphs");
     MP_CHECK_COMM(w->comm, ncclRedOpCreatePreMulSum(&times2, &two, ncclFloat,
@@ -327,34 +337,67 @@ part_graph(const struct mp_world *w)
     MP_CU(&st_cu, stream_synchronize(s));
     MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, times2, w->comm, s));
-    MP_CHECK_COMM(w->comm, ncclBroadcast(x, y, ST_COUNT, ncclFloat, 0, w->comm, s));
+    MP_CHECK_COMM(w->comm, ncclBroadcast(x, y, ST_COUNT, ncclFloat, n - 1, w->comm, s));
+    MP_CHECK(ncclGroupStart());
+    MP_CHECK_COMM(w->comm, ncclSend(mine, ST_COUNT, ncclFloat, next, w->comm, s));
+    MP_CHECK_COMM(w->comm, ncclRecv(from_prev, ST_COUNT, ncclFloat, prev, w->comm, s));
+    MP_CHECK(ncclGroupEnd());
     MP_CU(&st_cu, stream_end_capture(s, &graph));
     MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
-    MP_EXPECT(st_check(x, ST_COUNT, 1, 1, s, "captured, not launched") == 0,
+    MP_EXPECT(st_check(x, ST_COUNT, 1, 0, s, "captured, not launched") == 0,
               "a captured all-reduce ran before its graph was launched");
+    /* Launches, with a call outside the capture between them on the same stream. */
     for (int i = 0; i < 5; i++) {
         MP_CU(&st_cu, graph_launch(exec, s));
+        MP_CHECK_COMM(w->comm, ncclAllReduce(z, z, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
     }
-    MP_EXPECT(st_check(x, ST_COUNT, 32, 32, s, "five launches") == 0,
-              "five launches of a graph with an all-reduce times 2 did not multiply by 32");
-    MP_EXPECT(st_check(y, ST_COUNT, 32, 32, s, "the captured broadcast") == 0,
+    const float launched = grow * grow * grow * grow * grow;
+    MP_EXPECT(st_check(x, ST_COUNT, launched, 0, s, "five launches") == 0,
+              "five launches of a captured all-reduce did not multiply by (2n)^5");
+    MP_EXPECT(st_check(y, ST_COUNT, launched, 0, s, "the captured broadcast") == 0,
               "the captured broadcast did not copy the all-reduce's result");
+    MP_EXPECT(st_check(from_prev, ST_COUNT, (float)prev, 1, s, "the captured receive") == 0,
+              "the captured send and receive around the ring went wrong");
+    MP_EXPECT(st_check(z, ST_COUNT, (float)(n * n * n * n * n), 0, s, "calls between") == 0,
+              "the all-reduces between the launches went wrong");
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, times2, w->comm, s));
-    MP_EXPECT(st_check(x, ST_COUNT, 64, 64, s, "after the graph") == 0,
-              "an all-reduce after the graph's launches, outside any capture, was wrong");
+    MP_EXPECT(st_check(x, ST_COUNT, launched * grow, 0, s, "after the graph") == 0,
+              "an all-reduce after the graph's launches went wrong");
+    MP_CHECK_COMM(w->comm, ncclRedOpDestroy(times2, w->comm));
+    /* Launched after its communicator went, the graph must not crash or hang (its results are
+     * undefined, as NCCL's). */
+    MP_CHECK(ncclCommDestroy(w->comm));
+    w->comm = NULL;
+    MP_CU(&st_cu, graph_launch(exec, s));
+    MP_EXPECT(mp_cuda_wait(&st_cu, s, NULL, 10) == ncclSuccess,
+              "a graph launched after ncclCommDestroy did not finish");
     MP_CU(&st_cu, graph_exec_destroy(exec));
     MP_CU(&st_cu, graph_destroy(graph));
-    MP_CHECK_COMM(w->comm, ncclRedOpDestroy(times2, w->comm));
 }
 
 static void
-part_abort(const struct mp_world *w, int poster)
+part_abort(const struct mp_world *w, int poster, bool graph)
 {
     CUstream s = st_stream();
     float *x = st_buffer(ST_COUNT, 1, 0, s);
+    CUgraph captured = NULL;
+    CUgraphExec exec = NULL;
 
-    if (w->rank == poster) {
+    if (graph) {
+        /* Every rank captures; only the poster launches, so its host function waits. */
+        MP_CU(&st_cu, stream_synchronize(s));
+        MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
         MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        MP_CU(&st_cu, stream_end_capture(s, &captured));
+        MP_CU(&st_cu, graph_instantiate(&exec, captured, 0));
+    }
+    if (w->rank == poster) {
+        if (graph) {
+            MP_CU(&st_cu, graph_launch(exec, s));
+        } else {
+            MP_CHECK_COMM(w->comm,
+                          ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        }
         usleep(300 * 1000);
         MP_EXPECT(st_cu.stream_query(s) == CUDA_ERROR_NOT_READY,
                   "the stream finished an all-reduce the others never joined");
@@ -369,6 +412,10 @@ part_abort(const struct mp_world *w, int poster)
     } else {
         usleep(1000 * 1000); /* never joins; aborts after the poster did */
         MP_CHECK(ncclCommAbort(w->comm));
+    }
+    if (graph) {
+        MP_CU(&st_cu, graph_exec_destroy(exec));
+        MP_CU(&st_cu, graph_destroy(captured));
     }
 }
 
@@ -411,15 +458,18 @@ main(int argc, char **argv)
     struct mp_world world;
     const char *part = "order";
     int opt, poster = 0;
+    bool graph = false;
 
-    while ((opt = getopt(argc, argv, "p:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "p:r:g")) != -1) {
         if (opt == 'p') {
             part = optarg;
         } else if (opt == 'r') {
             poster = atoi(optarg);
+        } else if (opt == 'g') {
+            graph = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|graph|abort|fp8 [-r POSTER]\n");
+                            "churn|graph|abort|fp8 [-r POSTER] [-g]\n");
             return 2;
         }
     }
@@ -446,7 +496,7 @@ main(int argc, char **argv)
     } else if (strcmp(part, "graph") == 0) {
         part_graph(&world);
     } else if (strcmp(part, "abort") == 0) {
-        part_abort(&world, poster);
+        part_abort(&world, poster, graph);
         world.comm = NULL;
     } else if (strcmp(part, "fp8") == 0) {
         part_fp8(&world);

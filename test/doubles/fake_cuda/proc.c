@@ -280,6 +280,7 @@ cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
         FAKE_ENTRY(cuEventSynchronize), FAKE_ENTRY(cuEventDestroy),
         FAKE_ENTRY(cuModuleLoadData), FAKE_ENTRY(cuModuleUnload),
         FAKE_ENTRY(cuModuleGetFunction), FAKE_ENTRY(cuLaunchKernel), FAKE_ENTRY(cuMemcpyAsync),
+        FAKE_ENTRY(cuLaunchHostFunc),
         FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoH), FAKE_ENTRY(cuMemsetD8),
     };
 

@@ -4,9 +4,9 @@
  * thread that runs its operations in order, so a stream waiting on a flag blocks only itself,
  * as on a GPU. Each context's NULL stream is one more such stream, made on first use.
  *
- * CUDA graphs, as far as one stream goes: a stream being captured appends its operations to
- * a graph instead of running them; an instantiated graph launched on a stream enqueues copies
- * of them. Events have no place in these graphs (CUDA's fork and join across streams): an
+ * CUDA graphs, as far as one stream goes: a stream being captured appends its operations
+ * (host functions among them) to a graph instead of running them; an instantiated graph
+ * launched on a stream enqueues copies of them. Events have no place in these graphs (CUDA's fork and join across streams): an
  * event recorded or awaited while capturing invalidates the capture.
  */
 #include <stdlib.h>
@@ -22,6 +22,7 @@ enum fake_op_kind {
     FAKE_OP_RECORD,
     FAKE_OP_WAIT_EVENT,
     FAKE_OP_KERNEL,
+    FAKE_OP_HOST,
 };
 
 struct CUevent_st {
@@ -51,6 +52,8 @@ struct fake_op {
     const struct fake_kernel *kernel; /* KERNEL */
     void *params;
     size_t params_bytes;
+    CUhostFn host_fn;         /* HOST */
+    void *host_data;
     struct fake_op *next;
 };
 
@@ -159,6 +162,9 @@ fake_op_run(struct fake_op *op)
         break;
     case FAKE_OP_KERNEL:
         fake_kernel_run(op->kernel, op->params);
+        break;
+    case FAKE_OP_HOST:
+        op->host_fn(op->host_data);
         break;
     }
 }
@@ -596,6 +602,20 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
     op->params_bytes = bytes;
     op->kernel = f->kernel;
     FAKE_STAT_ADD(kernels_launched, 1);
+    return fake_enqueue(stream, op);
+}
+
+/* A host function runs on the stream's worker, holding the stream up until it returns. */
+FAKE_API CUresult
+cuLaunchHostFunc(CUstream stream, CUhostFn fn, void *data)
+{
+    struct fake_op *op = fake_op_new(FAKE_OP_HOST);
+
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->host_fn = fn;
+    op->host_data = data;
     return fake_enqueue(stream, op);
 }
 
