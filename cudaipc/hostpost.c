@@ -19,11 +19,11 @@
  * Limits. Operations are numbered in the order streams reach them, so a rank calling on
  * several streams must see them reached in the same order as its peers (one stream per
  * communicator, as PyTorch uses, always does); otherwise the leader finds mismatched
- * collectives. While capturing, every buffer must reach the leader without staging (device memory,
- * exported; the exports are pinned while the team lives, since the graph may run at any time)
- * and no other rank of the team may share this process: host functions of one process may run
- * on one driver thread, and the first would wait for the second forever. Staged buffers are
- * refused in this mode altogether. A failure of the team (dead rank, NCCLSHIM_TIMEOUT, abort)
+ * collectives. While capturing, every buffer must reach the leader without staging (device
+ * memory, exported; the exports are pinned while the team lives, since the graph may run at
+ * any time) and no other rank of the team may share this process: host functions of one
+ * process may run on one driver thread, and the first would wait for the second forever.
+ * Staged buffers are refused in this mode altogether. A failure of the team (dead rank, NCCLSHIM_TIMEOUT, abort)
  * ends a host function's wait: the stream then goes on, its results undefined, and the error is
  * kept for ncclCommGetAsyncError, as for the stream gates.
  *
@@ -43,7 +43,7 @@
 struct cipc_hostpost {
     struct cipc_team *team;          /* NULL once it went (under cipc_hostpost_lock) */
     struct cipc_hostpost *next;      /* the team's list (under cipc_hostpost_lock) */
-    bool captured;                   /* runs at every launch of its graph; never freed */
+    bool captured;                   /* runs at every launch of its graph; kept for good */
     int nops;
     struct cipc_desc descs[];        /* numbered when it runs */
 };
@@ -202,7 +202,7 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
         res = cipc_desc_make(team, &ops[i], team->seq, team->seq, &hp->descs[i], staged);
         if (res == ncclSuccess && (staged[0] || staged[1] || staged[2])) {
             WARN("rank %d: a buffer that reaches the device team's leader only through a "
-                 "staging copy (managed or registered host memory, or a device the leader's "
+                 "staging copy (managed or registered host memory, or a device the leader "
                  "cannot reach) on a communicator posting from its streams since a CUDA graph "
                  "capture: use device memory", team->rank);
             res = ncclInvalidUsage;

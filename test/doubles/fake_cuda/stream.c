@@ -6,8 +6,9 @@
  *
  * CUDA graphs, as far as one stream goes: a stream being captured appends its operations
  * (host functions among them) to a graph instead of running them; an instantiated graph
- * launched on a stream enqueues copies of them. Events have no place in these graphs (CUDA's fork and join across streams): an
- * event recorded or awaited while capturing invalidates the capture.
+ * launched on a stream enqueues copies of them. Events have no place in these graphs (CUDA's
+ * fork and join across streams): an event recorded or awaited while capturing invalidates the
+ * capture.
  */
 #include <stdlib.h>
 #include <string.h>
