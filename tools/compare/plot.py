@@ -17,8 +17,9 @@ def human(size):
     return str(size)
 
 
-def plot_all(med, colls, ranks, libs, out):
-    """med: {(coll, nranks, lib, size): busbw}; returns the paths written under out."""
+def plot_all(med, colls, ranks, libs, out, prefix="", ylabel="busbw (GB/s)"):
+    """med: {(coll, nranks, lib, size): busbw}; writes out/<prefix><coll>.png and returns
+    the paths."""
     paths = []
     for coll in colls:
         fig, axes = plt.subplots(1, len(ranks), figsize=(6 * len(ranks), 4.5), squeeze=False)
@@ -37,11 +38,11 @@ def plot_all(med, colls, ranks, libs, out):
                 ax.set_xticklabels([human(s) for s in sizes], rotation=60, fontsize=7)
             ax.set_title(f"{coll}, {nranks} ranks")
             ax.set_xlabel("size (bytes)")
-            ax.set_ylabel("busbw (GB/s)")
+            ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
-        path = os.path.join(out, f"{coll}.png")
+        path = os.path.join(out, f"{prefix}{coll}.png")
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(path)

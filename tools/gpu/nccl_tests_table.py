@@ -6,11 +6,13 @@ Reads DIR/<lib>-<collective>-n<ranks>.log, nccl-tests output of the genuine NCCL
 collective, rank count and size, each library's out-of-place time and bandwidth (busbw; at 1
 rank, where busbw is 0 for most collectives, algbw) and the ratio of the times; then the
 speed targets, each met or not: issue 12's (ranks on one GPU, every rank of ncclshim on its
-device team), or with --network issue 13's (every rank with a host of its own, so both
-libraries take their network path). Writes the same rows to DIR/compare.csv. Exits 1 when a
-log has no rows or a row reports wrong elements.
+device team), with --network issue 13's (every rank with a host of its own, so both
+libraries take their network path), or with --issue14 issue 14's (ncclshim at 1, 2, 4 and 8
+ranks on one GPU against each collective's memory limit; --mps MPSDIR: the same logs taken
+under MPS, for its 8 B target). Writes the same rows to DIR/compare.csv. Exits 1 when a log
+has no rows or a row reports wrong elements.
 
-Usage: python3 nccl_tests_table.py [--network] DIR
+Usage: python3 nccl_tests_table.py [--network | --issue14 [--mps MPSDIR]] DIR
 """
 
 import csv
@@ -143,18 +145,90 @@ def targets_network(results):
     return out
 
 
+# Issue 14: every rank on one GPU, whose memory moves MEMORY_GBS (../shared/GPU.md). One
+# kernel of the leader reads every input once and writes every output once, so a collective
+# of S bytes (nccl-tests' size) at n ranks moves at least these bytes, and its busbw (nccl-tests'
+# factor times S / time) can be at most MEMORY_GBS times factor * S / bytes.
+MEMORY_GBS = 3000.0
+TRAFFIC = {  # (bytes moved / S, busbw factor), as functions of n
+    "all_reduce": (lambda n: 2.0 * n, lambda n: 2.0 * (n - 1) / n),  # n inputs, n outputs
+    "all_gather": (lambda n: n + 1.0, lambda n: (n - 1) / n),  # S read, n*S written
+    "reduce_scatter": (lambda n: n + 1.0, lambda n: (n - 1) / n),  # n*S read, S written
+    "broadcast": (lambda n: n + 1.0, lambda n: 1.0),  # S read, n copies written
+    "alltoall": (lambda n: 2.0 * n, lambda n: (n - 1) / n),  # n*S read, n*S written
+}
+
+
+def memory_limit(coll, n):
+    moved, factor = TRAFFIC[coll]
+    return MEMORY_GBS * factor(n) / moved(n)
+
+
+def targets_issue14(results, mps_results):
+    """Issue 14's speed targets: (text, met or None when not measured)."""
+    out = []
+
+    def busbw(coll, n, size=256 << 20):
+        row = results.get((coll, n), {}).get("ncclshim", {}).get(size)
+        return row[2] if row else None
+
+    for coll, share in (("all_reduce", None), ("all_gather", 0.6), ("reduce_scatter", 0.6),
+                        ("broadcast", 0.6), ("alltoall", 0.6)):
+        limit = memory_limit(coll, 2)
+        want = 450.0 if share is None else share * limit
+        got = busbw(coll, 2)
+        out.append((f"2 ranks, {coll} of 256 MiB: busbw >= {want:.0f} GB/s (limit "
+                    f"{limit:.0f} GB/s: {TRAFFIC[coll][0](2):g} x S moved at {MEMORY_GBS:g} "
+                    f"GB/s)" + (f" (measured {got} GB/s, {got / limit:.2f} of it)"
+                                if got is not None else " (not measured)"),
+                    got >= want if got is not None else None))
+    for label, res, most in (("own contexts", results, 20.0), ("under MPS", mps_results, 12.0)):
+        row = res.get(("all_reduce", 2), {}).get("ncclshim", {}).get(8)
+        out.append((f"2 ranks, 8 B all-reduce, {label}: time <= {most:g} us" +
+                    (f" (measured {row[0]} us)" if row else " (not measured)"),
+                    row[0] <= most if row else None))
+    two = busbw("all_reduce", 2)
+    for n in (4, 8):
+        got = busbw("all_reduce", n)
+        both = got is not None and two is not None
+        out.append((f"{n} ranks, all-reduce of 256 MiB: busbw >= half the 2-rank figure" +
+                    (f" (measured {got} against {two} GB/s)" if both else " (not measured)"),
+                    got >= two / 2 if both else None))
+    one = results.get(("all_reduce", 1), {})
+    common = sorted(set(one.get("genuine", {})) & set(one.get("ncclshim", {})))
+    ratios = [(one["ncclshim"][s][0] / one["genuine"][s][0], s) for s in common
+              if one["genuine"][s][0] > 0]
+    if ratios:
+        worst = max(ratios)
+        out.append((f"1 rank, all-reduce within 1.1x of the genuine time at every size "
+                    f"(worst {worst[0]:.2f}x at {human(worst[1])})", worst[0] <= 1.1))
+    else:
+        out.append(("1 rank, all-reduce within 1.1x of the genuine time (not measured)", None))
+    return out
+
+
 def main():
     args = sys.argv[1:]
-    network = bool(args) and args[0] == "--network"
-    args = args[1:] if network else args
+    mode = args[0] if args and args[0] in ("--network", "--issue14") else None
+    args = args[1:] if mode else args
+    mps_folder = None
+    if mode == "--issue14" and len(args) >= 2 and args[0] == "--mps":
+        mps_folder, args = args[1], args[2:]
     if len(args) != 1:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     folder = args[0]
     results, problems = read_logs(folder)
     table(results, os.path.join(folder, "compare.csv"))
-    print(f"\nSpeed targets (issue {13 if network else 12}):\n")
-    for text, met in (targets_network if network else targets)(results):
+    if mode == "--issue14":
+        mps_results = read_logs(mps_folder)[0] if mps_folder else {}
+        issue, found = 14, targets_issue14(results, mps_results)
+    elif mode == "--network":
+        issue, found = 13, targets_network(results)
+    else:
+        issue, found = 12, targets(results)
+    print(f"\nSpeed targets (issue {issue}):\n")
+    for text, met in found:
         print(f"- {'met' if met else 'NOT MET' if met is False else 'not measured'}: {text}")
     for p in problems:
         print(f"\nPROBLEM: {p}")
