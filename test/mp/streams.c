@@ -10,7 +10,8 @@
  *             ncclGroupEnd, the second stream sees the first's result (NCCL's join);
  *   devices   one process, ncclCommInitAll on devices 0 and 1, one thread: a group with a
  *             call on each communicator's stream and a send/receive between them, the device
- *             never set between calls (FAKE_CUDA_DEVICES=2 with the double);
+ *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); a capture then
+ *             is refused (two ranks in one process);
  *   refuse    a device send buffer with a host receive buffer; a stream being captured into a
  *             CUDA graph without a device team (NCCL_SHM_DISABLE=1); ncclMemFree of a pointer
  *             it did not give out:
@@ -177,6 +178,17 @@ part_devices(void)
                                          s[d]));
     }
     MP_CHECK(ncclGroupEnd());
+    /* Two ranks of one process cannot post from their streams: refused while capturing. */
+    MP_CU(&st_cu, stream_synchronize(s[0]));
+    if (mp_cuda_capture(&st_cu, s[0], 1)) {
+        ncclResult_t res = ncclAllReduce(x[0], x[0], ST_COUNT, ncclFloat, ncclSum, comms[0],
+                                         s[0]);
+        mp_cuda_capture(&st_cu, s[0], 0);
+        MP_EXPECT(res == ncclInvalidUsage, "a capture with two ranks in one process gave %s",
+                  ncclGetErrorString(res));
+        MP_EXPECT(strstr(mp_last_error(comms[0]), "in this process") != NULL,
+                  "no clear message: \"%s\"", mp_last_error(comms[0]));
+    }
     for (int d = 0; d < 2; d++) {
         MP_CU(&st_cu, ctx_set_current(ctx[d]));
         MP_EXPECT(st_check(x[d], ST_COUNT, 3, 0, s[d], "all-reduce of a two-device clique") ==
