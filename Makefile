@@ -88,7 +88,10 @@ KERNEL_PTX_ARCH := $(lastword $(shell printf '%s\n' $(KERNEL_ARCHS) | sort -n))
 comma := ,
 NVCC_GENCODE := $(foreach a,$(KERNEL_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)) \
                 $(if $(KERNEL_PTX_ARCH),-gencode=arch=compute_$(KERNEL_PTX_ARCH)$(comma)code=compute_$(KERNEL_PTX_ARCH))
-FATBIN := $(BUILD)/kernels/reduce_device.fatbin
+# Device code, the same for every build of the host code (a sanitizer's, the GPU carry's): made
+# once, under KERNELS_BUILD, and shared; nvcc takes most of a clean build's time.
+KERNELS_BUILD ?= build
+FATBIN := $(KERNELS_BUILD)/kernels/reduce_device.fatbin
 
 $(FATBIN): kernels/reduce_device.cu kernels/reduce_ops.h kernels/device_abi.h
 	@mkdir -p $(dir $@)
