@@ -215,20 +215,47 @@ cipc_leader_keep_fd(struct cipc_leader *L, const struct cipc_channel_msg *msg, i
     return ncclSuccess;
 }
 
-/* A rank's word that it will not name (how, key) again: descriptors of it that came before
- * are stale, and the mapping goes once the operations using it are done. */
+/* The kind of descriptor a buffer of this `how` comes with. */
+static uint32_t
+cipc_fd_kind_of(uint32_t how)
+{
+    return how == CIPC_BUF_CUMEM ? CIPC_FD_CUMEM : CIPC_FD_STAGING;
+}
+
+/* The descriptor rank sent for (kind, key), taken out of the table; -1 if not there. */
+static int
+cipc_leader_take_fd(struct cipc_leader *L, int rank, uint32_t kind, uint64_t key)
+{
+    int fd = -1;
+
+    /* The newest wins: a rank may send an allocation again after forgetting it sent it. */
+    for (int i = L->nfds - 1; i >= 0; i--) {
+        if (L->fds[i].rank == rank && L->fds[i].kind == kind && L->fds[i].key == key) {
+            if (fd < 0) {
+                fd = L->fds[i].fd;
+            } else {
+                close(L->fds[i].fd);
+            }
+            L->fds[i] = L->fds[--L->nfds];
+        }
+    }
+    return fd;
+}
+
+/* A rank's word that it will not name (how, key) again: a descriptor of it that came before
+ * is stale (a legacy handle comes with none: its key is an allocation id, which a staging
+ * segment's generation may equal), and the mapping goes once the operations using it are
+ * done. */
 static void
 cipc_leader_forget(struct cipc_leader *L, const struct cipc_channel_msg *msg, int fd)
 {
-    uint32_t kind = msg->how == CIPC_BUF_CUMEM ? CIPC_FD_CUMEM : CIPC_FD_STAGING;
-
     if (fd >= 0) {
         close(fd);
     }
-    for (int i = L->nfds - 1; i >= 0; i--) {
-        if (L->fds[i].rank == msg->rank && L->fds[i].kind == kind && L->fds[i].key == msg->key) {
-            close(L->fds[i].fd);
-            L->fds[i] = L->fds[--L->nfds];
+    if (msg->how == CIPC_BUF_CUMEM || msg->how == CIPC_BUF_STAGED) {
+        int stale = cipc_leader_take_fd(L, msg->rank, cipc_fd_kind_of(msg->how), msg->key);
+        if (stale >= 0) {
+            close(stale);
         }
     }
     cipc_cache_forget(&L->cache, msg->rank, msg->how, msg->key);
@@ -287,26 +314,6 @@ cipc_leader_drain_channel(struct cipc_team *team)
     return ncclSuccess;
 }
 
-/* The descriptor rank sent for (kind, key), taken out of the table; -1 if not there. */
-static int
-cipc_leader_take_fd(struct cipc_leader *L, int rank, uint32_t kind, uint64_t key)
-{
-    int fd = -1;
-
-    /* The newest wins: a rank may send an allocation again after forgetting it sent it. */
-    for (int i = L->nfds - 1; i >= 0; i--) {
-        if (L->fds[i].rank == rank && L->fds[i].kind == kind && L->fds[i].key == key) {
-            if (fd < 0) {
-                fd = L->fds[i].fd;
-            } else {
-                close(L->fds[i].fd);
-            }
-            L->fds[i] = L->fds[--L->nfds];
-        }
-    }
-    return fd;
-}
-
 /* --- resolving buffers ------------------------------------------------------------------- */
 
 /* Where the leader's kernels reach rank's buf; 0 for a buffer the rank does not use. */
@@ -331,7 +338,7 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
     if (m == NULL) {
         int fd = -1;
         if (buf->how != CIPC_BUF_LEGACY) {
-            uint32_t kind = buf->how == CIPC_BUF_CUMEM ? CIPC_FD_CUMEM : CIPC_FD_STAGING;
+            uint32_t kind = cipc_fd_kind_of(buf->how);
             fd = cipc_leader_take_fd(L, rank, kind, buf->key);
             if (fd < 0) {
                 SHIM_CHECK(cipc_leader_drain_channel(team));
