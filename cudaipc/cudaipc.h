@@ -94,13 +94,14 @@ struct cipc_op {
 
 /* Posts ops (a group's, in call order; one outside a group) and enqueues on stream (of ctx,
  * this rank's device's primary context) their staging copies in and the write of arrive; or,
- * posting from the stream (capturing, or since a capture), a host function that does it all.
- * Then cipc_post_wait enqueues the wait for done and the copies out (or nothing). Between the
- * two, a caller with several teams in one group arrives on all of them before it waits on any:
- * the teams may be ranks of one clique. Neither waits for another rank (the ring of descriptors is the one
- * bound: a rank CIPC_RING operations ahead of the leader waits for room). */
+ * posting from the stream (`capturing`: stream is being captured into a CUDA graph; or since
+ * a capture), a host function that does it all. Then cipc_post_wait enqueues the wait for
+ * done and the copies out (or nothing). Between the two, a caller with several teams in one
+ * group arrives on all of them before it waits on any: the teams may be ranks of one clique.
+ * Neither waits for another rank (the ring of descriptors is the one bound: a rank CIPC_RING
+ * operations ahead of the leader waits for room). */
 ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
-                              CUstream stream);
+                              CUstream stream, bool capturing);
 ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);
 
 /* A registered buffer's export (ncclCommRegister): pinned, the leader keeps its mapping. */

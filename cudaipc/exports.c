@@ -93,6 +93,19 @@ cipc_export_drop(struct cipc_team *team, struct cipc_export *e, const char *why)
     return res;
 }
 
+/* The live entry of allocation id at base, or NULL. */
+static struct cipc_export *
+cipc_export_lookup(struct cipc_exports *ex, uint64_t id, uintptr_t base)
+{
+    for (int i = 0; i < CIPC_EXPORTS; i++) {
+        struct cipc_export *e = &ex->entries[i];
+        if (e->used != 0 && e->id == id && e->base == base && !e->gone) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
 /* The entry of allocation id, updated for operation seq; or a free one for it, made by
  * forgetting the least recently used idle entry if need be (*fresh_out). */
 static ncclResult_t
@@ -101,17 +114,15 @@ cipc_export_find(struct cipc_team *team, uint64_t id, uintptr_t base, uint32_t s
 {
     struct cipc_exports *ex = team->exports;
     struct cipc_export *free_entry = NULL, *oldest = NULL;
+    struct cipc_export *e = cipc_export_lookup(ex, id, base);
 
     ex->clock++;
-    for (int i = 0; i < CIPC_EXPORTS; i++) {
-        struct cipc_export *e = &ex->entries[i];
-        if (e->used != 0 && e->id == id && e->base == base && !e->gone) {
-            e->used = ex->clock;
-            e->last_seq = seq;
-            *entry_out = e;
-            *fresh_out = false;
-            return ncclSuccess;
-        }
+    if (e != NULL) {
+        e->used = ex->clock;
+        e->last_seq = seq;
+        *entry_out = e;
+        *fresh_out = false;
+        return ncclSuccess;
     }
     for (int i = 0; i < CIPC_EXPORTS && free_entry == NULL; i++) {
         struct cipc_export *e = &ex->entries[i];
@@ -195,18 +206,28 @@ out:
 ncclResult_t
 cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta)
 {
-    for (int i = 0; i < CIPC_EXPORTS; i++) {
-        struct cipc_export *e = &team->exports->entries[i];
-        if (e->used == 0 || e->id != id || e->base != base || e->gone) {
-            continue;
-        }
-        e->pins = (uint32_t)((int)e->pins + delta);
-        if (e->pins == 0 && delta < 0 && cipc_export_idle(team, e)) {
-            return cipc_export_drop(team, e, "deregistered");
-        }
+    struct cipc_export *e = cipc_export_lookup(team->exports, id, base);
+
+    if (e == NULL) {
         return ncclSuccess;
     }
+    e->pins = (uint32_t)((int)e->pins + delta);
+    if (e->pins == 0 && delta < 0 && cipc_export_idle(team, e)) {
+        return cipc_export_drop(team, e, "deregistered");
+    }
     return ncclSuccess;
+}
+
+ncclResult_t
+cipc_export_pin_buf(struct cipc_team *team, const struct cipc_buf *buf, struct cipc_pin *pin)
+{
+    memset(pin, 0, sizeof(*pin));
+    if (buf->how != CIPC_BUF_LEGACY && buf->how != CIPC_BUF_CUMEM) {
+        return ncclSuccess; /* nothing exported: the leader's own memory, or staged */
+    }
+    *pin = (struct cipc_pin){.pinned = true, .how = buf->how, .key = buf->key,
+                             .base = (uintptr_t)(buf->ptr - buf->offset)};
+    return cipc_export_pin(team, pin->key, pin->base, 1);
 }
 
 ncclResult_t

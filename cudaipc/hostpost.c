@@ -23,9 +23,9 @@
  * memory, exported; the exports are pinned while the team lives, since the graph may run at
  * any time) and no other rank of the team may share this process: host functions of one
  * process may run on one driver thread, and the first would wait for the second forever.
- * Staged buffers are refused in this mode altogether. A failure of the team (dead rank, NCCLSHIM_TIMEOUT, abort)
- * ends a host function's wait: the stream then goes on, its results undefined, and the error is
- * kept for ncclCommGetAsyncError, as for the stream gates.
+ * Staged buffers are refused in this mode altogether. A failure of the team (dead rank,
+ * NCCLSHIM_TIMEOUT, abort) ends a host function's wait: the stream then goes on, its results
+ * undefined, and the error is kept for ncclCommGetAsyncError, as for the stream gates.
  *
  * Lifetime. A host function finds its team through its record, which teardown detaches under a
  * lock (and waits for those running), so a graph launched after the communicator went does
@@ -87,9 +87,7 @@ cipc_hostpost_post(struct cipc_team *team, const struct cipc_hostpost *hp, uint3
             d->group_last = last;
             d->match = cipc_hostpost_number(team, d);
         }
-        __atomic_store_n(&team->seq, last, __ATOMIC_RELEASE);
-        shm_flag_post(&own->posted, last);
-        shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+        cipc_post_publish(team, last);
         /* What the stream's write would do: the leader's stream waits for it. */
         __atomic_store_n(team->arrive.host, last, __ATOMIC_RELEASE);
         *last_out = last;
@@ -210,10 +208,8 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
         const struct cipc_buf *bufs[3] = {&hp->descs[i].send, &hp->descs[i].recv,
                                           &hp->descs[i].scalar_buf};
         for (int b = 0; b < 3 && res == ncclSuccess && capturing; b++) {
-            if (bufs[b]->how == CIPC_BUF_LEGACY || bufs[b]->how == CIPC_BUF_CUMEM) {
-                res = cipc_export_pin(team, bufs[b]->key, (uintptr_t)(bufs[b]->ptr -
-                                                                      bufs[b]->offset), 1);
-            }
+            struct cipc_pin pin;
+            res = cipc_export_pin_buf(team, bufs[b], &pin);
         }
         if (res != ncclSuccess) {
             goto err_pop;

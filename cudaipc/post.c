@@ -185,10 +185,8 @@ cipc_team_pin(struct cipc_team *team, const void *ptr, size_t bytes,
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
     /* Named by the last operation posted: the entry is idle once that is done. */
     res = cipc_describe(team, ptr, mem, bytes, team->seq, &buf, &staged);
-    if (res == ncclSuccess && (buf.how == CIPC_BUF_LEGACY || buf.how == CIPC_BUF_CUMEM)) {
-        *pin = (struct cipc_pin){.pinned = true, .how = buf.how, .key = buf.key,
-                                 .base = (uintptr_t)(buf.ptr - buf.offset)};
-        res = cipc_export_pin(team, pin->key, pin->base, 1);
+    if (res == ncclSuccess) {
+        res = cipc_export_pin_buf(team, &buf, pin);
     }
     gpu_ctx_pop();
     return res;
@@ -452,6 +450,15 @@ cipc_match_note(struct cipc_team *team, const struct cipc_op *op)
     }
 }
 
+void
+cipc_post_publish(struct cipc_team *team, uint32_t last)
+{
+    /* The whole group at once: the leader takes a group only when all of it is there. */
+    __atomic_store_n(&team->seq, last, __ATOMIC_RELEASE);
+    shm_flag_post(&team->ctrls[team->rank]->posted, last);
+    shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+}
+
 ncclResult_t
 cipc_ring_wait(struct cipc_team *team, uint32_t last)
 {
@@ -471,7 +478,8 @@ cipc_ring_wait(struct cipc_team *team, uint32_t last)
 }
 
 ncclResult_t
-cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CUstream stream)
+cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CUstream stream,
+                 bool capturing)
 {
     struct cipc_ctrl *own = team->ctrls[team->rank];
     struct cipc_staged *staged = NULL; /* up to three buffers an operation, made on need */
@@ -489,10 +497,8 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         return ncclInvalidUsage;
     }
     SHIM_CHECK(cipc_post_ready(team));
-    bool capturing;
-    SHIM_CHECK(gpu_stream_capturing(stream, team->gpu->ctx, &capturing));
+    SHIM_CHECK(cipc_exports_sweep(team));
     if (capturing || team->stream_posting) {
-        SHIM_CHECK(cipc_exports_sweep(team));
         return cipc_hostpost_arrive(team, ops, nops, stream, capturing);
     }
     uint32_t first = team->seq + 1, last = team->seq + (uint32_t)nops;
@@ -505,7 +511,6 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, first - 1), res, out);
     }
     team->last_stream = stream;
-    SHIM_CHECK_GOTO(cipc_exports_sweep(team), res, out);
     for (int i = 0; i < nops; i++) {
         const struct cipc_op *op = &ops[i];
         struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
@@ -550,10 +555,7 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
             }
         }
     }
-    /* The whole group at once: the leader takes a group only when all of it is there. */
-    __atomic_store_n(&team->seq, last, __ATOMIC_RELEASE);
-    shm_flag_post(&own->posted, last);
-    shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+    cipc_post_publish(team, last);
     SHIM_CHECK_GOTO(gpu_stream_post_flag(stream, &team->arrive, last), res, out);
     team->pending_wait = last;
     res = ncclSuccess;

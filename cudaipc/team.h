@@ -153,6 +153,8 @@ ncclResult_t cipc_channel_open(struct cipc_team *team);
  * staged_out: whether its send, receive and scalar buffers only a staging copy reaches. */
 ncclResult_t cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
                             uint32_t group_last, struct cipc_desc *d, bool staged_out[3]);
+/* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leader. */
+void cipc_post_publish(struct cipc_team *team, uint32_t last);
 /* Sleeps until the leader took enough descriptors for last to fit in the ring. */
 ncclResult_t cipc_ring_wait(struct cipc_team *team, uint32_t last);
 
@@ -177,6 +179,9 @@ ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t
  * that no operation in flight uses is forgotten at once. Nothing if it is not exported (its
  * allocation was freed and forgotten). */
 ncclResult_t cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta);
+/* Pins the export buf (as cipc_desc_make described it) names, if it names one; pin says which. */
+ncclResult_t cipc_export_pin_buf(struct cipc_team *team, const struct cipc_buf *buf,
+                                 struct cipc_pin *pin);
 /* Forgets the exports whose allocation is gone, a share at a time, at most every 10 ms. */
 ncclResult_t cipc_exports_sweep(struct cipc_team *team);
 /* Tells the leader that no operation of this rank will name (how, key) again. */

@@ -46,7 +46,7 @@ shim_coll_reduces_dev(enum shim_coll coll)
 }
 
 ncclResult_t
-shim_devexec_check(const struct shim_op *op, const char *api)
+shim_devexec_check(struct shim_op *op, const char *api)
 {
     const struct ncclComm *comm = op->comm;
 
@@ -75,9 +75,8 @@ shim_devexec_check(const struct shim_op *op, const char *api)
              "context)", api, (void *)op->stream, gpu->ordinal);
         return ncclInvalidArgument;
     }
-    bool capturing;
-    SHIM_CHECK(gpu_stream_capturing(op->stream, ctx, &capturing));
-    if (capturing && comm->nranks > 1 && comm->dev == NULL) {
+    SHIM_CHECK(gpu_stream_capturing(op->stream, ctx, &op->capturing));
+    if (op->capturing && comm->nranks > 1 && comm->dev == NULL) {
         /* The network path's thread runs batches the call hands it: nothing for a graph to
          * replay. One host's device team posts from the stream instead (cudaipc/hostpost.c). */
         WARN("%s: stream %p is being captured into a CUDA graph; ncclshim captures device "
@@ -173,10 +172,10 @@ shim_devexec_solo_p2p(const struct shim_op *ops, int nops, CUstream stream)
     return ncclSuccess;
 }
 
-/* A one-rank communicator's ops (all on comm, in order), on stream. */
+/* A one-rank communicator's ops (all on comm, in order), on stream (being captured or not). */
 static ncclResult_t
 shim_devexec_solo(struct ncclComm *comm, const struct shim_op *ops, int nops,
-                  const struct gpu_device *gpu, cudaStream_t stream)
+                  const struct gpu_device *gpu, cudaStream_t stream, bool capturing)
 {
     struct shim_dev_solo *solo = comm->solo;
 
@@ -189,8 +188,6 @@ shim_devexec_solo(struct ncclComm *comm, const struct shim_op *ops, int nops,
         }
         comm->solo = solo;
     }
-    bool capturing;
-    SHIM_CHECK(gpu_stream_capturing(stream, gpu->ctx, &capturing));
     /* A capture is ordered by where its graph is launched; an event of ours recorded outside
      * it may not be awaited in it, nor one recorded in it outside. */
     if (solo->recorded && solo->stream != stream && !capturing) {
@@ -266,6 +263,9 @@ shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
         }
     }
     cudaStream_t stream = set.streams[0];
+    /* The check asked the driver whether each call's stream was being captured; the group's
+     * work goes on the first one's. */
+    bool capturing = ops[first].capturing;
     SHIM_CHECK(gpu_streams_fork(&set));
     SHIM_CHECK(gpu_ctx_push(gpu->ctx));
     /* Every communicator arrives before any waits: two of them may be ranks of one clique. */
@@ -285,7 +285,7 @@ shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
             }
         }
         if (comm->dev != NULL) {
-            res = cipc_post_arrive(comm->dev, scratch, n, (CUstream)stream);
+            res = cipc_post_arrive(comm->dev, scratch, n, (CUstream)stream, capturing);
         } else {
             /* One rank, or ranks without a device team (staged over the network). */
             struct shim_op *mine;
@@ -296,7 +296,7 @@ shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
                 }
             }
             res = comm->nranks == 1
-                      ? shim_devexec_solo(comm, mine, n, gpu, stream)
+                      ? shim_devexec_solo(comm, mine, n, gpu, stream, capturing)
                       : shim_staged_arrive(comm, mine, n, gpu, (CUstream)stream);
             free(mine);
         }

@@ -29,7 +29,7 @@ struct ncclComm;
  * built in, the communicator has a device path and no failure, fp8 reductions run on compute
  * capability 9.0 or newer, the stream belongs to the communicator's device and is not being
  * captured into a CUDA graph. */
-ncclResult_t shim_devexec_check(const struct shim_op *op, const char *api);
+ncclResult_t shim_devexec_check(struct shim_op *op, const char *api);
 /* Enqueues device ops (a group's, in call order, or one) and returns. */
 ncclResult_t shim_devexec_run(const struct shim_op *ops, int nops);
 /* Waits on the host until every device operation issued on comm is done: host-memory

@@ -49,6 +49,7 @@ struct shim_op {
     struct gpu_mem_info send_mem, recv_mem;
     const void *scalar_dev; /* PreMulSum with ncclScalarDevice in device memory: the scalar */
     uint32_t seq;           /* device ops: the number shim_op_next_seq gave it when issued */
+    bool capturing;         /* device ops: stream was being captured into a CUDA graph */
 };
 
 const char *shim_coll_name(enum shim_coll coll);

@@ -87,6 +87,19 @@ def table(results, out_csv):
                                 [c[k] if c else "" for k in (0, 1, 2) for c in cells])
 
 
+def one_rank_target(results, most):
+    """1 rank: ncclshim's all-reduce time within `most` times the genuine one at every size."""
+    one = results.get(("all_reduce", 1), {})
+    common = sorted(set(one.get("genuine", {})) & set(one.get("ncclshim", {})))
+    ratios = [(one["ncclshim"][s][0] / one["genuine"][s][0], s) for s in common
+              if one["genuine"][s][0] > 0]
+    text = f"1 rank, all-reduce within {most:g}x of the genuine time at every size"
+    if not ratios:
+        return (text + " (not measured)", None)
+    worst = max(ratios)
+    return (text + f" (worst {worst[0]:.2f}x at {human(worst[1])})", worst[0] <= most)
+
+
 def targets(results):
     """Issue 12's speed targets: (text, met or None when not measured)."""
     ours2 = results.get(("all_reduce", 2), {}).get("ncclshim", {})
@@ -98,16 +111,7 @@ def targets(results):
            ("2 ranks, 8 B all-reduce: time <= 50 us" +
             (f" (measured {small[0]} us)" if small else " (not measured)"),
             small[0] <= 50 if small else None)]
-    one = results.get(("all_reduce", 1), {})
-    common = sorted(set(one.get("genuine", {})) & set(one.get("ncclshim", {})))
-    if common:
-        ratios = [(one["ncclshim"][s][0] / one["genuine"][s][0], s) for s in common
-                  if one["genuine"][s][0] > 0]
-        worst = max(ratios)
-        out.append((f"1 rank, all-reduce within 1.5x of the genuine time at every size "
-                    f"(worst {worst[0]:.2f}x at {human(worst[1])})", worst[0] <= 1.5))
-    else:
-        out.append(("1 rank, all-reduce within 1.5x of the genuine time (not measured)", None))
+    out.append(one_rank_target(results, 1.5))
     return out
 
 
@@ -194,16 +198,7 @@ def targets_issue14(results, mps_results):
         out.append((f"{n} ranks, all-reduce of 256 MiB: busbw >= half the 2-rank figure" +
                     (f" (measured {got} against {two} GB/s)" if both else " (not measured)"),
                     got >= two / 2 if both else None))
-    one = results.get(("all_reduce", 1), {})
-    common = sorted(set(one.get("genuine", {})) & set(one.get("ncclshim", {})))
-    ratios = [(one["ncclshim"][s][0] / one["genuine"][s][0], s) for s in common
-              if one["genuine"][s][0] > 0]
-    if ratios:
-        worst = max(ratios)
-        out.append((f"1 rank, all-reduce within 1.1x of the genuine time at every size "
-                    f"(worst {worst[0]:.2f}x at {human(worst[1])})", worst[0] <= 1.1))
-    else:
-        out.append(("1 rank, all-reduce within 1.1x of the genuine time (not measured)", None))
+    out.append(one_rank_target(results, 1.1))
     return out
 
 
