@@ -217,6 +217,7 @@ cipc_team_main(void *arg)
     };
 
     w.wait_ms = w.wait_ms > 0 ? w.wait_ms : 100;
+    gpu_capture_relax_thread();
     shim_log_bind(team->log);
     while (!__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
         bool progressed = false;

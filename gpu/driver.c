@@ -30,22 +30,24 @@ static struct {
 typedef CUresult (*gpu_get_proc_fn)(const char *, void **, int, cuuint64_t,
                                     CUdriverProcAddressQueryResult *);
 
-/* Resolves every GPU_CU_ENTRIES name at `version`; false (with an INFO) if one is missing. */
+/* Resolves every GPU_CU_ENTRIES name at its own version; false (with an INFO) if the driver
+ * (of `driver_version`) lacks one. */
 static bool
-gpu_driver_resolve(gpu_get_proc_fn get_proc, int version)
+gpu_driver_resolve(gpu_get_proc_fn get_proc, int driver_version)
 {
     bool ok = true;
-#define GPU_CU_RESOLVE(name)                                                                 \
+#define GPU_CU_RESOLVE(name, version)                                                        \
     if (ok) {                                                                                \
         CUdriverProcAddressQueryResult status;                                               \
         void *fn = NULL;                                                                     \
         if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=     \
                 CUDA_SUCCESS ||                                                              \
             fn == NULL) {                                                                    \
-            INFO(SHIM_INIT, "CUDA driver %d has no %s: host memory only", version, #name);   \
+            INFO(SHIM_INIT, "CUDA driver %d has no %s of CUDA %d (status %d): host memory "  \
+                 "only", driver_version, #name, version, (int)status);                       \
             ok = false;                                                                      \
         }                                                                                    \
-        gpu_cu.name = (__typeof__(gpu_cu.name))fn;                                           \
+        gpu_cu.name = (PFN_##name##_v##version)fn;                                           \
     }
     GPU_CU_ENTRIES(GPU_CU_RESOLVE)
 #undef GPU_CU_RESOLVE
@@ -81,7 +83,7 @@ gpu_driver_load(void)
              "memory only", version, (int)res);
         return;
     }
-    if (!gpu_driver_resolve(get_proc, version < CUDA_VERSION ? version : CUDA_VERSION)) {
+    if (!gpu_driver_resolve(get_proc, version)) {
         return;
     }
     int count = 0;
@@ -239,4 +241,29 @@ gpu_ctx_pop(void)
 {
     CUcontext ctx;
     gpu_cu.cuCtxPopCurrent(&ctx);
+}
+
+CUstreamCaptureMode
+gpu_capture_relax(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+
+    if (gpu_driver_present()) {
+        gpu_cu.cuThreadExchangeStreamCaptureMode(&mode);
+    }
+    return mode;
+}
+
+void
+gpu_capture_restore(CUstreamCaptureMode mode)
+{
+    if (gpu_driver_present()) {
+        gpu_cu.cuThreadExchangeStreamCaptureMode(&mode);
+    }
+}
+
+void
+gpu_capture_relax_thread(void)
+{
+    (void)gpu_capture_relax();
 }

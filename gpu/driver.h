@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA driver, without linking any CUDA library: libcuda.so.1 is opened with dlopen on
- * first use and every entry point is resolved once through cuGetProcAddress, at the API
- * version of the cuda.h we compile against (or the driver's, if older), so each pointer has
- * exactly the prototype cuda.h gives its name. No driver, or one older than CUDA 12.0, means
+ * first use and every entry point is resolved once through cuGetProcAddress, each at the
+ * version of the variant we call (GPU_CU_ENTRIES), so each pointer has exactly that variant's
+ * prototype. No driver, or one older than CUDA 12.0, means
  * host memory only: gpu_driver_present() is false and nothing else here may be called.
  *
  * Every call goes through gpu_cu, whose members are named as cuda.h names the functions:
@@ -19,33 +19,50 @@
 #define GPU_DRIVER_H
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <nccl.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Every driver function ncclshim calls. */
+/* Every driver function ncclshim calls, each with the CUDA version whose variant of it we call.
+ * cuGetProcAddress hands back the newest variant of a base name at the version asked, and
+ * some variants changed signature (cuCtxGetDevice takes a context since 13.0, cuStreamGetCtx
+ * writes a green context since 12.5): asking at the driver's version would hand those back
+ * for calls written against the old prototype. So each name is asked for at its version, and
+ * its pointer is typed with cudaTypedefs.h's PFN_<name>_v<version>: a call that does not fit
+ * that prototype does not compile. The versions are those of the prototypes cuda.h gives the
+ * names (cuMemAlloc is cuMemAlloc_v2 there, PFN_cuMemAlloc_v3020 here), except the two
+ * above, asked for at their first variant as NCCL does. */
 #define GPU_CU_ENTRIES(X)                                                                    \
-    X(cuGetErrorString) X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount)                 \
-    X(cuDeviceGetAttribute) X(cuDeviceGetUuid) X(cuDeviceCanAccessPeer)                      \
-    X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)      \
-    X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxEnablePeerAccess)                          \
-    X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemGetAddressRange)               \
-    X(cuMemAlloc) X(cuMemFree) X(cuMemHostRegister) X(cuMemHostUnregister)                   \
-    X(cuMemHostGetDevicePointer) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)                  \
-    X(cuIpcCloseMemHandle) X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve)             \
-    X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                          \
-    X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle)                         \
-    X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) X(cuStreamCreate)       \
-    X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamGetCtx)             \
-    X(cuStreamIsCapturing) X(cuStreamWaitEvent) X(cuStreamWaitValue32)                       \
-    X(cuStreamWriteValue32) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery)                \
-    X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData) X(cuModuleUnload)            \
-    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemcpyAsync) X(cuLaunchHostFunc)
+    X(cuGetErrorString, 6000) X(cuGetErrorName, 6000) X(cuDeviceGet, 2000)                   \
+    X(cuDeviceGetCount, 2000) X(cuDeviceGetAttribute, 2000) X(cuDeviceGetUuid, 11040)        \
+    X(cuDeviceCanAccessPeer, 4000) X(cuDevicePrimaryCtxRetain, 7000)                         \
+    X(cuCtxGetCurrent, 4000) X(cuCtxSetCurrent, 4000) X(cuCtxGetDevice, 2000)                \
+    X(cuCtxPushCurrent, 4000) X(cuCtxPopCurrent, 4000) X(cuCtxEnablePeerAccess, 4000)        \
+    X(cuPointerGetAttribute, 4000) X(cuPointerGetAttributes, 7000)                           \
+    X(cuMemGetAddressRange, 3020) X(cuMemAlloc, 3020) X(cuMemFree, 3020)                     \
+    X(cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000)                                  \
+    X(cuMemHostGetDevicePointer, 3020) X(cuIpcGetMemHandle, 4010)                            \
+    X(cuIpcOpenMemHandle, 11000) X(cuIpcCloseMemHandle, 4010) X(cuMemCreate, 10020)          \
+    X(cuMemRelease, 10020) X(cuMemAddressReserve, 10020) X(cuMemAddressFree, 10020)          \
+    X(cuMemMap, 10020) X(cuMemUnmap, 10020) X(cuMemSetAccess, 10020)                         \
+    X(cuMemGetAccess, 10020) X(cuMemGetAllocationGranularity, 10020)                         \
+    X(cuMemExportToShareableHandle, 10020) X(cuMemImportFromShareableHandle, 10020)          \
+    X(cuMemRetainAllocationHandle, 11000) X(cuStreamCreate, 2000)                            \
+    X(cuStreamDestroy, 4000) X(cuStreamSynchronize, 2000) X(cuStreamQuery, 2000)             \
+    X(cuStreamGetCtx, 9020) X(cuStreamIsCapturing, 10000) X(cuStreamWaitEvent, 3020)         \
+    X(cuStreamWaitValue32, 11070) X(cuStreamWriteValue32, 11070)                             \
+    X(cuThreadExchangeStreamCaptureMode, 10010) X(cuEventCreate, 2000)                       \
+    X(cuEventRecord, 2000) X(cuEventQuery, 2000) X(cuEventSynchronize, 2000)                 \
+    X(cuEventDestroy, 4000) X(cuModuleLoadData, 2000) X(cuModuleUnload, 2000)                \
+    X(cuModuleGetFunction, 2000) X(cuLaunchKernel, 4000) X(cuMemcpyAsync, 4000)              \
+    X(cuLaunchHostFunc, 10000)
 
 /* The entry points; a member is named after the function as cuda.h spells it (cuMemAlloc is
- * cuMemAlloc_v2 there, and here). Filled once, read-only afterwards. */
+ * cuMemAlloc_v2 there, and here) and typed with the variant asked for. Filled once, read-only
+ * afterwards. */
 struct gpu_cu_table {
-#define GPU_CU_MEMBER(name) __typeof__(name) *name;
+#define GPU_CU_MEMBER(name, version) PFN_##name##_v##version name;
     GPU_CU_ENTRIES(GPU_CU_MEMBER)
 #undef GPU_CU_MEMBER
 };
@@ -102,6 +119,19 @@ int gpu_device_count(void);
 ncclResult_t gpu_device_uuid(int ordinal, CUuuid *uuid_out);
 int gpu_device_by_uuid(const CUuuid *uuid);
 bool gpu_device_can_reach(int from, int to);
+
+/* Stream capture and our driver calls. While a program captures a CUDA graph in global mode
+ * (PyTorch's default), a potentially unsafe call (allocation, registration, IPC mapping,
+ * stream creation or synchronization, module loading) from any thread whose own capture mode
+ * is global fails and invalidates the program's capture; the capturing thread itself may make
+ * none unless its mode is relaxed. ncclshim makes such calls on its own threads at any time,
+ * and on the caller's thread inside a call that may be captured, never on a captured stream:
+ * each of our threads sets its mode to relaxed once (gpu_capture_relax_thread), and a call
+ * on a caller's thread runs between gpu_capture_relax and gpu_capture_restore, which hands the
+ * thread back its own mode. Without a driver they do nothing. */
+void gpu_capture_relax_thread(void);
+CUstreamCaptureMode gpu_capture_relax(void);
+void gpu_capture_restore(CUstreamCaptureMode mode);
 
 /* Makes ctx current on the calling thread until gpu_ctx_pop; pairs nest. */
 ncclResult_t gpu_ctx_push(CUcontext ctx);

@@ -333,6 +333,9 @@ shim_devexec_run(const struct shim_op *ops, int nops)
 
     SHIM_CHECK(shim_calloc(&scratch, (size_t)nops));
     SHIM_CHECK_GOTO(shim_calloc(&handled, 2 * (size_t)nops), res, out_scratch);
+    /* The caller may be capturing (these calls or others) in global mode: what we set up on
+     * the way (registrations, mappings, streams) must neither fail nor break the capture. */
+    CUstreamCaptureMode mode = gpu_capture_relax();
     on = handled + nops;
     for (int i = 0; i < nops && res == ncclSuccess; i++) {
         if (handled[i]) {
@@ -344,6 +347,7 @@ shim_devexec_run(const struct shim_op *ops, int nops)
             handled[j] |= on[j];
         }
     }
+    gpu_capture_restore(mode);
     free(handled);
 out_scratch:
     free(scratch);

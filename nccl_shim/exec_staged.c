@@ -122,6 +122,7 @@ shim_staged_thread(void *arg)
     struct shim_staged *staged = arg;
     bool pushed = gpu_ctx_push(staged->gpu->ctx) == ncclSuccess;
 
+    gpu_capture_relax_thread();
     shim_comm_bind(staged->comm); /* WARNs land in the communicator's last error */
     pthread_mutex_lock(&staged->lock);
     for (;;) {

@@ -155,6 +155,7 @@ device_cases() {
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
+    run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
     for n in 1 2 4; do
         run_case "device-streams-graph-n$n" "$n" 60 "${dev[@]}" -- "$bindir/streams" -p graph
     done

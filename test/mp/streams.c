@@ -27,6 +27,9 @@
  *             the ring captured into a CUDA graph run only when it is launched, as often as it
  *             is (5 launches, with an uncaptured all-reduce after each), and later calls
  *             still run;
+ *   globalcapture  while a stream is captured in global mode (PyTorch's default), an
+ *             all-reduce on fresh buffers on another stream of the capturing thread: right,
+ *             and the capture is not invalidated by what the library and its threads do;
  *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
  *             once and releases its stream, and later work on it runs (-r: the poster rank;
  *             -g: every rank captures the all-reduce into a CUDA graph, the poster launches
@@ -324,6 +327,41 @@ part_churn(const struct mp_world *w)
               rounds);
 }
 
+/* While this thread captures another stream in global mode (PyTorch's default), an
+ * all-reduce on fresh buffers, whose exports and mappings the library and the leader's thread
+ * make then, runs right, and the capture survives it. */
+static void
+part_globalcapture(struct mp_world *w)
+{
+    const int n = w->nranks;
+    CUstream s, captured;
+
+    MP_CU(&st_cu, stream_create(&s, CU_STREAM_NON_BLOCKING));
+    MP_CU(&st_cu, stream_create(&captured, CU_STREAM_NON_BLOCKING));
+    float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    CUgraph graph = NULL;
+
+    MP_ASSERT(st_cu.stream_begin_capture != NULL, "the CUDA driver has no graphs");
+    MP_CU(&st_cu, stream_synchronize(s));
+    MP_CU(&st_cu, stream_begin_capture(captured, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    /* Not cuStreamSynchronize: the capture forbids it on this thread. */
+    MP_EXPECT(mp_cuda_wait(&st_cu, s, w->comm, 30) == ncclSuccess,
+              "the all-reduce did not finish while another stream was captured");
+    CUresult end = st_cu.stream_end_capture(captured, &graph);
+    MP_EXPECT(end == CUDA_SUCCESS && graph != NULL,
+              "the capture was invalidated (cuStreamEndCapture: %d)", (int)end);
+    if (graph != NULL) {
+        MP_CU(&st_cu, graph_destroy(graph));
+    }
+    MP_EXPECT(st_check(x, ST_COUNT, (float)(n * (n - 1)) / 2, (float)n, s,
+                       "all-reduce beside a capture") == 0,
+              "the all-reduce beside a global-mode capture went wrong");
+    mp_cuda_free(&st_cu, MP_MEM_DEVICE, x);
+    MP_CU(&st_cu, stream_destroy(captured));
+    MP_CU(&st_cu, stream_destroy(s));
+}
+
 static void
 part_graph(struct mp_world *w)
 {
@@ -344,10 +382,10 @@ part_graph(struct mp_world *w)
               "the CUDA driver has no graphs");
     MP_CHECK_COMM(w->comm, ncclRedOpCreatePreMulSum(&times2, &two, ncclFloat,
                                                     ncclScalarHostImmediate, w->comm));
-    /* Warm up outside the capture (the kernels' module loads on first use), as PyTorch does. */
+    /* Warm up outside the capture, as PyTorch does; it captures in global mode, as here. */
     MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, times2, w->comm, s));
     MP_CU(&st_cu, stream_synchronize(s));
-    MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, times2, w->comm, s));
     MP_CHECK_COMM(w->comm, ncclBroadcast(x, y, ST_COUNT, ncclFloat, n - 1, w->comm, s));
     MP_CHECK(ncclGroupStart());
@@ -398,7 +436,7 @@ part_abort(const struct mp_world *w, int poster, bool graph)
     if (graph) {
         /* Every rank captures; only the poster launches, so its host function waits. */
         MP_CU(&st_cu, stream_synchronize(s));
-        MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
         MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
         MP_CU(&st_cu, stream_end_capture(s, &captured));
         MP_CU(&st_cu, graph_instantiate(&exec, captured, 0));
@@ -481,7 +519,7 @@ main(int argc, char **argv)
             graph = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|graph|abort|fp8 [-r POSTER] [-g]\n");
+                            "churn|graph|globalcapture|abort|fp8 [-r POSTER] [-g]\n");
             return 2;
         }
     }
@@ -507,6 +545,8 @@ main(int argc, char **argv)
         part_churn(&world);
     } else if (strcmp(part, "graph") == 0) {
         part_graph(&world);
+    } else if (strcmp(part, "globalcapture") == 0) {
+        part_globalcapture(&world);
     } else if (strcmp(part, "abort") == 0) {
         part_abort(&world, poster, graph);
         world.comm = NULL;

@@ -5,6 +5,10 @@
  * run ncclshim's device path for real: several processes, IPC, stream ordering, abort.
  *
  * What it models, and how:
+ *   - the driver: FAKE_CUDA_DRIVER_VERSION (default the cuda.h it is built with); entry points
+ *     by name and version as cuGetProcAddress documents it, each variant with its own
+ *     prototype (cuCtxGetDevice of 13.0 takes a context, cuStreamGetCtx of 12.5 writes a green
+ *     context);
  *   - devices: FAKE_CUDA_DEVICES (default 1), compute capability FAKE_CUDA_CC (default 90),
  *     peer access between any two unless FAKE_CUDA_NO_PEER=1; each has a primary context;
  *   - device memory: every allocation is a memfd mapped into the process, so a device pointer
@@ -52,12 +56,29 @@ struct fake_device {
 struct fake_config {
     int ndevices;
     int cc;       /* compute capability * 10 + minor */
+    int driver_version; /* what cuDriverGetVersion answers (CUDA 12.4: 12040) */
     bool no_peer;
 };
 const struct fake_config *fake_config(void);
 struct fake_device *fake_device(int ordinal);
 /* The calling thread's current context, NULL if none. */
 struct CUctx_st *fake_ctx_current(void);
+
+/* Says on stderr, prefixed "fake_cuda: ", where the program did what the driver forbids or
+ * leaves undefined, so that a failure caused by the double's strictness names its rule. */
+void fake_complain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Capture (stream.c): CUDA_SUCCESS, or CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (with a
+ * complaint, and every capture it would break invalidated) where a capture under way forbids
+ * the calling thread a potentially unsafe call, as cuThreadExchangeStreamCaptureMode defines. */
+CUresult fake_capture_check_unsafe(const char *call);
+#define FAKE_CAPTURE_CHECK_UNSAFE()                                                          \
+    do {                                                                                     \
+        CUresult fake_res_ = fake_capture_check_unsafe(__func__);                            \
+        if (fake_res_ != CUDA_SUCCESS) {                                                     \
+            return fake_res_;                                                                \
+        }                                                                                    \
+    } while (0)
 
 /* Memory (memory.c). */
 enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };

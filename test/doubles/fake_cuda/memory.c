@@ -37,6 +37,7 @@ struct fake_range {
     uint64_t id;
     int memfd;                   /* cuMemAlloc: the memfd, kept open for IPC; else -1 */
     struct fake_handle *handle;  /* a cuMem mapping: what it maps */
+    unsigned access;             /* ... and the devices cuMemSetAccess let read and write it */
     bool mapped;                 /* we mmap'd it (cuMemAlloc, managed, host alloc, IPC) */
     int ipc_refs;                /* a cuIpcOpenMemHandle mapping: opens not yet closed */
     int ipc_pid, ipc_fd;         /* ... of the owner's pid and memfd */
@@ -147,8 +148,9 @@ FAKE_API CUresult
 cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
 {
     void *addr;
-    int fd = fake_memfd_map(bytes, &addr);
 
+    FAKE_CAPTURE_CHECK_UNSAFE();
+    int fd = fake_memfd_map(bytes, &addr);
     if (fd < 0) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -172,6 +174,7 @@ cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
 FAKE_API CUresult
 cuMemFree(CUdeviceptr dptr)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     /* cuMemAlloc's memory, or managed memory (cuMemFree frees both). */
@@ -227,6 +230,8 @@ FAKE_API CUresult
 cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 {
     void *addr = NULL;
+
+    FAKE_CAPTURE_CHECK_UNSAFE();
     (void)flags;
     CUresult res = fake_anon_alloc(&addr, bytes, FAKE_MEM_MANAGED);
     *dptr = (CUdeviceptr)(uintptr_t)addr;
@@ -236,6 +241,7 @@ cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 FAKE_API CUresult
 cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     (void)flags;
     return fake_anon_alloc(pp, bytes, FAKE_MEM_REGISTERED);
 }
@@ -243,12 +249,14 @@ cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 FAKE_API CUresult
 cuMemFreeHost(void *p)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     return fake_anon_free(p, FAKE_MEM_REGISTERED);
 }
 
 FAKE_API CUresult
 cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     (void)flags;
     pthread_mutex_lock(&fake_mem_lock);
     for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
@@ -270,6 +278,7 @@ cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 FAKE_API CUresult
 cuMemHostUnregister(void *p)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)p);
     if (r == NULL || r->base != (uintptr_t)p || r->kind != FAKE_MEM_REGISTERED || r->mapped) {
@@ -436,6 +445,7 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
     struct fake_ipc_handle h;
     char path[64];
 
+    FAKE_CAPTURE_CHECK_UNSAFE();
     (void)flags;
     memcpy(&h, handle.reserved, sizeof(h));
     if (h.magic != FAKE_IPC_MAGIC) {
@@ -482,6 +492,7 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
 FAKE_API CUresult
 cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     if (r == NULL || r->ipc_refs == 0 || r->base != (uintptr_t)dptr) {
@@ -527,6 +538,7 @@ FAKE_API CUresult
 cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
             unsigned long long flags)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     (void)flags;
     if (size == 0 || size % FAKE_GRANULARITY != 0) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -556,6 +568,7 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
 FAKE_API CUresult
 cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     pthread_mutex_lock(&fake_mem_lock);
     fake_handle_put((struct fake_handle *)(uintptr_t)handle);
     pthread_mutex_unlock(&fake_mem_lock);
@@ -566,12 +579,27 @@ FAKE_API CUresult
 cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                     unsigned long long flags)
 {
-    (void)alignment, (void)addr, (void)flags;
-    void *va = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    (void)addr, (void)flags;
+    /* As the driver: sizes in whole granules, an alignment of 0 (one granule) or a power of
+     * two; the range starts on a granule whatever the alignment asked. */
+    if (size == 0 || size % FAKE_GRANULARITY != 0 || (alignment & (alignment - 1)) != 0) {
+        fake_complain("cuMemAddressReserve of %zu bytes aligned to %zu: the size must be a "
+                      "multiple of the granularity (%zu), the alignment a power of two",
+                      size, alignment, FAKE_GRANULARITY);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t align = alignment > FAKE_GRANULARITY ? alignment : FAKE_GRANULARITY;
+    uint8_t *va = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+                       MAP_NORESERVE, -1, 0);
     if (va == MAP_FAILED) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *ptr = (CUdeviceptr)(uintptr_t)va;
+    uintptr_t start = ((uintptr_t)va + align - 1) & ~(uintptr_t)(align - 1);
+    if (start > (uintptr_t)va) {
+        munmap(va, start - (uintptr_t)va);
+    }
+    munmap((void *)(start + size), (uintptr_t)va + size + align - (start + size));
+    *ptr = (CUdeviceptr)start;
     return CUDA_SUCCESS;
 }
 
@@ -586,12 +614,18 @@ cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHand
          unsigned long long flags)
 {
     struct fake_handle *h = (struct fake_handle *)(uintptr_t)handle;
+    FAKE_CAPTURE_CHECK_UNSAFE();
 
     (void)flags;
-    if (offset + size > h->size) {
+    if (offset + size > h->size || size == 0 || size % FAKE_GRANULARITY != 0 ||
+        offset % FAKE_GRANULARITY != 0 || ptr % FAKE_GRANULARITY != 0) {
+        fake_complain("cuMemMap of %zu bytes at offset %zu to 0x%llx: not whole granules "
+                      "(%zu) of the allocation (%zu bytes)", size, offset,
+                      (unsigned long long)ptr, FAKE_GRANULARITY, h->size);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    void *va = mmap((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+    /* Mapped, but unreachable until cuMemSetAccess, as on a GPU. */
+    void *va = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
                     h->memfd, (off_t)offset);
     if (va == MAP_FAILED) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -610,6 +644,7 @@ cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHand
 FAKE_API CUresult
 cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     if (r == NULL || r->handle == NULL || r->base != (uintptr_t)ptr || r->size != size) {
@@ -625,16 +660,58 @@ cuMemUnmap(CUdeviceptr ptr, size_t size)
     return CUDA_SUCCESS;
 }
 
+/* Grants or takes access to whole mappings of [ptr, ptr + size), which must be mapped. The
+ * double's memory is the process's, so any device's read and write access opens the pages,
+ * none closes them. */
 FAKE_API CUresult
 cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    (void)ptr, (void)size;
+    CUresult res = CUDA_SUCCESS;
+
     for (size_t i = 0; i < count; i++) {
-        if (fake_device(desc[i].location.id) == NULL) {
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            fake_device(desc[i].location.id) == NULL) {
             return CUDA_ERROR_INVALID_DEVICE;
         }
     }
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&fake_mem_lock);
+    for (uintptr_t p = (uintptr_t)ptr; p < (uintptr_t)ptr + size && res == CUDA_SUCCESS;) {
+        struct fake_range *r = fake_range_find(p);
+        if (r == NULL || r->handle == NULL || r->base != p ||
+            r->base + r->size > (uintptr_t)ptr + size) {
+            fake_complain("cuMemSetAccess over 0x%llx + %zu: 0x%lx is not the start of a "
+                          "mapping inside it", (unsigned long long)ptr, size, (unsigned long)p);
+            res = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        for (size_t i = 0; i < count; i++) {
+            unsigned bit = 1u << desc[i].location.id;
+            r->access = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? r->access | bit
+                                                                             : r->access & ~bit;
+        }
+        mprotect((void *)r->base, r->size, r->access ? PROT_READ | PROT_WRITE : PROT_NONE);
+        p = r->base + r->size;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return res;
+}
+
+FAKE_API CUresult
+cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+    if (flags == NULL || location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        fake_device(location->id) == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)ptr);
+    bool mapped = r != NULL && r->handle != NULL;
+    if (mapped) {
+        *flags = r->access & (1u << location->id) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                                  : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return mapped ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 FAKE_API CUresult
@@ -702,6 +779,7 @@ cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 FAKE_API CUresult
 cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     memmove((void *)(uintptr_t)dst, src, bytes);
     return CUDA_SUCCESS;
 }
@@ -709,6 +787,7 @@ cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 FAKE_API CUresult
 cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     memmove(dst, (const void *)(uintptr_t)src, bytes);
     return CUDA_SUCCESS;
 }
@@ -716,6 +795,7 @@ cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 FAKE_API CUresult
 cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     memset((void *)(uintptr_t)dst, value, n);
     return CUDA_SUCCESS;
 }

@@ -3,9 +3,12 @@
  * The fake driver's entry points by name (cuGetProcAddress), its version and error texts,
  * its devices and their primary contexts, and each thread's context stack.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cudaTypedefs.h>
 
 #include "fake_cuda.h"
 
@@ -32,6 +35,7 @@ fake_setup(void)
         fake_cfg.ndevices = 1;
     }
     fake_cfg.cc = fake_env_int("FAKE_CUDA_CC", 90);
+    fake_cfg.driver_version = fake_env_int("FAKE_CUDA_DRIVER_VERSION", CUDA_VERSION);
     fake_cfg.no_peer = fake_env_int("FAKE_CUDA_NO_PEER", 0) != 0;
     for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
         fake_devices[d].ordinal = d;
@@ -63,6 +67,18 @@ fake_ctx_current(void)
     return fake_ctx_depth > 0 ? fake_ctx_stack[fake_ctx_depth - 1] : NULL;
 }
 
+void
+fake_complain(const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fake_cuda: %s\n", text);
+}
+
 /* --- version, errors ---------------------------------------------------------------------- */
 
 FAKE_API CUresult
@@ -76,7 +92,7 @@ cuInit(unsigned int flags)
 FAKE_API CUresult
 cuDriverGetVersion(int *version)
 {
-    *version = CUDA_VERSION;
+    *version = fake_config()->driver_version;
     return CUDA_SUCCESS;
 }
 
@@ -93,6 +109,18 @@ cuGetErrorName(CUresult error, const char **text)
     case CUDA_ERROR_NOT_READY: *text = "CUDA_ERROR_NOT_READY"; break;
     case CUDA_ERROR_OUT_OF_MEMORY: *text = "CUDA_ERROR_OUT_OF_MEMORY"; break;
     case CUDA_ERROR_INVALID_DEVICE: *text = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *text = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case CUDA_ERROR_NO_BINARY_FOR_GPU: *text = "CUDA_ERROR_NO_BINARY_FOR_GPU"; break;
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: *text = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"; break;
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: *text = "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"; break;
+    case CUDA_ERROR_ILLEGAL_STATE: *text = "CUDA_ERROR_ILLEGAL_STATE"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *text = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+        *text = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+        break;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+        *text = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+        break;
     default:
         snprintf(buf, sizeof(buf), "CUDA_ERROR_%d", (int)error);
         *text = buf;
@@ -244,59 +272,110 @@ cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 
 /* --- entry points by name ------------------------------------------------------------------- */
 
-/* Declared in the other files; listed here so cuGetProcAddress can hand them out. */
-#define FAKE_ENTRY(name) {#name, (void *)name}
+/* cuCtxGetDevice as CUDA 13.0 changed it: the device of `ctx`, NULL meaning the current one. */
+static CUresult
+fake_ctx_get_device_v13000(CUdevice *device, CUcontext ctx)
+{
+    if (ctx == NULL) {
+        return cuCtxGetDevice(device);
+    }
+    if (ctx->device < 0 || ctx->device >= fake_config()->ndevices ||
+        ctx != &fake_device(ctx->device)->ctx) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *device = ctx->device;
+    return CUDA_SUCCESS;
+}
 
+/* Every variant the double has of a base name, with the CUDA version that introduced it, typed
+ * with cudaTypedefs.h's PFN_<name>_v<version> so that a variant whose prototype differs from
+ * the typedef does not compile. */
+#define FAKE_VARIANT(name, version, fn)                                                      \
+    {#name, version, (void *)(1 ? (fn) : (PFN_##name##_v##version)NULL)}
+#define FAKE_ENTRY(name, version)                                                            \
+    {#name, version, (void *)(1 ? (name) : (PFN_##name##_v##version)NULL)}
+
+static const struct fake_entry {
+    const char *name;
+    int version;
+    void *fn;
+} fake_entries[] = {
+    FAKE_ENTRY(cuInit, 2000), FAKE_ENTRY(cuDriverGetVersion, 2020),
+    FAKE_ENTRY(cuGetErrorString, 6000), FAKE_ENTRY(cuGetErrorName, 6000),
+    FAKE_ENTRY(cuDeviceGet, 2000), FAKE_ENTRY(cuDeviceGetCount, 2000),
+    FAKE_ENTRY(cuDeviceGetAttribute, 2000), FAKE_ENTRY(cuDeviceGetUuid, 11040),
+    FAKE_ENTRY(cuDeviceCanAccessPeer, 4000), FAKE_ENTRY(cuDevicePrimaryCtxRetain, 7000),
+    FAKE_ENTRY(cuCtxGetCurrent, 4000), FAKE_ENTRY(cuCtxSetCurrent, 4000),
+    FAKE_ENTRY(cuCtxGetDevice, 2000),
+    FAKE_VARIANT(cuCtxGetDevice, 13000, fake_ctx_get_device_v13000),
+    FAKE_ENTRY(cuCtxPushCurrent, 4000), FAKE_ENTRY(cuCtxPopCurrent, 4000),
+    FAKE_ENTRY(cuCtxEnablePeerAccess, 4000), FAKE_ENTRY(cuPointerGetAttribute, 4000),
+    FAKE_ENTRY(cuPointerGetAttributes, 7000), FAKE_ENTRY(cuMemGetAddressRange, 3020),
+    FAKE_ENTRY(cuMemAlloc, 3020), FAKE_ENTRY(cuMemFree, 3020),
+    FAKE_ENTRY(cuMemAllocManaged, 6000), FAKE_ENTRY(cuMemHostAlloc, 2020),
+    FAKE_ENTRY(cuMemFreeHost, 2000), FAKE_ENTRY(cuMemHostRegister, 6050),
+    FAKE_ENTRY(cuMemHostUnregister, 4000), FAKE_ENTRY(cuMemHostGetDevicePointer, 3020),
+    FAKE_ENTRY(cuIpcGetMemHandle, 4010), FAKE_ENTRY(cuIpcOpenMemHandle, 11000),
+    FAKE_ENTRY(cuIpcCloseMemHandle, 4010), FAKE_ENTRY(cuMemCreate, 10020),
+    FAKE_ENTRY(cuMemRelease, 10020), FAKE_ENTRY(cuMemAddressReserve, 10020),
+    FAKE_ENTRY(cuMemAddressFree, 10020), FAKE_ENTRY(cuMemMap, 10020),
+    FAKE_ENTRY(cuMemUnmap, 10020), FAKE_ENTRY(cuMemSetAccess, 10020), FAKE_ENTRY(cuMemGetAccess, 10020),
+    FAKE_ENTRY(cuMemGetAllocationGranularity, 10020),
+    FAKE_ENTRY(cuMemExportToShareableHandle, 10020),
+    FAKE_ENTRY(cuMemImportFromShareableHandle, 10020),
+    FAKE_ENTRY(cuMemRetainAllocationHandle, 11000), FAKE_ENTRY(cuStreamCreate, 2000),
+    FAKE_ENTRY(cuStreamDestroy, 4000), FAKE_ENTRY(cuStreamSynchronize, 2000),
+    FAKE_ENTRY(cuStreamQuery, 2000), FAKE_ENTRY(cuStreamGetCtx, 9020),
+    FAKE_VARIANT(cuStreamGetCtx, 12050, cuStreamGetCtx_v2),
+    FAKE_ENTRY(cuStreamIsCapturing, 10000), FAKE_ENTRY(cuStreamWaitEvent, 3020),
+    FAKE_ENTRY(cuStreamWaitValue32, 11070), FAKE_ENTRY(cuStreamWriteValue32, 11070),
+    FAKE_ENTRY(cuThreadExchangeStreamCaptureMode, 10010), FAKE_ENTRY(cuEventCreate, 2000), FAKE_ENTRY(cuEventRecord, 2000),
+    FAKE_ENTRY(cuEventQuery, 2000), FAKE_ENTRY(cuEventSynchronize, 2000),
+    FAKE_ENTRY(cuEventDestroy, 4000), FAKE_ENTRY(cuModuleLoadData, 2000),
+    FAKE_ENTRY(cuModuleUnload, 2000), FAKE_ENTRY(cuModuleGetFunction, 2000),
+    FAKE_ENTRY(cuLaunchKernel, 4000), FAKE_ENTRY(cuMemcpyAsync, 4000),
+    FAKE_ENTRY(cuLaunchHostFunc, 10000), FAKE_ENTRY(cuMemcpyHtoD, 3020),
+    FAKE_ENTRY(cuMemcpyDtoH, 3020), FAKE_ENTRY(cuMemsetD8, 3020),
+};
+
+/* As the driver documents it: the newest variant of `symbol` introduced at or before `version`
+ * (which may not exceed the driver's own). The variants a name had before the oldest the
+ * double has are unknown to it: asking for one is CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+ * as for a variant newer than the driver, never the wrong prototype. */
 FAKE_API CUresult
 cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
                  CUdriverProcAddressQueryResult *status)
 {
-    static const struct {
-        const char *name;
-        void *fn;
-    } entries[] = {
-        FAKE_ENTRY(cuInit), FAKE_ENTRY(cuDriverGetVersion), FAKE_ENTRY(cuGetErrorString),
-        FAKE_ENTRY(cuGetErrorName), FAKE_ENTRY(cuDeviceGet), FAKE_ENTRY(cuDeviceGetCount),
-        FAKE_ENTRY(cuDeviceGetAttribute), FAKE_ENTRY(cuDeviceGetUuid),
-        FAKE_ENTRY(cuDeviceCanAccessPeer), FAKE_ENTRY(cuDevicePrimaryCtxRetain),
-        FAKE_ENTRY(cuCtxGetCurrent), FAKE_ENTRY(cuCtxSetCurrent), FAKE_ENTRY(cuCtxGetDevice),
-        FAKE_ENTRY(cuCtxPushCurrent), FAKE_ENTRY(cuCtxPopCurrent),
-        FAKE_ENTRY(cuCtxEnablePeerAccess), FAKE_ENTRY(cuPointerGetAttribute),
-        FAKE_ENTRY(cuPointerGetAttributes), FAKE_ENTRY(cuMemGetAddressRange),
-        FAKE_ENTRY(cuMemAlloc), FAKE_ENTRY(cuMemFree), FAKE_ENTRY(cuMemAllocManaged),
-        FAKE_ENTRY(cuMemHostAlloc), FAKE_ENTRY(cuMemFreeHost), FAKE_ENTRY(cuMemHostRegister),
-        FAKE_ENTRY(cuMemHostUnregister), FAKE_ENTRY(cuMemHostGetDevicePointer),
-        FAKE_ENTRY(cuIpcGetMemHandle), FAKE_ENTRY(cuIpcOpenMemHandle),
-        FAKE_ENTRY(cuIpcCloseMemHandle), FAKE_ENTRY(cuMemCreate), FAKE_ENTRY(cuMemRelease),
-        FAKE_ENTRY(cuMemAddressReserve), FAKE_ENTRY(cuMemAddressFree), FAKE_ENTRY(cuMemMap),
-        FAKE_ENTRY(cuMemUnmap), FAKE_ENTRY(cuMemSetAccess),
-        FAKE_ENTRY(cuMemGetAllocationGranularity), FAKE_ENTRY(cuMemExportToShareableHandle),
-        FAKE_ENTRY(cuMemImportFromShareableHandle), FAKE_ENTRY(cuMemRetainAllocationHandle),
-        FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamDestroy),
-        FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamQuery), FAKE_ENTRY(cuStreamGetCtx),
-        FAKE_ENTRY(cuStreamIsCapturing), FAKE_ENTRY(cuStreamWaitEvent),
-        FAKE_ENTRY(cuStreamWaitValue32), FAKE_ENTRY(cuStreamWriteValue32),
-        FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventQuery),
-        FAKE_ENTRY(cuEventSynchronize), FAKE_ENTRY(cuEventDestroy),
-        FAKE_ENTRY(cuModuleLoadData), FAKE_ENTRY(cuModuleUnload),
-        FAKE_ENTRY(cuModuleGetFunction), FAKE_ENTRY(cuLaunchKernel), FAKE_ENTRY(cuMemcpyAsync),
-        FAKE_ENTRY(cuLaunchHostFunc),
-        FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoH), FAKE_ENTRY(cuMemsetD8),
-    };
+    const struct fake_entry *found = NULL;
+    bool named = false;
+    CUdriverProcAddressQueryResult answer = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    int driver = 0;
 
-    (void)version, (void)flags;
-    for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
-        if (strcmp(entries[i].name, symbol) == 0) {
-            *pfn = entries[i].fn;
-            if (status != NULL) {
-                *status = CU_GET_PROC_ADDRESS_SUCCESS;
-            }
-            return CUDA_SUCCESS;
+    if (symbol == NULL || pfn == NULL ||
+        (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    cuDriverGetVersion(&driver);
+    for (size_t i = 0; i < sizeof(fake_entries) / sizeof(fake_entries[0]); i++) {
+        const struct fake_entry *e = &fake_entries[i];
+        if (strcmp(e->name, symbol) != 0) {
+            continue;
+        }
+        named = true;
+        if (e->version <= version && e->version <= driver &&
+            (found == NULL || e->version > found->version)) {
+            found = e;
         }
     }
-    *pfn = NULL;
-    if (status != NULL) {
-        *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (found != NULL) {
+        answer = CU_GET_PROC_ADDRESS_SUCCESS;
+    } else if (named) {
+        answer = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
     }
-    return CUDA_ERROR_NOT_FOUND;
+    *pfn = found != NULL ? found->fn : NULL;
+    if (status != NULL) {
+        *status = answer;
+    }
+    return found != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }

@@ -76,6 +76,8 @@ struct CUstream_st {
     bool capturing;              /* atomic; set alone by fake_cuda_set_capturing */
     struct CUgraph_st *graph;    /* capturing into it (cuStreamBeginCapture) */
     bool invalidated;            /* the capture took something a graph here cannot hold */
+    CUstreamCaptureMode capture_mode; /* of cuStreamBeginCapture */
+    pthread_t capture_thread;    /* the thread that began the capture */
     bool destroyed;
 };
 
@@ -312,6 +314,7 @@ cuStreamCreate(CUstream *stream, unsigned int flags)
 {
     struct CUctx_st *ctx = fake_ctx_current();
 
+    FAKE_CAPTURE_CHECK_UNSAFE();
     (void)flags;
     if (ctx == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -328,6 +331,7 @@ cuStreamCreate(CUstream *stream, unsigned int flags)
 FAKE_API CUresult
 cuStreamDestroy(CUstream stream)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     if (stream == NULL) {
         return CUDA_ERROR_INVALID_HANDLE;
     }
@@ -344,6 +348,7 @@ cuStreamSynchronize(CUstream handle)
 {
     struct CUstream_st *s = fake_stream(handle);
 
+    FAKE_CAPTURE_CHECK_UNSAFE();
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -380,6 +385,19 @@ cuStreamGetCtx(CUstream handle, CUcontext *ctx)
     }
     *ctx = s->ctx;
     return CUDA_SUCCESS;
+}
+
+/* The variant of CUDA 12.5: the context, and through the third pointer the green context the
+ * stream belongs to, always written (NULL: the double has no green contexts). */
+FAKE_API CUresult
+cuStreamGetCtx_v2(CUstream handle, CUcontext *ctx, CUgreenCtx *green)
+{
+    CUresult res = cuStreamGetCtx(handle, ctx);
+
+    if (res == CUDA_SUCCESS) {
+        *green = NULL;
+    }
+    return res;
 }
 
 FAKE_API CUresult
@@ -511,6 +529,7 @@ cuEventQuery(CUevent event)
 FAKE_API CUresult
 cuEventSynchronize(CUevent event)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     pthread_mutex_lock(&fake_event_lock);
     uint64_t target = event->recorded;
     while (event->completed < target) {
@@ -546,6 +565,7 @@ cuModuleLoadData(CUmodule *module, const void *image)
 {
     uint32_t magic;
 
+    FAKE_CAPTURE_CHECK_UNSAFE();
     memcpy(&magic, image, sizeof(magic));
     if (magic != FAKE_FATBIN_MAGIC) {
         return CUDA_ERROR_INVALID_IMAGE;
@@ -561,6 +581,7 @@ cuModuleLoadData(CUmodule *module, const void *image)
 FAKE_API CUresult
 cuModuleUnload(CUmodule module)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     free(module);
     FAKE_STAT_ADD(modules, -1);
     return CUDA_SUCCESS;
@@ -654,14 +675,96 @@ fake_op_list_free(struct fake_op *op)
     }
 }
 
+/* Captures under way (cuStreamBeginCapture until cuStreamEndCapture), for the rule of
+ * cuThreadExchangeStreamCaptureMode: while a capture that was not begun RELAXED runs, its own
+ * thread may not make a potentially unsafe call unless that thread's mode is RELAXED, and while
+ * a GLOBAL one runs, no other thread may unless its mode is THREAD_LOCAL or RELAXED. */
+#define FAKE_MAX_CAPTURES 64
+static pthread_mutex_t fake_capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct CUstream_st *fake_captures[FAKE_MAX_CAPTURES];
+static __thread CUstreamCaptureMode fake_thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+FAKE_API CUresult
+cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (mode == NULL || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                         *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                         *mode != CU_STREAM_CAPTURE_MODE_RELAXED)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUstreamCaptureMode old = fake_thread_capture_mode;
+    fake_thread_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* Whether `capture` forbids the calling thread's unsafe calls (with fake_capture_lock held). */
+static bool
+fake_capture_forbids(const struct CUstream_st *capture)
+{
+    if (capture->capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED ||
+        fake_thread_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) {
+        return false;
+    }
+    if (pthread_equal(capture->capture_thread, pthread_self())) {
+        return true;
+    }
+    return capture->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+           fake_thread_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+}
+
+CUresult
+fake_capture_check_unsafe(const char *call)
+{
+    bool forbidden = false;
+
+    pthread_mutex_lock(&fake_capture_lock);
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++) {
+        struct CUstream_st *c = fake_captures[i];
+        if (c != NULL && fake_capture_forbids(c)) {
+            /* As the driver: the call fails and the capture it would have broken is lost. */
+            pthread_mutex_lock(&c->lock);
+            c->invalidated = true;
+            pthread_mutex_unlock(&c->lock);
+            forbidden = true;
+        }
+    }
+    pthread_mutex_unlock(&fake_capture_lock);
+    if (forbidden) {
+        fake_complain("%s during a stream capture that forbids it on this thread (mode %d): "
+                      "the capture is invalidated", call, (int)fake_thread_capture_mode);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return CUDA_SUCCESS;
+}
+
+static bool
+fake_capture_track(struct CUstream_st *s, bool begin)
+{
+    bool done = false;
+
+    pthread_mutex_lock(&fake_capture_lock);
+    for (int i = 0; i < FAKE_MAX_CAPTURES && !done; i++) {
+        if (begin ? fake_captures[i] == NULL : fake_captures[i] == s) {
+            fake_captures[i] = begin ? s : NULL;
+            done = true;
+        }
+    }
+    pthread_mutex_unlock(&fake_capture_lock);
+    return done;
+}
+
 FAKE_API CUresult
 cuStreamBeginCapture(CUstream handle, CUstreamCaptureMode mode)
 {
     struct CUstream_st *s = fake_stream(handle);
 
-    (void)mode;
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+        return CUDA_ERROR_INVALID_VALUE;
     }
     struct CUgraph_st *graph = calloc(1, sizeof(*graph));
     if (graph == NULL) {
@@ -672,12 +775,18 @@ cuStreamBeginCapture(CUstream handle, CUstreamCaptureMode mode)
     if (!busy) {
         s->graph = graph;
         s->invalidated = false;
+        s->capture_mode = mode;
+        s->capture_thread = pthread_self();
         __atomic_store_n(&s->capturing, true, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&s->lock);
     if (busy) {
         free(graph);
         return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    if (!fake_capture_track(s, true)) {
+        fake_complain("more than %d stream captures at once", FAKE_MAX_CAPTURES);
+        abort();
     }
     return CUDA_SUCCESS;
 }
@@ -700,6 +809,7 @@ cuStreamEndCapture(CUstream handle, CUgraph *graph_out)
     if (graph == NULL) {
         return CUDA_ERROR_ILLEGAL_STATE;
     }
+    fake_capture_track(s, false);
     if (invalidated) {
         fake_op_list_free(graph->head);
         free(graph);
