@@ -150,6 +150,11 @@ cipc_team_watch(struct cipc_team *team, struct cipc_watch *w, bool progressed)
     bool busy = cipc_team_busy(team) || (team->leader != NULL && cipc_leader_busy(team));
 
     if (verdict != ncclSuccess && cipc_team_error(team) == ncclSuccess) {
+        /* This rank's own operations end with the team's: say where they stood, as this
+         * rank's own timeout would have, whichever rank's clock ran out first. */
+        if (busy) {
+            cipc_team_report(team, "device team failed");
+        }
         WARN("rank %d: the device team failed with error %d (the leader, rank %d, logged the "
              "cause)", team->rank, (int)verdict, CIPC_LEADER);
         cipc_team_set_error(team, (ncclResult_t)verdict);
