@@ -57,6 +57,14 @@ shim_devexec_check(struct shim_op *op, const char *api)
              "abort remain", api, (const void *)comm);
         return failed;
     }
+    int ordinal = comm->cuda_dev >= 0 ? comm->cuda_dev : 0;
+    if (ordinal >= gpu_device_count()) {
+        /* Such a communicator is ncclshim's, for host memory (NCCL refuses it at init). */
+        WARN("%s: communicator %p is on CUDA device %d, which this process does not have "
+             "(%d visible): it serves host memory only", api, (const void *)comm, ordinal,
+             gpu_device_count());
+        return ncclInvalidArgument;
+    }
     const struct gpu_device *gpu = shim_devexec_device(comm);
     if (gpu == NULL) {
         return ncclUnhandledCudaError;

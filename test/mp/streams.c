@@ -12,6 +12,9 @@
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); a capture then
  *             is refused (two ranks in one process);
+ *   nodevice  one process, one device, ncclCommInitAll on devices 0 and 1: host memory
+ *             works on both, a device buffer on the missing device's communicator is a
+ *             clear error (ncclshim keeps such communicators for host memory);
  *   refuse    a device send buffer with a host receive buffer; a stream being captured into a
  *             CUDA graph without a device team (NCCL_SHM_DISABLE=1); ncclMemFree of a pointer
  *             it did not give out:
@@ -199,6 +202,56 @@ part_devices(void)
                   "wrong all-reduce on device %d", d);
         MP_CHECK(ncclCommDestroy(comms[d]));
     }
+}
+
+/* One process, one device visible, ncclCommInitAll over devices 0 and 1: the communicators
+ * serve host memory (ncclshim's, not NCCL's, which refuses them), and device memory on the
+ * device that does not exist is a clear error at the call, never a crash. */
+static void
+part_nodevice(void)
+{
+    const int devlist[2] = {0, 1};
+    ncclComm_t comms[2];
+    float host[2][64];
+    int count = 0;
+
+    MP_CU(&st_cu, device_get_count(&count));
+    MP_ASSERT(count == 1, "this part needs exactly one device (FAKE_CUDA_DEVICES=1), not %d",
+              count);
+    CUstream s = st_stream();
+    float *x = st_buffer(64, 1, 0, s);
+    MP_CHECK(ncclCommInitAll(comms, 2, devlist));
+    MP_CHECK(ncclGroupStart());
+    for (int d = 0; d < 2; d++) {
+        for (int i = 0; i < 64; i++) {
+            host[d][i] = (float)(d + 1);
+        }
+        MP_CHECK_COMM(comms[d], ncclAllReduce(host[d], host[d], 64, ncclFloat, ncclSum,
+                                              comms[d], NULL));
+    }
+    MP_CHECK(ncclGroupEnd());
+    MP_EXPECT(host[0][63] == 3 && host[1][0] == 3, "wrong host all-reduce: %g %g",
+              host[0][63], host[1][0]);
+    ncclResult_t res = ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comms[1], s);
+    MP_EXPECT(res == ncclInvalidArgument || res == ncclInvalidUsage,
+              "a device buffer on the communicator of a missing device gave %s",
+              ncclGetErrorString(res));
+    MP_EXPECT(strstr(mp_last_error(comms[1]), "device 1") != NULL,
+              "no clear message: \"%s\"", mp_last_error(comms[1]));
+    /* The same in a group with the other communicator's call: nothing of it is left waiting. */
+    MP_CHECK(ncclGroupStart());
+    for (int d = 0; d < 2; d++) {
+        ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comms[d], s);
+    }
+    res = ncclGroupEnd();
+    MP_EXPECT(res == ncclInvalidArgument || res == ncclInvalidUsage,
+              "a group with the missing device's communicator gave %s",
+              ncclGetErrorString(res));
+    for (int d = 0; d < 2; d++) {
+        MP_CHECK(ncclCommDestroy(comms[d]));
+    }
+    MP_EXPECT(st_check(x, 64, 1, 0, s, "a buffer no call was made on") == 0,
+              "a refused call touched its buffer");
 }
 
 static void
@@ -519,15 +572,19 @@ main(int argc, char **argv)
             graph = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|graph|globalcapture|abort|fp8 [-r POSTER] [-g]\n");
+                            "churn|graph|globalcapture|abort|fp8|nodevice [-r POSTER] [-g]\n");
             return 2;
         }
     }
     mp_cuda_init(&st_cu);
-    if (strcmp(part, "devices") == 0) {
+    if (strcmp(part, "devices") == 0 || strcmp(part, "nodevice") == 0) {
         mp_rank_id = 0;
-        part_devices();
-        printf("streams: devices, %d failed checks\n", mp_failures);
+        if (part[0] == 'd') {
+            part_devices();
+        } else {
+            part_nodevice();
+        }
+        printf("streams: %s, %d failed checks\n", part, mp_failures);
         return mp_failures == 0 ? 0 : 1;
     }
     mp_world_init(&world);
