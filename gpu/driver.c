@@ -11,8 +11,9 @@
 
 #include "base/debug.h"
 
-/* The oldest driver whose entry points, at its own API version, have cuda.h 13's prototypes
- * for every function in GPU_CU_ENTRIES. */
+/* The oldest driver that has every function of GPU_CU_ENTRIES at its version: below it, host
+ * memory only. The device path needs more (a driver of the CUDA that built its kernels),
+ * which kr_dev_check_device says at the call. */
 #define GPU_DRIVER_MIN_VERSION 12000
 
 struct gpu_cu_table gpu_cu;
@@ -51,6 +52,17 @@ gpu_driver_resolve(gpu_get_proc_fn get_proc, int driver_version)
     }
     GPU_CU_ENTRIES(GPU_CU_RESOLVE)
 #undef GPU_CU_RESOLVE
+#define GPU_CU_RESOLVE_OPTIONAL(name, version)                                               \
+    {                                                                                        \
+        void *fn = NULL;                                                                     \
+        if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, NULL) !=        \
+            CUDA_SUCCESS) {                                                                  \
+            fn = NULL;                                                                       \
+        }                                                                                    \
+        gpu_cu.name = (PFN_##name##_v##version)fn;                                           \
+    }
+    GPU_CU_OPTIONAL_ENTRIES(GPU_CU_RESOLVE_OPTIONAL)
+#undef GPU_CU_RESOLVE_OPTIONAL
     return ok;
 }
 

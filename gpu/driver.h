@@ -58,12 +58,17 @@
     X(cuModuleGetFunction, 2000) X(cuLaunchKernel, 4000) X(cuMemcpyAsync, 4000)              \
     X(cuLaunchHostFunc, 10000)
 
+/* Entry points that older drivers lack, where ncclshim works without them: NULL there (the
+ * device path needs a driver of CUDA 13 anyway, for its kernels). */
+#define GPU_CU_OPTIONAL_ENTRIES(X) X(cuFuncLoad, 12040)
+
 /* The entry points; a member is named after the function as cuda.h spells it (cuMemAlloc is
  * cuMemAlloc_v2 there, and here) and typed with the variant asked for. Filled once, read-only
  * afterwards. */
 struct gpu_cu_table {
 #define GPU_CU_MEMBER(name, version) PFN_##name##_v##version name;
     GPU_CU_ENTRIES(GPU_CU_MEMBER)
+    GPU_CU_OPTIONAL_ENTRIES(GPU_CU_MEMBER)
 #undef GPU_CU_MEMBER
 };
 extern struct gpu_cu_table gpu_cu;

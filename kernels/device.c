@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "fatbin_table.h"
 
 /* fatbin.S: the kernels as nvcc built them; empty without nvcc. */
 extern const unsigned char kr_fatbin_start[];
@@ -81,9 +82,14 @@ kr_dev_load(const struct gpu_device *device)
     SHIM_CHECK(gpu_ctx_push(device->ctx));
     GPU_CU_CHECK_GOTO(cuModuleLoadData(&module, kr_fatbin_start), res, out);
     for (int k = 0; k < KR_DEV_KERNELS; k++) {
-        GPU_CU_CHECK_GOTO(cuModuleGetFunction(&kr_dev_modules[device->ordinal].functions[k],
-                                              module, kr_dev_kernels[k].name),
-                          res, err_unload);
+        CUfunction *f = &kr_dev_modules[device->ordinal].functions[k];
+        GPU_CU_CHECK_GOTO(cuModuleGetFunction(f, module, kr_dev_kernels[k].name), res,
+                          err_unload);
+        /* Under CUDA_MODULE_LOADING=LAZY a function's code loads at its first launch, which
+         * synchronizes the context: load it now, before any stream of ours waits. */
+        if (gpu_cu.cuFuncLoad != NULL) {
+            GPU_CU_CHECK_GOTO(cuFuncLoad(*f), res, err_unload);
+        }
     }
     kr_dev_modules[device->ordinal].module = module;
     __atomic_store_n(&kr_dev_modules[device->ordinal].loaded, true, __ATOMIC_RELEASE);
@@ -96,6 +102,44 @@ err_unload:
 out:
     gpu_ctx_pop();
     return res;
+}
+
+/* The fatbin's table, read once. */
+static struct kr_fatbin_info kr_dev_fatbin;
+static pthread_once_t kr_dev_fatbin_once = PTHREAD_ONCE_INIT;
+
+static void
+kr_dev_fatbin_read(void)
+{
+    if (!kr_fatbin_read(kr_fatbin_start, kr_fatbin_bytes(), &kr_dev_fatbin)) {
+        memset(&kr_dev_fatbin, 0, sizeof(kr_dev_fatbin));
+    }
+}
+
+static ncclResult_t kr_dev_function(const struct gpu_device *device, enum kr_dev_kernel kernel,
+                                    CUfunction *function_out);
+
+ncclResult_t
+kr_dev_check_device(const char *api, const struct gpu_device *device)
+{
+    /* Code from CUDA N's nvcc needs a driver of CUDA N.0 or newer (cubins and PTX alike). */
+    const int needed = CUDA_VERSION / 1000 * 1000, driver = gpu_driver_version();
+    const int cc = device->cc_major * 10 + device->cc_minor;
+    char held[256];
+    CUfunction any;
+
+    SHIM_CHECK(kr_dev_check_available(api));
+    pthread_once(&kr_dev_fatbin_once, kr_dev_fatbin_read);
+    if (driver < needed || !kr_fatbin_serves(&kr_dev_fatbin, cc)) {
+        kr_fatbin_describe(&kr_dev_fatbin, held, sizeof(held));
+        WARN("%s: ncclshim's CUDA kernels cannot run on device %d (compute capability %d.%d) "
+             "with CUDA driver %d.%d: they were built by CUDA %d.%d and need a driver of CUDA "
+             "%d.0 or newer and a GPU they hold code for (%s)", api, device->ordinal,
+             device->cc_major, device->cc_minor, driver / 1000, driver % 1000 / 10,
+             CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10, needed / 1000, held);
+        return ncclInvalidUsage;
+    }
+    return kr_dev_function(device, KR_DEV_COPY, &any);
 }
 
 static ncclResult_t

@@ -29,6 +29,14 @@ bool kr_dev_available(void);
 /* ncclInvalidUsage with a WARN naming `api` when it was not. */
 ncclResult_t kr_dev_check_available(const char *api);
 
+/* Whether the kernels can run on `device` under this driver, checked before a device call
+ * enqueues anything: the fatbin must hold a cubin or PTX for the GPU's compute capability,
+ * and the driver must be of the CUDA major version that built it (or newer). Then loads the
+ * kernels into the device's context, every function at once, so that nothing loads later
+ * between a queued stream wait and its release. ncclInvalidUsage with a WARN naming `api`,
+ * the driver, the GPU and what the library holds, when they cannot run. */
+ncclResult_t kr_dev_check_device(const char *api, const struct gpu_device *device);
+
 struct kr_dev_launch {
     CUstream stream;
     const struct gpu_device *device;

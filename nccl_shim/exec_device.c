@@ -69,6 +69,7 @@ shim_devexec_check(struct shim_op *op, const char *api)
     if (gpu == NULL) {
         return ncclUnhandledCudaError;
     }
+    SHIM_CHECK(kr_dev_check_device(api, gpu));
     if (shim_coll_reduces_dev(op->coll) &&
         (op->datatype == ncclFloat8e4m3 || op->datatype == ncclFloat8e5m2) &&
         gpu->cc_major < 9) {

@@ -171,6 +171,10 @@ device_cases() {
             "$bindir/streams" -p nodevice
         run_case device-streams-fp8-n2 2 60 "${dev[@]}" FAKE_CUDA_CC=80 -- \
             "$bindir/streams" -p fp8
+        run_case device-streams-unsupported-sm70-n2 2 60 "${dev[@]}" FAKE_CUDA_CC=70 -- \
+            "$bindir/streams" -p unsupported
+        run_case device-streams-unsupported-driver-n2 2 60 "${dev[@]}" \
+            FAKE_CUDA_DRIVER_VERSION=12040 -- "$bindir/streams" -p unsupported
     else
         run_case device-streams-fp8-n2 2 60 -- "$bindir/streams" -p fp8
     fi

@@ -12,6 +12,9 @@
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); a capture then
  *             is refused (two ranks in one process);
+ *   unsupported  a GPU or driver the kernels cannot run on (FAKE_CUDA_CC=70 or
+ *             FAKE_CUDA_DRIVER_VERSION=12040 with the double): ncclInvalidUsage at the first
+ *             device call, naming driver, GPU and what the library holds; host memory works;
  *   nodevice  one process, one device, ncclCommInitAll on devices 0 and 1: host memory
  *             works on both, a device buffer on the missing device's communicator is a
  *             clear error (ncclshim keeps such communicators for host memory);
@@ -252,6 +255,30 @@ part_nodevice(void)
     }
     MP_EXPECT(st_check(x, 64, 1, 0, s, "a buffer no call was made on") == 0,
               "a refused call touched its buffer");
+}
+
+/* A GPU or driver the kernels cannot run on (FAKE_CUDA_CC=70, FAKE_CUDA_DRIVER_VERSION=12040
+ * with the double): the first device call fails at once with a message naming the driver,
+ * the GPU and what the library holds; host memory still works. */
+static void
+part_unsupported(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *dev = st_buffer(64, 1, 0, s);
+    float host[64];
+
+    ncclResult_t res = ncclAllReduce(dev, dev, 64, ncclFloat, ncclSum, w->comm, s);
+    MP_EXPECT(res == ncclInvalidUsage, "a device call the kernels cannot serve gave %s",
+              ncclGetErrorString(res));
+    const char *text = mp_last_error(w->comm);
+    MP_EXPECT(strstr(text, "cannot run on device 0 (compute capability") != NULL &&
+                  strstr(text, "CUDA driver") != NULL && strstr(text, "sm_") != NULL,
+              "no clear message: \"%s\"", text);
+    for (int i = 0; i < 64; i++) {
+        host[i] = 1;
+    }
+    MP_CHECK_COMM(w->comm, ncclAllReduce(host, host, 64, ncclFloat, ncclSum, w->comm, NULL));
+    MP_EXPECT(host[0] == (float)w->nranks, "host all-reduce after the refusal: %g", host[0]);
 }
 
 static void
@@ -572,7 +599,8 @@ main(int argc, char **argv)
             graph = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|graph|globalcapture|abort|fp8|nodevice [-r POSTER] [-g]\n");
+                            "churn|graph|globalcapture|abort|fp8|unsupported|nodevice [-r POSTER] "
+                            "[-g]\n");
             return 2;
         }
     }
@@ -609,6 +637,8 @@ main(int argc, char **argv)
         world.comm = NULL;
     } else if (strcmp(part, "fp8") == 0) {
         part_fp8(&world);
+    } else if (strcmp(part, "unsupported") == 0) {
+        part_unsupported(&world);
     } else {
         fprintf(stderr, "streams: unknown part %s\n", part);
         return 2;

@@ -332,7 +332,7 @@ static const struct fake_entry {
     FAKE_ENTRY(cuThreadExchangeStreamCaptureMode, 10010), FAKE_ENTRY(cuEventCreate, 2000), FAKE_ENTRY(cuEventRecord, 2000),
     FAKE_ENTRY(cuEventQuery, 2000), FAKE_ENTRY(cuEventSynchronize, 2000),
     FAKE_ENTRY(cuEventDestroy, 4000), FAKE_ENTRY(cuModuleLoadData, 2000),
-    FAKE_ENTRY(cuModuleUnload, 2000), FAKE_ENTRY(cuModuleGetFunction, 2000),
+    FAKE_ENTRY(cuModuleUnload, 2000), FAKE_ENTRY(cuModuleGetFunction, 2000), FAKE_ENTRY(cuFuncLoad, 12040),
     FAKE_ENTRY(cuLaunchKernel, 4000), FAKE_ENTRY(cuMemcpyAsync, 4000),
     FAKE_ENTRY(cuLaunchHostFunc, 10000), FAKE_ENTRY(cuMemcpyHtoD, 3020),
     FAKE_ENTRY(cuMemcpyDtoH, 3020), FAKE_ENTRY(cuMemsetD8, 3020),

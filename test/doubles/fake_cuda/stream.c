@@ -560,15 +560,63 @@ cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
 /* The fatbin's magic number, which every image nvcc writes starts with. */
 #define FAKE_FATBIN_MAGIC 0xba55ed50u
 
+static uint64_t
+fake_le(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) {
+        v = v << 8 | p[i];
+    }
+    return v;
+}
+
+/* What the driver does with a fatbin for a GPU of compute capability cc: a cubin of the same
+ * major and a minor not above cc's runs as it is; else PTX of an architecture not above cc is
+ * compiled, if the driver knows its ISA (the double's fatbin comes from the toolkit of the
+ * cuda.h it is built with: a driver older than that major refuses it). */
+static CUresult
+fake_fatbin_check(const uint8_t *p, int cc)
+{
+    bool cubin = false, ptx = false;
+
+    uint64_t header = fake_le(p + 6, 2), end = header + fake_le(p + 8, 8);
+    for (uint64_t off = header; off + 32 <= end;) {
+        const uint8_t *e = p + off;
+        uint64_t kind = fake_le(e, 2), arch = fake_le(e + 28, 4);
+        if (kind == 2 && arch / 10 == (uint64_t)cc / 10 && arch % 10 <= (uint64_t)cc % 10) {
+            cubin = true;
+        } else if (kind == 1 && arch <= (uint64_t)cc) {
+            ptx = true;
+        }
+        off += fake_le(e + 4, 4) + fake_le(e + 8, 8);
+    }
+    bool old_driver = fake_config()->driver_version / 1000 < CUDA_VERSION / 1000;
+    if ((cubin || ptx) && !old_driver) {
+        return CUDA_SUCCESS;
+    }
+    fake_complain("cuModuleLoadData: %s for compute capability %d.%d under driver %d",
+                  cubin || ptx ? "code of a newer CUDA than the driver's" : "no cubin or PTX",
+                  cc / 10, cc % 10, fake_config()->driver_version);
+    return old_driver && ptx && !cubin ? CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+                                       : CUDA_ERROR_NO_BINARY_FOR_GPU;
+}
+
 FAKE_API CUresult
 cuModuleLoadData(CUmodule *module, const void *image)
 {
     uint32_t magic;
 
     FAKE_CAPTURE_CHECK_UNSAFE();
+    if (fake_ctx_current() == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     memcpy(&magic, image, sizeof(magic));
     if (magic != FAKE_FATBIN_MAGIC) {
         return CUDA_ERROR_INVALID_IMAGE;
+    }
+    CUresult res = fake_fatbin_check(image, fake_config()->cc);
+    if (res != CUDA_SUCCESS) {
+        return res;
     }
     *module = calloc(1, sizeof(**module));
     if (*module == NULL) {
@@ -602,6 +650,13 @@ cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
     (*function)->kernel = kernel;
     module->functions++;
     return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuFuncLoad(CUfunction function)
+{
+    return function != NULL && function->kernel != NULL ? CUDA_SUCCESS
+                                                        : CUDA_ERROR_INVALID_HANDLE;
 }
 
 FAKE_API CUresult
