@@ -69,7 +69,11 @@ shim_devexec_check(struct shim_op *op, const char *api)
     if (gpu == NULL) {
         return ncclUnhandledCudaError;
     }
-    SHIM_CHECK(kr_dev_check_device(api, gpu));
+    /* Its first call loads the kernels: not to be refused by the caller's capture. */
+    CUstreamCaptureMode mode = gpu_capture_relax();
+    ncclResult_t usable = kr_dev_check_device(api, gpu);
+    gpu_capture_restore(mode);
+    SHIM_CHECK(usable);
     if (shim_coll_reduces_dev(op->coll) &&
         (op->datatype == ncclFloat8e4m3 || op->datatype == ncclFloat8e5m2) &&
         gpu->cc_major < 9) {
