@@ -29,8 +29,10 @@
  * are staged through pinned shared host memory by their owner's stream.
  *
  * Once a stream of a rank is captured into a CUDA graph, that rank posts every operation from
- * its stream instead (hostpost.c): a host function numbers, posts and waits when the stream
- * gets there, since a graph replays the values of its capture.
+ * its stream instead (hostpost.c): a host function numbers and posts when the stream gets
+ * there, since a graph replays the values of its capture, and the stream then waits for a
+ * release word of the group's that this rank's team thread opens once it is done (no host
+ * function waits for GPU work).
  *
  * Every rank runs a thread per team: on the leader it schedules operations; on every rank it
  * watches them (a rank that died, NCCLSHIM_TIMEOUT) and keeps the team's error for

@@ -7,8 +7,19 @@
  * s, wait done >= s; the descriptor's sequence and match numbers). A graph replays what was
  * captured with the values of the capture, so those numbers cannot be in it. A host function
  * (cuLaunchHostFunc; a host node in a graph) picks them each time the stream reaches it: it
- * numbers the group, copies the descriptors made by the call into the ring, posts them, writes
- * arrive from the host and waits on the host until done; then the stream goes on.
+ * numbers the group, copies the descriptors made by the call into the ring, posts them and
+ * writes arrive from the host, and returns.
+ *
+ * Waiting without a waiting host function. cuLaunchHostFunc: a host function "must not
+ * perform any synchronization that may depend on outstanding CUDA work", and a process's host
+ * functions may run one at a time, so one that waited for the leader's stream could stall
+ * another communicator's, whose peers wait for it in turn. So each group has a release word
+ * of its own in page-locked memory, and the stream waits for it after the host function
+ * (a stream memory operation, captured with the rest): the host function sets it to 0, and
+ * this rank's team thread sets it to 1 once done reaches the group's last number (or the
+ * team fails or goes); a write of 2 after the wait says the stream passed, after which an
+ * uncaptured group's word may serve another. The words live as long as the process: a graph
+ * may be launched after its communicator went, and then its host function releases at once.
  *
  * For good. The leader matches descriptors in ring order, which must be each stream's order; a
  * host function posts when its stream gets there, possibly after calls made later on the host.
@@ -21,11 +32,13 @@
  * communicator, as PyTorch uses, always does); otherwise the leader finds mismatched
  * collectives. While capturing, every buffer must reach the leader without staging (device
  * memory, exported; the exports are pinned while the team lives, since the graph may run at
- * any time) and no other rank of the team may share this process: host functions of one
- * process may run on one driver thread, and the first would wait for the second forever.
- * Staged buffers are refused in this mode altogether. A failure of the team (dead rank,
- * NCCLSHIM_TIMEOUT, abort) ends a host function's wait: the stream then goes on, its results
- * undefined, and the error is kept for ncclCommGetAsyncError, as for the stream gates.
+ * any time) and no other rank of the team may share this process (its host function could
+ * only post once this rank's had, which the driver's one callback thread may not allow).
+ * Staged buffers are refused in this mode altogether. A group whose ring slots are still
+ * taken (CIPC_RING descriptors behind) makes its host function sleep until the leader takes
+ * them, which needs no GPU work. A failure of the team (dead rank, NCCLSHIM_TIMEOUT, abort)
+ * releases every word: the stream then goes on, its results undefined, and the error is kept
+ * for ncclCommGetAsyncError, as for the stream gates.
  *
  * Lifetime. A host function finds its team through its record, which teardown detaches under a
  * lock (and waits for those running), so a graph launched after the communicator went does
@@ -44,6 +57,7 @@ struct cipc_hostpost {
     struct cipc_team *team;          /* NULL once it went (under cipc_hostpost_lock) */
     struct cipc_hostpost *next;      /* the team's list (under cipc_hostpost_lock) */
     bool captured;                   /* runs at every launch of its graph; kept for good */
+    int slot;                        /* its release word */
     int nops;
     struct cipc_desc descs[];        /* numbered when it runs */
 };
@@ -52,6 +66,212 @@ static pthread_mutex_t cipc_hostpost_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Captured records of teams that went: a graph may still be launched, and its host function
  * must find its record saying so. Kept for the life of the process. */
 static struct cipc_hostpost *cipc_hostposts_kept;
+
+/* The release words (see above): CIPC_RELEASE_SLOTS of them, each 0 (held), 1 (released) or
+ * 2 (the stream passed). A captured group keeps its word for good; an uncaptured one's returns
+ * once its stream passed it. Made with the first team of the process; they go with its last
+ * one unless a group was ever captured (a graph may be launched any time). */
+#define CIPC_RELEASE_SLOTS 16384
+#define CIPC_RELEASE_HELD 0u
+#define CIPC_RELEASE_OPEN 1u
+#define CIPC_RELEASE_PASSED 2u
+static struct {
+    pthread_mutex_t lock;
+    uint32_t *words;
+    CUdeviceptr dev;
+    int nfree;
+    int free[CIPC_RELEASE_SLOTS];
+    int npassing;                   /* uncaptured words given back once their stream passed */
+    int passing[CIPC_RELEASE_SLOTS];
+    CUcontext ctx;                  /* registered in it */
+    int teams;                      /* alive, prepared */
+    bool captured;                  /* a group was captured: the words stay */
+} cipc_releases = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+ncclResult_t
+cipc_hostpost_prepare(const struct gpu_device *gpu)
+{
+    const size_t bytes = CIPC_RELEASE_SLOTS * sizeof(uint32_t);
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&cipc_releases.lock);
+    if (cipc_releases.words != NULL) {
+        cipc_releases.teams++;
+        goto out;
+    }
+    uint32_t *words = aligned_alloc(4096, bytes);
+    if (words == NULL) {
+        WARN("out of memory for %zu bytes of release words", bytes);
+        res = ncclSystemError;
+        goto out;
+    }
+    memset(words, 0, bytes);
+    CUdeviceptr dev = 0;
+    SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, err_free);
+    /* Portable: streams of every device of the process wait on them. Never unregistered. */
+    GPU_CU_CHECK_GOTO(cuMemHostRegister(words, bytes, CU_MEMHOSTREGISTER_PORTABLE |
+                                                          CU_MEMHOSTREGISTER_DEVICEMAP),
+                      res, err_pop);
+    GPU_CU_CHECK_GOTO(cuMemHostGetDevicePointer(&dev, words, 0), res, err_unregister);
+    gpu_ctx_pop();
+    cipc_releases.words = words;
+    cipc_releases.dev = dev;
+    cipc_releases.ctx = gpu->ctx;
+    cipc_releases.teams = 1;
+    cipc_releases.npassing = 0;
+    for (int i = 0; i < CIPC_RELEASE_SLOTS; i++) {
+        cipc_releases.free[i] = CIPC_RELEASE_SLOTS - 1 - i;
+    }
+    cipc_releases.nfree = CIPC_RELEASE_SLOTS;
+    goto out;
+
+err_unregister:
+    gpu_cu.cuMemHostUnregister(words);
+err_pop:
+    gpu_ctx_pop();
+err_free:
+    free(words);
+out:
+    pthread_mutex_unlock(&cipc_releases.lock);
+    return res;
+}
+
+/* Whether every word is free, or given back and passed by its stream (with the lock). */
+static bool
+cipc_releases_idle(void)
+{
+    for (int i = 0; i < cipc_releases.npassing; i++) {
+        if (__atomic_load_n(&cipc_releases.words[cipc_releases.passing[i]], __ATOMIC_ACQUIRE) !=
+            CIPC_RELEASE_PASSED) {
+            return false;
+        }
+    }
+    return cipc_releases.nfree + cipc_releases.npassing == CIPC_RELEASE_SLOTS;
+}
+
+void
+cipc_hostpost_unprepare(void)
+{
+    pthread_mutex_lock(&cipc_releases.lock);
+    if (--cipc_releases.teams > 0 || cipc_releases.captured) {
+        pthread_mutex_unlock(&cipc_releases.lock);
+        return;
+    }
+    /* The streams were released; give them a moment to pass their words, bounded: a word a
+     * stream still waits on must stay registered (a wait on unregistered memory is a fault). */
+    uint64_t until = (uint64_t)shim_clock_ns() + 2000000000u;
+    while (!cipc_releases_idle() && (uint64_t)shim_clock_ns() < until) {
+        pthread_mutex_unlock(&cipc_releases.lock);
+        usleep(100);
+        pthread_mutex_lock(&cipc_releases.lock);
+    }
+    if (cipc_releases.teams == 0 && cipc_releases_idle()) {
+        if (gpu_ctx_push(cipc_releases.ctx) == ncclSuccess) {
+            gpu_cu.cuMemHostUnregister(cipc_releases.words);
+            gpu_ctx_pop();
+        }
+        free(cipc_releases.words);
+        cipc_releases.words = NULL;
+    }
+    pthread_mutex_unlock(&cipc_releases.lock);
+}
+
+static struct gpu_flag
+cipc_release_flag(int slot)
+{
+    return (struct gpu_flag){.host = &cipc_releases.words[slot],
+                             .dev = cipc_releases.dev + (CUdeviceptr)slot * sizeof(uint32_t)};
+}
+
+static void
+cipc_release_set(int slot, uint32_t value)
+{
+    __atomic_store_n(&cipc_releases.words[slot], value, __ATOMIC_RELEASE);
+}
+
+/* A free word, or -1 (with a WARN) when every one is taken. */
+static int
+cipc_release_take(int rank, bool captured)
+{
+    int slot = -1;
+
+    pthread_mutex_lock(&cipc_releases.lock);
+    if (cipc_releases.nfree == 0) {
+        /* Words of uncaptured groups whose streams have passed them come back. */
+        for (int i = 0; i < cipc_releases.npassing;) {
+            int s = cipc_releases.passing[i];
+            if (__atomic_load_n(&cipc_releases.words[s], __ATOMIC_ACQUIRE) ==
+                CIPC_RELEASE_PASSED) {
+                cipc_releases.free[cipc_releases.nfree++] = s;
+                cipc_releases.passing[i] = cipc_releases.passing[--cipc_releases.npassing];
+            } else {
+                i++;
+            }
+        }
+    }
+    if (cipc_releases.nfree > 0) {
+        slot = cipc_releases.free[--cipc_releases.nfree];
+        cipc_release_set(slot, CIPC_RELEASE_HELD);
+        cipc_releases.captured |= captured;
+    }
+    pthread_mutex_unlock(&cipc_releases.lock);
+    if (slot < 0) {
+        WARN("rank %d: more than %d device groups posted from streams at once or captured in "
+             "this process's CUDA graphs", rank, CIPC_RELEASE_SLOTS);
+    }
+    return slot;
+}
+
+/* An uncaptured group's word, back once its stream passed it. */
+static void
+cipc_release_give_back(int slot)
+{
+    pthread_mutex_lock(&cipc_releases.lock);
+    cipc_releases.passing[cipc_releases.npassing++] = slot;
+    pthread_mutex_unlock(&cipc_releases.lock);
+}
+
+bool
+cipc_hostpost_release(struct cipc_team *team, bool all)
+{
+    pthread_mutex_lock(&team->release_lock);
+    for (int i = 0; i < team->nreleases;) {
+        const struct cipc_release *r = &team->releases[i];
+        if (all || gpu_flag_reached(&team->done, r->last)) {
+            cipc_release_set(r->slot, CIPC_RELEASE_OPEN);
+            team->releases[i] = team->releases[--team->nreleases];
+        } else {
+            i++;
+        }
+    }
+    bool left = team->nreleases > 0;
+    pthread_mutex_unlock(&team->release_lock);
+    return left;
+}
+
+/* The team thread opens slot once done reaches last. */
+static ncclResult_t
+cipc_hostpost_hold(struct cipc_team *team, int slot, uint32_t last)
+{
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&team->release_lock);
+    if (team->nreleases == team->releases_cap) {
+        int cap = team->releases_cap ? 2 * team->releases_cap : 64;
+        struct cipc_release *grown = realloc(team->releases, (size_t)cap * sizeof(*grown));
+        if (grown == NULL) {
+            res = ncclSystemError;
+        } else {
+            team->releases = grown;
+            team->releases_cap = cap;
+        }
+    }
+    if (res == ncclSuccess) {
+        team->releases[team->nreleases++] = (struct cipc_release){.slot = slot, .last = last};
+    }
+    pthread_mutex_unlock(&team->release_lock);
+    return res;
+}
 
 /* The next match number of d's kind, in this rank's stream order. */
 static uint32_t
@@ -96,26 +316,12 @@ cipc_hostpost_post(struct cipc_team *team, const struct cipc_hostpost *hp, uint3
     return res;
 }
 
-/* Until done reaches last, the team fails, or abort or revoke released this rank's gates
- * (which writes done). The leader's stream writes done and wakes no one: poll, gently. */
-static void
-cipc_hostpost_wait(struct cipc_team *team, uint32_t last)
-{
-    uint64_t spin_until = (uint64_t)shim_clock_ns() + 20000;
-
-    while (!gpu_flag_reached(&team->done, last) && cipc_team_error(team) == ncclSuccess &&
-           !__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
-        if ((uint64_t)shim_clock_ns() > spin_until) {
-            usleep(20);
-        }
-    }
-}
-
-/* The host function. It may make no CUDA call. */
+/* The host function. It makes no CUDA call and waits for no GPU work. */
 static void CUDA_CB
 cipc_hostpost_run(void *arg)
 {
     struct cipc_hostpost *hp = arg;
+    bool held = false;
 
     pthread_mutex_lock(&cipc_hostpost_lock);
     struct cipc_team *team = hp->team;
@@ -123,19 +329,30 @@ cipc_hostpost_run(void *arg)
         team->hostposts_running++;
     }
     pthread_mutex_unlock(&cipc_hostpost_lock);
+    cipc_release_set(hp->slot, CIPC_RELEASE_HELD);
     if (team != NULL) {
         uint32_t last = 0;
         shim_log_bind(team->log);
-        ncclResult_t res = cipc_hostpost_post(team, hp, &last);
+        ncclResult_t res = ncclSuccess;
+        /* A team stopping has no thread left to open the word: post nothing. */
+        if (!__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+            res = cipc_hostpost_post(team, hp, &last);
+        }
+        if (res == ncclSuccess && last != 0) {
+            res = cipc_hostpost_hold(team, hp->slot, last);
+            held = res == ncclSuccess;
+        }
         if (!hp->captured) {
             __atomic_sub_fetch(&team->hostposts_queued, 1, __ATOMIC_RELEASE);
         }
-        if (res == ncclSuccess) {
-            cipc_hostpost_wait(team, last);
-        } else if (cipc_team_error(team) == ncclSuccess) {
+        if (res != ncclSuccess && cipc_team_error(team) == ncclSuccess) {
             cipc_team_set_error(team, res);
         }
         shim_log_bind(NULL);
+    }
+    if (!held) {
+        /* Nothing to wait for (failed, or no team any more): the stream goes on. */
+        cipc_release_set(hp->slot, CIPC_RELEASE_OPEN);
     }
     pthread_mutex_lock(&cipc_hostpost_lock);
     if (team != NULL) {
@@ -149,6 +366,7 @@ cipc_hostpost_run(void *arg)
             }
             *link = hp->next;
         }
+        cipc_release_give_back(hp->slot);
         free(hp);
     }
     pthread_mutex_unlock(&cipc_hostpost_lock);
@@ -192,7 +410,18 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     }
     hp->captured = capturing;
     hp->nops = nops;
-    SHIM_CHECK_GOTO(gpu_ctx_push(team->gpu->ctx), res, err_free);
+    if (cipc_releases.words == NULL) {
+        WARN("rank %d: no release words (their registration failed when the team was made): "
+             "operations cannot be posted from streams", team->rank);
+        res = ncclSystemError;
+        goto err_free;
+    }
+    hp->slot = cipc_release_take(team->rank, capturing);
+    if (hp->slot < 0) {
+        res = ncclInvalidUsage;
+        goto err_free;
+    }
+    SHIM_CHECK_GOTO(gpu_ctx_push(team->gpu->ctx), res, err_slot);
     for (int i = 0; i < nops; i++) {
         bool staged[3];
         /* Numbered as the last posted: the exports it makes stay until it is posted and done
@@ -223,6 +452,7 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     hp->next = team->hostposts;
     team->hostposts = hp;
     pthread_mutex_unlock(&cipc_hostpost_lock);
+    struct gpu_flag release = cipc_release_flag(hp->slot);
     CUresult cu = gpu_cu.cuLaunchHostFunc(stream, cipc_hostpost_run, hp);
     if (cu != CUDA_SUCCESS) {
         /* Never to run: take it back. */
@@ -236,12 +466,25 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
                           __LINE__);
         goto err_pop;
     }
+    /* After it, the stream waits for the word, then says it passed. A failure here leaves the
+     * host function queued: it runs, and the team's error says what went wrong. */
+    res = gpu_stream_wait_flag(stream, &release, CIPC_RELEASE_OPEN);
+    if (res == ncclSuccess) {
+        res = gpu_stream_post_flag(stream, &release, CIPC_RELEASE_PASSED);
+    }
     gpu_ctx_pop();
+    if (res != ncclSuccess) {
+        cipc_team_set_error(team, res);
+        return res;
+    }
     team->posted_by_host = true;
     return ncclSuccess;
 
 err_pop:
     gpu_ctx_pop();
+err_slot:
+    cipc_release_set(hp->slot, CIPC_RELEASE_PASSED);
+    cipc_release_give_back(hp->slot);
 err_free:
     free(hp);
     return res;
@@ -267,4 +510,9 @@ cipc_hostpost_detach(struct cipc_team *team)
         pthread_mutex_lock(&cipc_hostpost_lock);
     }
     pthread_mutex_unlock(&cipc_hostpost_lock);
+    /* The thread is gone: whatever it would have opened opens now. */
+    cipc_hostpost_release(team, true);
+    free(team->releases);
+    team->releases = NULL;
+    team->nreleases = team->releases_cap = 0;
 }

@@ -233,7 +233,12 @@ cipc_team_main(void *arg)
             }
         }
         cipc_team_watch(team, &w, progressed);
-        if (!progressed) {
+        /* Groups posted by host functions wait for their words: the leader's stream writes
+         * done and wakes no one, so while some are held, poll. */
+        bool held = cipc_hostpost_release(team, cipc_team_error(team) != ncclSuccess);
+        if (held && !progressed) {
+            usleep(20);
+        } else if (!progressed) {
             cipc_team_sleep(team, w.wait_ms);
         }
     }
@@ -264,6 +269,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     team->channel_fd = -1;
     pthread_mutex_init(&team->reg_lock, NULL);
     pthread_mutex_init(&team->post_lock, NULL);
+    pthread_mutex_init(&team->release_lock, NULL);
     SHIM_CHECK_GOTO(shim_calloc(&team->reach, (size_t)n * n), res, err_free);
     memcpy(team->reach, args->reach, (size_t)n * n);
     SHIM_CHECK_GOTO(shim_calloc(&team->ctrls, (size_t)n), res, err_free);
@@ -279,16 +285,28 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     if (team->rank == CIPC_LEADER) {
         SHIM_CHECK_GOTO(cipc_leader_create(team), res, err_free);
     }
+    /* Page-locked memory is registered now, not between a queued stream wait and its release
+     * (registration may wait for the whole device). A device this process does not have
+     * serves host memory only: device calls are refused on it. */
+    const struct gpu_device *gpu;
+    if (team->device < gpu_device_count() && gpu_device_get(team->device, &gpu) == ncclSuccess) {
+        SHIM_CHECK_GOTO(cipc_hostpost_prepare(gpu), res, err_leader);
+        team->prepared = true;
+    }
     int err = pthread_create(&team->thread, NULL, cipc_team_main, team);
     if (err != 0) {
         WARN("cudaipc: cannot start the device team's thread: %s", strerror(err));
         res = ncclSystemError;
-        goto err_leader;
+        goto err_unprepare;
     }
     team->thread_started = true;
     *team_out = team;
     return ncclSuccess;
 
+err_unprepare:
+    if (team->prepared) {
+        cipc_hostpost_unprepare();
+    }
 err_leader:
     if (team->leader != NULL) {
         cipc_leader_destroy(team, true);
@@ -363,6 +381,9 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
         gpu_ctx_pop();
     }
     cipc_post_free(team);
+    if (team->prepared) {
+        cipc_hostpost_unprepare();
+    }
     if (team->leader != NULL) {
         cipc_leader_destroy(team, abort || busy);
     }
@@ -376,5 +397,6 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     free(team->reach);
     pthread_mutex_destroy(&team->reg_lock);
     pthread_mutex_destroy(&team->post_lock);
+    pthread_mutex_destroy(&team->release_lock);
     free(team);
 }

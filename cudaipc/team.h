@@ -96,6 +96,12 @@ struct cipc_copy {
     size_t bytes;
 };
 
+/* A release word a host-posted group's stream waits for, opened when done reaches last. */
+struct cipc_release {
+    int slot;
+    uint32_t last;
+};
+
 struct cipc_stage;
 struct cipc_exports;
 struct cipc_leader;
@@ -138,6 +144,10 @@ struct cipc_team {
     int hostposts_queued;          /* atomic: made by calls, not posted yet */
     int hostposts_running;         /* under cipc_hostpost_lock */
     struct cipc_hostpost *hostposts; /* under cipc_hostpost_lock: every one naming this team */
+    bool prepared;                 /* cipc_hostpost_prepare'd, to unprepare */
+    pthread_mutex_t release_lock;  /* guards releases: words the thread opens at done >= last */
+    struct cipc_release *releases;
+    int nreleases, releases_cap;
 
     /* The thread. */
     pthread_t thread;
@@ -161,8 +171,16 @@ ncclResult_t cipc_ring_wait(struct cipc_team *team, uint32_t last);
 /* hostpost.c: operations posted by a host function on their stream (cudaipc.h). */
 ncclResult_t cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                                   CUstream stream, bool capturing);
-/* At teardown, after the release: no host function touches the team any more. */
+/* At teardown, after the thread stopped: no host function touches the team any more, and
+ * every release word it held is open. */
 void cipc_hostpost_detach(struct cipc_team *team);
+/* The process's release words, made (registered in gpu's context) with its first team, and
+ * let go with the last one that prepared them, unless a group was ever captured. */
+ncclResult_t cipc_hostpost_prepare(const struct gpu_device *gpu);
+void cipc_hostpost_unprepare(void);
+/* Opens the release words of groups done (all: every one); whether some are still held. The
+ * team's thread calls it every turn. */
+bool cipc_hostpost_release(struct cipc_team *team, bool all);
 
 /* exports.c: this rank's allocations the leader maps. Each export names operation seq, the
  * one that uses it (the entry is forgotten only once that is done). */

@@ -158,6 +158,8 @@ device_cases() {
     run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
     for n in 1 2 4; do
         run_case "device-streams-graph-n$n" "$n" 60 "${dev[@]}" -- "$bindir/streams" -p graph
+        run_case "device-streams-twographs-n$n" "$n" 60 "${dev[@]}" -- \
+            "$bindir/streams" -p twographs
     done
     run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2

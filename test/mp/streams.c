@@ -33,6 +33,9 @@
  *             the ring captured into a CUDA graph run only when it is launched, as often as it
  *             is (5 launches, with an uncaptured all-reduce after each), and later calls
  *             still run;
+ *   twographs two communicators of the same ranks, each captured on its own stream, the
+ *             graphs launched in opposite orders by even and odd ranks, three times: both
+ *             finish (no host function waits for GPU work) and are right;
  *   globalcapture  while a stream is captured in global mode (PyTorch's default), an
  *             all-reduce on fresh buffers on another stream of the capturing thread: right,
  *             and the capture is not invalidated by what the library and its threads do;
@@ -505,6 +508,58 @@ part_graph(struct mp_world *w)
     MP_CU(&st_cu, graph_destroy(graph));
 }
 
+/* Two communicators of the same ranks (a data- and a tensor-parallel group), each captured
+ * on its own stream, and their graphs launched in opposite orders by even and odd ranks: a
+ * host function that waited for GPU work could stall every other host function of its process
+ * (the double runs them one at a time, as the driver may), and the ranks would wait for each
+ * other forever. Both graphs finish, three times, with the right results. */
+static void
+part_twographs(struct mp_world *w)
+{
+    const int n = w->nranks;
+    ncclComm_t comms[2] = {w->comm, NULL};
+    CUstream s[2] = {st_stream(), st_stream()};
+    float *x[2];
+    CUgraph graph[2];
+    CUgraphExec exec[2];
+
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &comms[1], NULL));
+    for (int c = 0; c < 2; c++) {
+        x[c] = st_buffer(ST_COUNT, 1, 0, s[c]);
+        /* Warm up outside the capture, as PyTorch does. */
+        MP_CHECK_COMM(comms[c], ncclAllReduce(x[c], x[c], ST_COUNT, ncclFloat, ncclProd,
+                                              comms[c], s[c]));
+        MP_CU(&st_cu, stream_synchronize(s[c]));
+    }
+    for (int c = 0; c < 2; c++) {
+        MP_CU(&st_cu, stream_begin_capture(s[c], CU_STREAM_CAPTURE_MODE_GLOBAL));
+        MP_CHECK_COMM(comms[c], ncclAllReduce(x[c], x[c], ST_COUNT, ncclFloat, ncclSum,
+                                              comms[c], s[c]));
+        MP_CU(&st_cu, stream_end_capture(s[c], &graph[c]));
+        MP_CU(&st_cu, graph_instantiate(&exec[c], graph[c], 0));
+    }
+    float want = 1;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 2; i++) {
+            int c = w->rank % 2 == 0 ? i : 1 - i;
+            MP_CU(&st_cu, graph_launch(exec[c], s[c]));
+        }
+        want *= (float)n;
+        for (int c = 0; c < 2; c++) {
+            ncclResult_t res = mp_cuda_wait(&st_cu, s[c], comms[c], 20);
+            MP_ASSERT(res == ncclSuccess, "graph %d of round %d did not finish: %s", c, round,
+                      ncclGetErrorString(res));
+        }
+    }
+    for (int c = 0; c < 2; c++) {
+        MP_EXPECT(st_check(x[c], ST_COUNT, want, 0, s[c], "two graphs in opposite orders") == 0,
+                  "communicator %d's graph went wrong", c);
+        MP_CU(&st_cu, graph_exec_destroy(exec[c]));
+        MP_CU(&st_cu, graph_destroy(graph[c]));
+    }
+    MP_CHECK(ncclCommDestroy(comms[1]));
+}
+
 static void
 part_abort(const struct mp_world *w, int poster, bool graph)
 {
@@ -599,7 +654,8 @@ main(int argc, char **argv)
             graph = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|graph|globalcapture|abort|fp8|unsupported|nodevice [-r POSTER] "
+                            "churn|graph|twographs|globalcapture|abort|fp8|unsupported|nodevice "
+                            "[-r POSTER] "
                             "[-g]\n");
             return 2;
         }
@@ -630,6 +686,8 @@ main(int argc, char **argv)
         part_churn(&world);
     } else if (strcmp(part, "graph") == 0) {
         part_graph(&world);
+    } else if (strcmp(part, "twographs") == 0) {
+        part_twographs(&world);
     } else if (strcmp(part, "globalcapture") == 0) {
         part_globalcapture(&world);
     } else if (strcmp(part, "abort") == 0) {

@@ -80,6 +80,9 @@ CUresult fake_capture_check_unsafe(const char *call);
         }                                                                                    \
     } while (0)
 
+/* CUDA_ERROR_NOT_PERMITTED, with a complaint, when called from inside a host function. */
+CUresult fake_check_not_in_host_fn(const char *call);
+
 /* Memory (memory.c). */
 enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
 /* The allocation, registration or mapping containing p; false if none. */

@@ -109,6 +109,20 @@ fake_op_free(struct fake_op *op)
 }
 static pthread_mutex_t fake_null_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static pthread_mutex_t fake_host_fn_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool fake_in_host_fn;
+
+CUresult
+fake_check_not_in_host_fn(const char *call)
+{
+    if (fake_in_host_fn) {
+        fake_complain("%s from inside a host function (cuLaunchHostFunc: \"CUDA API calls "
+                      "are not permitted\")", call);
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
+    return CUDA_SUCCESS;
+}
+
 static void
 fake_pause(void)
 {
@@ -167,7 +181,14 @@ fake_op_run(struct fake_op *op)
         fake_kernel_run(op->kernel, op->params);
         break;
     case FAKE_OP_HOST:
+        /* "Host functions ... may be serialized": one at a time in the process, as the
+         * driver's callback thread runs them, so one that waits for another stream's work
+         * can stall every other. And no CUDA call from inside (fake_in_host_fn). */
+        pthread_mutex_lock(&fake_host_fn_lock);
+        fake_in_host_fn = true;
         op->host_fn(op->host_data);
+        fake_in_host_fn = false;
+        pthread_mutex_unlock(&fake_host_fn_lock);
         break;
     }
 }
@@ -265,9 +286,9 @@ fake_enqueue(CUstream handle, struct fake_op *op)
 {
     struct CUstream_st *s = fake_stream(handle);
 
-    if (s == NULL) {
+    if (s == NULL || fake_check_not_in_host_fn("enqueueing stream work") != CUDA_SUCCESS) {
         fake_op_free(op);
-        return CUDA_ERROR_INVALID_CONTEXT;
+        return s == NULL ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_PERMITTED;
     }
     op->next = NULL;
     pthread_mutex_lock(&s->lock);
@@ -773,6 +794,9 @@ fake_capture_check_unsafe(const char *call)
 {
     bool forbidden = false;
 
+    if (fake_check_not_in_host_fn(call) != CUDA_SUCCESS) {
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
     pthread_mutex_lock(&fake_capture_lock);
     for (int i = 0; i < FAKE_MAX_CAPTURES; i++) {
         struct CUstream_st *c = fake_captures[i];
