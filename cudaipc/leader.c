@@ -163,8 +163,7 @@ cipc_leader_enable_peer(struct cipc_team *team, int rank)
     return ncclSuccess;
 }
 
-/* The device, the stream, every control block registered: on the first operation. */
-static ncclResult_t
+ncclResult_t
 cipc_leader_activate(struct cipc_team *team)
 {
     struct cipc_leader *L = team->leader;

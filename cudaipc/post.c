@@ -61,8 +61,7 @@ struct cipc_staged {
 
 /* --- getting ready ------------------------------------------------------------------------ */
 
-/* This rank's device, its control block registered, its flags' stream addresses. */
-static ncclResult_t
+ncclResult_t
 cipc_post_ready(struct cipc_team *team)
 {
     ncclResult_t res;

@@ -55,6 +55,29 @@ cipc_ctrl_register(struct cipc_team *team, int r)
     return res;
 }
 
+/* Every control block this process registered, unregistered in the device's context (the
+ * driver needs one current). */
+static void
+cipc_ctrl_unregister_all(struct cipc_team *team)
+{
+    const struct gpu_device *gpu = NULL;
+    bool pushed = false;
+
+    for (int r = 0; r < team->nranks; r++) {
+        if (!team->registered[r]) {
+            continue;
+        }
+        if (gpu == NULL && gpu_device_get(team->device, &gpu) == ncclSuccess) {
+            pushed = gpu_ctx_push(gpu->ctx) == ncclSuccess;
+        }
+        gpu_cu.cuMemHostUnregister(team->ctrls[r]);
+        team->registered[r] = false;
+    }
+    if (pushed) {
+        gpu_ctx_pop();
+    }
+}
+
 void
 cipc_team_set_error(struct cipc_team *team, ncclResult_t res)
 {
@@ -286,12 +309,17 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
         SHIM_CHECK_GOTO(cipc_leader_create(team), res, err_free);
     }
     /* Page-locked memory is registered now, not between a queued stream wait and its release
-     * (registration may wait for the whole device). A device this process does not have
-     * serves host memory only: device calls are refused on it. */
+     * (registration may wait for the whole device). A device this process does not have, or
+     * none, serves host memory only: device calls are refused on it. */
     const struct gpu_device *gpu;
-    if (team->device < gpu_device_count() && gpu_device_get(team->device, &gpu) == ncclSuccess) {
+    if (team->device >= 0 && team->device < gpu_device_count() &&
+        gpu_device_get(team->device, &gpu) == ncclSuccess) {
         SHIM_CHECK_GOTO(cipc_hostpost_prepare(gpu), res, err_leader);
         team->prepared = true;
+        SHIM_CHECK_GOTO(cipc_post_ready(team), res, err_unprepare);
+        if (team->leader != NULL) {
+            SHIM_CHECK_GOTO(cipc_leader_activate(team), res, err_unprepare);
+        }
     }
     int err = pthread_create(&team->thread, NULL, cipc_team_main, team);
     if (err != 0) {
@@ -304,6 +332,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     return ncclSuccess;
 
 err_unprepare:
+    cipc_post_free(team);
     if (team->prepared) {
         cipc_hostpost_unprepare();
     }
@@ -311,6 +340,7 @@ err_leader:
     if (team->leader != NULL) {
         cipc_leader_destroy(team, true);
     }
+    cipc_ctrl_unregister_all(team);
 err_free:
     free(team->registered);
     free(team->ctrls);
@@ -387,11 +417,7 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     if (team->leader != NULL) {
         cipc_leader_destroy(team, abort || busy);
     }
-    for (int r = 0; r < team->nranks; r++) {
-        if (team->registered[r]) {
-            gpu_cu.cuMemHostUnregister(team->ctrls[r]);
-        }
-    }
+    cipc_ctrl_unregister_all(team);
     free(team->registered);
     free(team->ctrls);
     free(team->reach);

@@ -157,6 +157,15 @@ struct cipc_team {
     struct cipc_leader *leader;    /* the leader's side; NULL on every other rank */
 };
 
+/* Made ready when the team is made, where its device exists, so that nothing registers
+ * page-locked memory or creates a stream later, between a queued stream wait and its release
+ * (either may wait for the whole device); else at the first device call, which then fails
+ * with a message. post.c: this rank's device, its control block registered, its flags'
+ * stream addresses. leader.c (the leader only): its device and stream, every rank's control
+ * block registered. */
+ncclResult_t cipc_post_ready(struct cipc_team *team);
+ncclResult_t cipc_leader_activate(struct cipc_team *team);
+
 /* post.c: the connection to the leader's socket, opened on first need. */
 ncclResult_t cipc_channel_open(struct cipc_team *team);
 /* Fills d for op (numbered seq, in a group ending at group_last) and describes its buffers;

@@ -253,10 +253,25 @@ cuMemFreeHost(void *p)
     return fake_anon_free(p, FAKE_MEM_REGISTERED);
 }
 
+/* Registration works in the calling thread's context: without one the driver answers
+ * CUDA_ERROR_INVALID_CONTEXT (and a registration it never undoes stays). */
+static CUresult
+fake_need_context(const char *call)
+{
+    if (fake_ctx_current() == NULL) {
+        fake_complain("%s without a current context", call);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult
 cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    if (fake_need_context(__func__) != CUDA_SUCCESS) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     (void)flags;
     pthread_mutex_lock(&fake_mem_lock);
     for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
@@ -279,6 +294,9 @@ FAKE_API CUresult
 cuMemHostUnregister(void *p)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    if (fake_need_context(__func__) != CUDA_SUCCESS) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)p);
     if (r == NULL || r->base != (uintptr_t)p || r->kind != FAKE_MEM_REGISTERED || r->mapped) {
@@ -298,6 +316,9 @@ cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
     int device;
 
     (void)flags;
+    if (fake_need_context(__func__) != CUDA_SUCCESS) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     if (!fake_mem_lookup((uintptr_t)p, &kind, &device) || kind != FAKE_MEM_REGISTERED) {
         return CUDA_ERROR_INVALID_VALUE;
     }
