@@ -144,12 +144,29 @@ $(BUILD)/bin/%_perf: $(BENCH)
 # test dlopens it as it would the real driver.
 FAKE_CUDA_DIR := $(BUILD)/test/doubles
 FAKE_CUDA := $(FAKE_CUDA_DIR)/libcuda.so.1
-FAKE_CUDA_SRCS := $(wildcard test/doubles/fake_cuda/*.c) kernels/reduce_host.c kernels/types.c
+FAKE_CUDA_SRCS := $(wildcard test/doubles/fake_cuda/*.c)
+# The emulated kernels are kernels/reduce_device.cu itself, which kernels_cpu.cpp includes and
+# the host C++ compiler builds (no nvcc). -Wno-unknown-pragmas: its `#pragma unroll`s, which
+# g++ ignores. -fno-strict-aliasing: kernels read and write the same bytes as uint4 and as
+# elements (in place), which g++ must not reorder as it may across types. $(TLS_DIALECT): every
+# emulated thread reads the thread-local blockIdx and threadIdx. No exceptions nor RTTI: the
+# object needs nothing of libstdc++ and links into the C double like one more .o.
+FAKE_CUDA_KERNELS := $(BUILD)/obj/test/doubles/fake_cuda/kernels_cpu.o
+FAKE_CXXFLAGS := -std=gnu++17 -O2 -g -fPIC -Wall -Wextra -Werror -Wno-unknown-pragmas \
+                 -fno-strict-aliasing -fno-exceptions -fno-rtti -fvisibility=hidden $(TLS_DIALECT) \
+                 $(SAN_FLAGS)
 
-$(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard test/doubles/fake_cuda/*.h kernels/*.h) | check-deps
+$(FAKE_CUDA_KERNELS): test/doubles/fake_cuda/kernels_cpu.cpp kernels/reduce_device.cu \
+                      $(wildcard test/doubles/fake_cuda/*.h) kernels/reduce_ops.h \
+                      kernels/device_abi.h | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ $(FAKE_CUDA_SRCS) \
-	    -lpthread
+	$(CXX) -I. -I$(CUDA_HOME)/include $(FAKE_CXXFLAGS) -c $< -o $@
+
+$(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(FAKE_CUDA_KERNELS) $(wildcard test/doubles/fake_cuda/*.h) \
+              | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 \
+	    -Wl,--no-undefined -o $@ $(FAKE_CUDA_SRCS) $(FAKE_CUDA_KERNELS) -lpthread
 
 # --- tests ----------------------------------------------------------------------------------
 $(BUILD)/test/unit/%: test/unit/%.c $(wildcard test/sim/*.c test/sim/*.h) $(INTERNAL)

@@ -17,9 +17,11 @@
  *     the memfd itself as the POSIX file descriptor);
  *   - streams: a worker thread each runs the stream's queue in order: memory operations
  *     (cuStreamWaitValue32 polls the word), copies, event records and waits, and kernels;
- *   - kernels: a launch of one of ncclshim's kernels (kernels/device_abi.h) is emulated on
- *     the worker with the host reductions, which define the element semantics; any other
- *     kernel name fails at cuModuleGetFunction;
+ *   - kernels: ncclshim's own (kernels/reduce_device.cu), compiled by the host C++ compiler
+ *     over cuda_on_cpu.h; the worker runs a launch's every thread of every block one after
+ *     another, each seeing its blockIdx and threadIdx and the launch's parameters, which is
+ *     exact for kernels that neither share memory nor synchronize (the build refuses any that
+ *     do); any other kernel name fails at cuModuleGetFunction;
  *   - graph capture: only its state, set by fake_cuda_set_capturing for a test.
  * Not modelled: the legacy default stream's implicit synchronisation with other streams (each
  * context's NULL stream is one more stream), timing, and every function ncclshim never calls
@@ -27,7 +29,8 @@
  *
  * Files: proc.c (entry points, errors, devices, contexts), memory.c (allocations, pointer
  * attributes, registration, IPC, cuMem), stream.c (streams, events, copies, launches),
- * kernels.c (the emulated kernels), test.c (what tests ask of the double).
+ * kernels_cpu.cpp (the kernels and the grid emulator; cuda_on_cpu.h, what CUDA gives device
+ * code), test.c (what tests ask of the double).
  */
 #ifndef FAKE_CUDA_H
 #define FAKE_CUDA_H
@@ -37,6 +40,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define FAKE_MAX_DEVICES 8
 #define FAKE_API __attribute__((visibility("default")))
@@ -88,13 +95,21 @@ enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
 /* The allocation, registration or mapping containing p; false if none. */
 bool fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out);
 
-/* Streams (stream.c). */
+/* Kernels (kernels_cpu.cpp), launched by stream.c. */
 struct fake_kernel;
-/* The emulation of an ncclshim kernel called name, or NULL (kernels.c). */
+/* A launch's grid (blocks) or block (threads) dimensions. */
+struct fake_dim3 {
+    unsigned int x, y, z;
+};
+/* The ncclshim kernel called name, compiled for the CPU, or NULL. */
 const struct fake_kernel *fake_kernel_find(const char *name);
-/* Runs it on the stream's worker: params as cuLaunchKernel got them. */
-void fake_kernel_run(const struct fake_kernel *kernel, const void *params);
+/* The bytes of its one parameter, which cuLaunchKernel copies. */
 size_t fake_kernel_params_bytes(const struct fake_kernel *kernel);
+/* Runs it on the calling thread (the stream's worker), once for every thread of every block
+ * of the grid, each call seeing params as cuLaunchKernel got them. The dimensions are valid
+ * (cuLaunchKernel checked them). */
+void fake_kernel_run(const struct fake_kernel *kernel, const void *params,
+                     const struct fake_dim3 *grid, const struct fake_dim3 *block);
 
 /* What tests can ask (test.c): counts of what is still alive, to check that nothing stays
  * behind after a communicator is destroyed or aborted. */
@@ -114,5 +129,9 @@ extern pthread_mutex_t fake_stats_lock;
         fake_stats.field += (n);                                                             \
         pthread_mutex_unlock(&fake_stats_lock);                                              \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

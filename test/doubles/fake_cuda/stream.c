@@ -53,6 +53,7 @@ struct fake_op {
     const struct fake_kernel *kernel; /* KERNEL */
     void *params;
     size_t params_bytes;
+    struct fake_dim3 grid, block; /* its blocks, and threads a block */
     CUhostFn host_fn;         /* HOST */
     void *host_data;
     struct fake_op *next;
@@ -178,7 +179,7 @@ fake_op_run(struct fake_op *op)
         pthread_mutex_unlock(&fake_event_lock);
         break;
     case FAKE_OP_KERNEL:
-        fake_kernel_run(op->kernel, op->params);
+        fake_kernel_run(op->kernel, op->params, &op->grid, &op->block);
         break;
     case FAKE_OP_HOST:
         /* "Host functions ... may be serialized": one at a time in the process, as the
@@ -699,6 +700,8 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
     memcpy(op->params, params[0], bytes);
     op->params_bytes = bytes;
     op->kernel = f->kernel;
+    op->grid = (struct fake_dim3){gx, gy, gz};
+    op->block = (struct fake_dim3){bx, by, bz};
     FAKE_STAT_ADD(kernels_launched, 1);
     return fake_enqueue(stream, op);
 }
