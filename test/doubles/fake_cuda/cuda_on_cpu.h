@@ -27,7 +27,8 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
-/* A bound for nvcc's register allocation, nothing the emulator needs. */
+/* The bound is kept in the emulator's kernel table instead (kernels_cpu.cpp), which refuses
+ * larger blocks as the driver does. */
 #define __launch_bounds__(...)
 
 /* Build errors for what the emulation cannot give (_Pragma takes one literal, hence #x). */

@@ -21,7 +21,8 @@
  *     over cuda_on_cpu.h; the worker runs a launch's every thread of every block one after
  *     another, each seeing its blockIdx and threadIdx and the launch's parameters, which is
  *     exact for kernels that neither share memory nor synchronize (the build refuses any that
- *     do); any other kernel name fails at cuModuleGetFunction;
+ *     do). Launches outside the driver's limits or the kernels' __launch_bounds__ are refused
+ *     as the driver refuses them; any other kernel name fails at cuModuleGetFunction;
  *   - graph capture: only its state, set by fake_cuda_set_capturing for a test.
  * Not modelled: the legacy default stream's implicit synchronisation with other streams (each
  * context's NULL stream is one more stream), timing, and every function ncclshim never calls
@@ -105,6 +106,8 @@ struct fake_dim3 {
 const struct fake_kernel *fake_kernel_find(const char *name);
 /* The bytes of its one parameter, which cuLaunchKernel copies. */
 size_t fake_kernel_params_bytes(const struct fake_kernel *kernel);
+/* The most threads per block it may be launched with (its __launch_bounds__). */
+unsigned int fake_kernel_max_threads(const struct fake_kernel *kernel);
 /* Runs it on the calling thread (the stream's worker), once for every thread of every block
  * of the grid, each call seeing params as cuLaunchKernel got them. The dimensions are valid
  * (cuLaunchKernel checked them). */

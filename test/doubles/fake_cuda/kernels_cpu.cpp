@@ -21,17 +21,22 @@
 __thread struct uint3 threadIdx, blockIdx;
 __thread dim3 blockDim, gridDim;
 
+/* What __launch_bounds__ says of every kernel of reduce_device.cu, which cuda_on_cpu.h drops:
+ * restated here, as the driver reads it from the cubin. */
+#define FAKE_KERNEL_MAX_THREADS 512
+
 struct fake_kernel {
     const char *name;
     void (*entry)(const kr_dev_batch batch);
+    unsigned int max_threads; /* its __launch_bounds__ */
 };
 
 static const struct fake_kernel fake_kernels[] = {
 #define FAKE_REDUCE_KERNEL(type, N)                                                          \
-    {"kr_dev_reduce_" #N, kr_dev_reduce_##N},
+    {"kr_dev_reduce_" #N, kr_dev_reduce_##N, FAKE_KERNEL_MAX_THREADS},
     KR_DEV_TYPE_NAMES(FAKE_REDUCE_KERNEL)
 #undef FAKE_REDUCE_KERNEL
-    {"kr_dev_copy", kr_dev_copy},
+    {"kr_dev_copy", kr_dev_copy, FAKE_KERNEL_MAX_THREADS},
 };
 
 const struct fake_kernel *
@@ -50,6 +55,12 @@ fake_kernel_params_bytes(const struct fake_kernel *kernel)
 {
     (void)kernel;
     return sizeof(kr_dev_batch);
+}
+
+unsigned int
+fake_kernel_max_threads(const struct fake_kernel *kernel)
+{
+    return kernel->max_threads;
 }
 
 void

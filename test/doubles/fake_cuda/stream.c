@@ -674,6 +674,23 @@ cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
     return CUDA_SUCCESS;
 }
 
+/* The limits of every device since compute capability 3.0, where the driver answers
+ * CUDA_ERROR_INVALID_VALUE: no dimension 0, at most 1024 threads a block (1024 x, 1024 y, 64
+ * z), fewer than 2^31 blocks in x and 65536 in y and z; and no more threads a block than the
+ * kernel's __launch_bounds__. In 64 bits, where a product of three dimensions cannot wrap. */
+static bool
+fake_launch_valid(const struct fake_kernel *kernel, unsigned int gx, unsigned int gy,
+                  unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz)
+{
+    uint64_t threads = (uint64_t)bx * by * bz;
+
+    if (gx == 0 || gy == 0 || gz == 0 || threads == 0) {
+        return false;
+    }
+    return gx <= INT32_MAX && gy <= 65535 && gz <= 65535 && bx <= 1024 && by <= 1024 &&
+           bz <= 64 && threads <= 1024 && threads <= fake_kernel_max_threads(kernel);
+}
+
 FAKE_API CUresult
 cuFuncLoad(CUfunction function)
 {
@@ -687,8 +704,7 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                CUstream stream, void **params, void **extra)
 {
     (void)shmem, (void)extra;
-    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || bx * by * bz > 1024 ||
-        gy > 65535 || gz > 65535 || params == NULL) {
+    if (!fake_launch_valid(f->kernel, gx, gy, gz, bx, by, bz) || params == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct fake_op *op = fake_op_new(FAKE_OP_KERNEL);
