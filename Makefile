@@ -148,13 +148,14 @@ FAKE_CUDA_SRCS := $(wildcard test/doubles/fake_cuda/*.c)
 # The emulated kernels are kernels/reduce_device.cu itself, which kernels_cpu.cpp includes and
 # the host C++ compiler builds (no nvcc). -Wno-unknown-pragmas: its `#pragma unroll`s, which
 # g++ ignores. -fno-strict-aliasing: kernels read and write the same bytes as uint4 and as
-# elements (in place), which g++ must not reorder as it may across types. $(TLS_DIALECT): every
+# elements (in place), which g++ must not reorder as it may across types. -ffp-contract=off: as
+# nvcc's --fmad=false, no product fused into a sum where FMA is there. $(TLS_DIALECT): every
 # emulated thread reads the thread-local blockIdx and threadIdx. No exceptions nor RTTI: the
 # object needs nothing of libstdc++ and links into the C double like one more .o.
 FAKE_CUDA_KERNELS := $(BUILD)/obj/test/doubles/fake_cuda/kernels_cpu.o
 FAKE_CXXFLAGS := -std=gnu++17 -O2 -g -fPIC -Wall -Wextra -Werror -Wno-unknown-pragmas \
-                 -fno-strict-aliasing -fno-exceptions -fno-rtti -fvisibility=hidden $(TLS_DIALECT) \
-                 $(SAN_FLAGS)
+                 -fno-strict-aliasing -ffp-contract=off -fno-exceptions -fno-rtti \
+                 -fvisibility=hidden $(TLS_DIALECT) $(SAN_FLAGS)
 
 $(FAKE_CUDA_KERNELS): test/doubles/fake_cuda/kernels_cpu.cpp kernels/reduce_device.cu \
                       $(wildcard test/doubles/fake_cuda/*.h) kernels/reduce_ops.h \

@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "gpu/driver.h"
 #include "kernels/device_abi.h"
@@ -472,6 +475,44 @@ Test(device_kernels, copies_at_every_alignment)
         launch_run(&l);
     }
 }
+
+#if defined(__x86_64__)
+/* A GPU keeps subnormals (nvcc's default -ftz=false), whatever mode the host thread that made
+ * the stream computes in: sums of subnormals on a stream made while flushing them to zero. */
+Test(device_kernels, subnormals_kept_whatever_the_callers_mode)
+{
+    enum { COUNT = 100 };
+    static struct launch l = {.type = ncclFloat32, .size = 4, .grid = {2, 1, 1},
+                              .block = {32, 1, 1}, .what = "kr_dev_reduce_f32, subnormals"};
+    unsigned int mxcsr = _mm_getcsr();
+    CUstream plain = stream;
+
+    if (!kernels_built()) {
+        cr_skip_test("built without nvcc: no kernels to launch");
+    }
+    _mm_setcsr(mxcsr | 0x8040); /* flush to zero, denormals are zero */
+    cr_assert_eq(gpu_cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    _mm_setcsr(mxcsr);
+    cr_assert_eq(gpu_cu.cuModuleGetFunction(&l.f, module, "kr_dev_reduce_f32"), CUDA_SUCCESS);
+    memset(&l.batch, 0, sizeof(l.batch));
+    l.batch.kind = KR_SUM;
+    launch_reset(&l);
+    struct task_check *c = launch_task(&l, COUNT, 2, 1);
+    for (int k = 0; k < 2; k++) {
+        c->src_off[k] = arena_take(COUNT * 4, 0);
+        for (uint32_t i = 0; i < COUNT; i++) {
+            uint32_t bits = 1 + i * 7919 + (uint32_t)k * 100000; /* below 2^23: subnormal */
+            memcpy(arena.init + c->src_off[k] + i * 4, &bits, 4);
+        }
+        l.batch.srcs[l.nsrcs++] = (struct kr_dev_src){.ptr = arena.dev + c->src_off[k]};
+    }
+    c->dst_off[0] = arena_take(COUNT * 4, 0);
+    l.batch.dsts[l.ndsts++] = arena.dev + c->dst_off[0];
+    launch_run(&l);
+    gpu_cu.cuStreamDestroy(stream);
+    stream = plain;
+}
+#endif
 
 /* The driver's answers to launches no device runs, and to more threads than the kernels'
  * __launch_bounds__(512): CUDA_ERROR_INVALID_VALUE. */

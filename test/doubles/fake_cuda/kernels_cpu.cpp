@@ -18,6 +18,10 @@
 
 #include "fake_cuda.h"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 __thread struct uint3 threadIdx, blockIdx;
 __thread dim3 blockDim, gridDim;
 
@@ -70,6 +74,12 @@ fake_kernel_run(const struct fake_kernel *kernel, const void *params,
     /* cuLaunchKernel copied the parameters into a buffer of their size, malloc's alignment;
      * every thread gets them by value, as each GPU thread reads them from constant memory. */
     const kr_dev_batch *batch = (const kr_dev_batch *)params;
+#if defined(__x86_64__)
+    /* The GPU's float arithmetic, whatever the worker inherited from the thread that made the
+     * stream: round to nearest, subnormals kept (no flush to zero), exceptions masked. */
+    unsigned int mxcsr = _mm_getcsr();
+    _mm_setcsr(0x1f80);
+#endif
 
     gridDim = {grid->x, grid->y, grid->z};
     blockDim = {block->x, block->y, block->z};
@@ -88,4 +98,7 @@ fake_kernel_run(const struct fake_kernel *kernel, const void *params,
             }
         }
     }
+#if defined(__x86_64__)
+    _mm_setcsr(mxcsr);
+#endif
 }
