@@ -93,6 +93,9 @@ CUresult fake_check_not_in_host_fn(const char *call);
 
 /* Memory (memory.c). */
 enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
+/* The host address device work given addr reaches: registered host memory's device address
+ * (cuMemHostGetDevicePointer) translated back, any other address as it is. */
+uintptr_t fake_mem_host_of(uintptr_t addr);
 /* The allocation, registration or mapping containing p; false if none. */
 bool fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out);
 

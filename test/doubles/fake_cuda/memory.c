@@ -41,6 +41,8 @@ struct fake_range {
     bool mapped;                 /* we mmap'd it (cuMemAlloc, managed, host alloc, IPC) */
     int ipc_refs;                /* a cuIpcOpenMemHandle mapping: opens not yet closed */
     int ipc_pid, ipc_fd;         /* ... of the owner's pid and memfd */
+    uintptr_t alias;             /* registered host memory: its device address (see below) */
+    bool exported;               /* cuIpcGetMemHandle gave a handle of it */
     struct fake_range *next;
 };
 
@@ -98,6 +100,48 @@ fake_range_remove(struct fake_range *gone)
             return;
         }
     }
+}
+
+/* Registered host memory's device address. cuMemHostGetDevicePointer: it "may or may not
+ * match the original host pointer"; here it never does: an inaccessible reservation of the
+ * same size, which the double's streams, copies and kernels translate back, so host code that
+ * dereferences a device address faults, and device work given either address works (as on
+ * devices with CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM). With the lock held. */
+static bool
+fake_alias_reserve(struct fake_range *r)
+{
+    void *va = mmap(NULL, r->size ? r->size : 1, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (va == MAP_FAILED) {
+        return false;
+    }
+    r->alias = (uintptr_t)va;
+    return true;
+}
+
+static void
+fake_alias_release(struct fake_range *r)
+{
+    if (r->alias != 0) {
+        munmap((void *)r->alias, r->size ? r->size : 1);
+        r->alias = 0;
+    }
+}
+
+uintptr_t
+fake_mem_host_of(uintptr_t addr)
+{
+    uintptr_t host = addr;
+
+    pthread_mutex_lock(&fake_mem_lock);
+    for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
+        if (r->alias != 0 && addr >= r->alias && addr < r->alias + (r->size ? r->size : 1)) {
+            host = r->base + (addr - r->alias);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return host;
 }
 
 static int
@@ -185,6 +229,12 @@ cuMemFree(CUdeviceptr dptr)
     }
     munmap((void *)r->base, r->size ? r->size : 1);
     if (r->memfd >= 0) {
+        /* cuIpcOpenMemHandle: "Calling cuMemFree on an exported memory region before calling
+         * cuIpcCloseMemHandle in the importing context will result in undefined behavior."
+         * Poisoned: an importer that still touches it dies of SIGBUS. */
+        if (r->exported && ftruncate(r->memfd, 0) != 0) {
+            fake_complain("cuMemFree: could not poison an exported allocation");
+        }
         close(r->memfd);
     }
     fake_range_remove(r);
@@ -205,6 +255,9 @@ fake_anon_alloc(void **addr_out, size_t bytes, enum fake_mem_kind kind)
     struct fake_range *r = fake_range_add((uintptr_t)addr, bytes, kind, fake_current_device());
     if (r != NULL) {
         r->mapped = true;
+        if (kind == FAKE_MEM_REGISTERED) {
+            fake_alias_reserve(r);
+        }
     }
     pthread_mutex_unlock(&fake_mem_lock);
     *addr_out = addr;
@@ -221,6 +274,7 @@ fake_anon_free(void *addr, enum fake_mem_kind kind)
         return CUDA_ERROR_INVALID_VALUE;
     }
     munmap(addr, r->size ? r->size : 1);
+    fake_alias_release(r);
     fake_range_remove(r);
     pthread_mutex_unlock(&fake_mem_lock);
     return CUDA_SUCCESS;
@@ -282,6 +336,10 @@ cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
     }
     struct fake_range *r = fake_range_add((uintptr_t)p, bytes, FAKE_MEM_REGISTERED,
                                           fake_current_device());
+    if (r != NULL && !fake_alias_reserve(r)) {
+        fake_range_remove(r);
+        r = NULL;
+    }
     pthread_mutex_unlock(&fake_mem_lock);
     if (r == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -303,6 +361,7 @@ cuMemHostUnregister(void *p)
         pthread_mutex_unlock(&fake_mem_lock);
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     }
+    fake_alias_release(r);
     fake_range_remove(r);
     pthread_mutex_unlock(&fake_mem_lock);
     FAKE_STAT_ADD(registrations, -1);
@@ -312,18 +371,20 @@ cuMemHostUnregister(void *p)
 FAKE_API CUresult
 cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
 {
-    enum fake_mem_kind kind;
-    int device;
-
-    (void)flags;
+    if (flags != 0) {
+        return CUDA_ERROR_INVALID_VALUE; /* "flags ... must be 0" */
+    }
     if (fake_need_context(__func__) != CUDA_SUCCESS) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    if (!fake_mem_lookup((uintptr_t)p, &kind, &device) || kind != FAKE_MEM_REGISTERED) {
-        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find((uintptr_t)p);
+    bool ok = r != NULL && r->kind == FAKE_MEM_REGISTERED && r->alias != 0;
+    if (ok) {
+        *dptr = (CUdeviceptr)(r->alias + ((uintptr_t)p - r->base));
     }
-    *dptr = (CUdeviceptr)(uintptr_t)p;
-    return CUDA_SUCCESS;
+    pthread_mutex_unlock(&fake_mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* --- pointer attributes --------------------------------------------------------------------- */
@@ -451,6 +512,7 @@ cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
         return CUDA_ERROR_INVALID_VALUE;
     }
     h.fd = r->memfd;
+    r->exported = true;
     h.device = r->device;
     h.size = r->size;
     h.id = r->id;

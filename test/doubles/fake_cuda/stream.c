@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "fake_cuda.h"
+#include "kernels/device_abi.h"
 
 enum fake_op_kind {
     FAKE_OP_WRITE32,
@@ -448,12 +449,12 @@ fake_stream_set_capturing(CUstream handle, bool capturing)
 /* --- memory operations ---------------------------------------------------------------------- */
 
 static bool
-fake_mem_op_target_ok(CUdeviceptr addr)
+fake_mem_op_target_ok(uintptr_t host)
 {
     enum fake_mem_kind kind;
     int device;
     /* Stream memory operations reach registered host memory or device memory. */
-    return addr % 4 == 0 && fake_mem_lookup((uintptr_t)addr, &kind, &device);
+    return host % 4 == 0 && fake_mem_lookup(host, &kind, &device);
 }
 
 /* A stream memory operation of `kind` on the 32-bit word at addr. */
@@ -461,14 +462,15 @@ static CUresult
 fake_mem_op_enqueue(CUstream stream, enum fake_op_kind kind, CUdeviceptr addr,
                     cuuint32_t value, unsigned int flags)
 {
-    if (!fake_mem_op_target_ok(addr)) {
+    uintptr_t host = fake_mem_host_of((uintptr_t)addr);
+    if (!fake_mem_op_target_ok(host)) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct fake_op *op = fake_op_new(kind);
     if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    op->addr = (volatile uint32_t *)(uintptr_t)addr;
+    op->addr = (volatile uint32_t *)host;
     op->value = value;
     op->flags = flags;
     return fake_enqueue(stream, op);
@@ -493,8 +495,8 @@ cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
     if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    op->dst = (void *)(uintptr_t)dst;
-    op->src = (const void *)(uintptr_t)src;
+    op->dst = (void *)fake_mem_host_of((uintptr_t)dst);
+    op->src = (const void *)fake_mem_host_of((uintptr_t)src);
     op->bytes = bytes;
     return fake_enqueue(stream, op);
 }
@@ -698,6 +700,27 @@ cuFuncLoad(CUfunction function)
                                                         : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* Our kernels' one parameter (kernels/device_abi.h) with every address as the device sees it
+ * turned into the host address the emulation touches. */
+static void
+fake_batch_translate(struct kr_dev_batch *b)
+{
+    for (uint32_t t = 0; t < b->ntasks && t < KR_DEV_MAX_TASKS; t++) {
+        const struct kr_dev_task *task = &b->tasks[t];
+        for (uint32_t i = task->first_src; i < (uint32_t)task->first_src + task->nsrc &&
+                                            i < KR_DEV_MAX_SRCS; i++) {
+            b->srcs[i].ptr = fake_mem_host_of(b->srcs[i].ptr);
+            if (b->srcs[i].scalar_ptr != 0) {
+                b->srcs[i].scalar_ptr = fake_mem_host_of(b->srcs[i].scalar_ptr);
+            }
+        }
+        for (uint32_t i = task->first_dst; i < (uint32_t)task->first_dst + task->ndst &&
+                                            i < KR_DEV_MAX_DSTS; i++) {
+            b->dsts[i] = fake_mem_host_of(b->dsts[i]);
+        }
+    }
+}
+
 FAKE_API CUresult
 cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
@@ -714,6 +737,7 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     memcpy(op->params, params[0], bytes);
+    fake_batch_translate(op->params);
     op->params_bytes = bytes;
     op->kernel = f->kernel;
     op->grid = (struct fake_dim3){gx, gy, gz};
