@@ -377,7 +377,7 @@ static const char *
 cipc_hostpost_refusal(struct cipc_team *team)
 {
     for (int r = 0; r < team->nranks; r++) {
-        if (r != team->rank && shm_team_peer_pid(team->shm, r) == getpid()) {
+        if (r != team->rank && shm_team_peer_in_this_process(team->shm, r)) {
             return "another rank of the communicator is in this process (its host functions "
                    "could wait for each other)";
         }

@@ -137,8 +137,8 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
         return ncclSuccess;
     }
     bool reachable = team->reach[CIPC_LEADER * team->nranks + team->rank];
-    /* The segment's pid: the leader's control block may not be filled in yet. */
-    bool with_leader = shm_team_peer_pid(team->shm, CIPC_LEADER) == getpid();
+    /* From the segment: the leader's control block may not be filled in yet. */
+    bool with_leader = shm_team_peer_in_this_process(team->shm, CIPC_LEADER);
     if (with_leader && (mem->kind != GPU_MEM_DEVICE || reachable)) {
         /* The leader's own process: any address its kernels can reach serves as it is. */
         buf->how = CIPC_BUF_LOCAL;

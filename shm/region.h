@@ -20,6 +20,7 @@ struct shm_region {
     struct shm_flag reduced;
     struct shm_flag consumed;
     _Alignas(64) pid_t pid;      /* the owner, for liveness checks */
+    uint64_t process;            /* the owner's shm_process_token: "the same process" */
     int32_t cpu;                 /* the owner's CPU when it last started an op or waited */
     uint64_t slot_bytes;
 };

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,7 +18,9 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/debug.h"
+#include "base/random.h"
 #include "region.h"
 
 size_t
@@ -56,6 +59,7 @@ shm_segment_create(const char *tag, size_t slot_bytes, struct shm_segment *seg)
     seg->bytes = bytes;
     struct shm_region *region = seg->base;
     region->pid = getpid();
+    region->process = shm_process_token();
     region->cpu = -1; /* not noted yet */
     region->slot_bytes = slot_bytes;
     return ncclSuccess;
@@ -191,6 +195,39 @@ shm_team_destroy(struct shm_team *team)
     free(team->srcs);
     free(team->stage);
     free(team);
+}
+
+/* Random per process, made again in a child after fork (its pid differs from the one it
+ * was made for). */
+static pthread_mutex_t shm_token_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t shm_token;
+static pid_t shm_token_pid;
+
+uint64_t
+shm_process_token(void)
+{
+    pid_t pid = getpid();
+
+    pthread_mutex_lock(&shm_token_lock);
+    if (shm_token_pid != pid || shm_token == 0) {
+        uint64_t token = 0;
+        if (shim_random_u64("a process token", &token) != ncclSuccess || token == 0) {
+            /* Without the kernel's randomness: the pid and a clock, unique enough here. */
+            token = ((uint64_t)pid << 32) ^ (uint64_t)shim_clock_ns() ^ 1;
+        }
+        shm_token = token;
+        shm_token_pid = pid;
+    }
+    uint64_t token = shm_token;
+    pthread_mutex_unlock(&shm_token_lock);
+    return token;
+}
+
+bool
+shm_team_peer_in_this_process(const struct shm_team *team, int rank)
+{
+    const struct shm_region *region = team->regions[rank];
+    return region->pid == getpid() && region->process == shm_process_token();
 }
 
 pid_t

@@ -130,6 +130,12 @@ void shm_team_destroy(struct shm_team *team);
 bool shm_team_peer_alive(const struct shm_team *team, int rank);
 /* The process that owns rank's segment (known from the segment's creation on). */
 pid_t shm_team_peer_pid(const struct shm_team *team, int rank);
+/* Whether rank's segment was made by this very process: its pid and a random token of the
+ * process's agree (containers may share IPC, so /dev/shm, without sharing PID namespaces:
+ * equal pids of different processes). */
+bool shm_team_peer_in_this_process(const struct shm_team *team, int rank);
+/* This process's random token (made again after fork). */
+uint64_t shm_process_token(void);
 /* Rank's SHM_AUX_BYTES (see above), as this rank maps it. */
 void *shm_team_aux(const struct shm_team *team, int rank);
 /* Publishes the CPU this rank is on, for its peers, at the start of every op and whenever it

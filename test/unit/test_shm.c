@@ -13,8 +13,10 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "shm/region.h"
 #include "shm/shm.h"
 #include "sim/reference.h"
 
@@ -325,5 +327,33 @@ Test(shm, a_root_ahead_never_overwrites_what_a_slow_rank_still_reads)
             cr_assert_eq(jobs[r].got[k], k, "rank %d call %d got %d", r, k, jobs[r].got[k]);
         }
     }
+    team_set_destroy(&set);
+}
+
+/* Two ranks in one process are told apart from a rank of another process that has our pid
+ * (containers sharing /dev/shm but not a PID namespace), and a forked child is another
+ * process though it inherits the token's memory. */
+Test(shm, the_same_process_takes_more_than_the_same_pid)
+{
+    struct team_set set;
+
+    team_set_create(&set, 2, 16384, 0);
+    cr_assert(shm_team_peer_in_this_process(set.teams[0], 1));
+    struct shm_region *region = set.teams[0]->regions[1];
+    region->process ^= 1;
+    cr_assert_eq(shm_team_peer_pid(set.teams[0], 1), getpid());
+    cr_assert_not(shm_team_peer_in_this_process(set.teams[0], 1),
+                  "an equal pid with another process's token is another process");
+    region->process ^= 1;
+    uint64_t mine = shm_process_token();
+    pid_t child = fork();
+    if (child == 0) {
+        _exit(shm_process_token() != mine && !shm_team_peer_in_this_process(set.teams[0], 1)
+                  ? 0 : 1);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "a forked child took itself for its parent");
     team_set_destroy(&set);
 }
