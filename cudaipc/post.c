@@ -121,6 +121,26 @@ cipc_channel_open(struct cipc_team *team)
     return ncclSuccess;
 }
 
+/* Whether the leader's kernels, in this very process, may touch mem at ptr as it is. Memory of
+ * the leader's device, and cudaMalloc memory of a device it reaches (peer access), may be.
+ * cuMem memory of another device only where its owner granted the leader's device access:
+ * cuMemMap grants none, and PyTorch's expandable segments grant their own device alone. */
+static bool
+cipc_leader_touches_local(struct cipc_team *team, const void *ptr,
+                          const struct gpu_mem_info *mem)
+{
+    int leader_device = team->ctrls[CIPC_LEADER]->device;
+    unsigned long long flags = 0;
+
+    if (mem->kind != GPU_MEM_DEVICE || mem->device == leader_device || mem->legacy_ipc) {
+        return true;
+    }
+    CUmemLocation where = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = leader_device};
+    return gpu_cu.cuMemGetAccess(&flags, &where, (CUdeviceptr)(uintptr_t)ptr) ==
+               CUDA_SUCCESS &&
+           flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
 /* Fills buf for bytes at ptr, used by operation seq; *staged_out when only a staging copy can
  * reach it. */
 static ncclResult_t
@@ -139,7 +159,8 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
     bool reachable = team->reach[CIPC_LEADER * team->nranks + team->rank];
     /* From the segment: the leader's control block may not be filled in yet. */
     bool with_leader = shm_team_peer_in_this_process(team->shm, CIPC_LEADER);
-    if (with_leader && (mem->kind != GPU_MEM_DEVICE || reachable)) {
+    if (with_leader && (mem->kind != GPU_MEM_DEVICE || reachable) &&
+        cipc_leader_touches_local(team, ptr, mem)) {
         /* The leader's own process: any address its kernels can reach serves as it is. */
         buf->how = CIPC_BUF_LOCAL;
         return ncclSuccess;

@@ -21,11 +21,13 @@
 
 #include "common.h"
 
+/* expandable: cuMem memory mapped and made accessible to its own device only, as PyTorch's
+ * expandable segments make it (ncclMemAlloc's grants every device that can reach it). */
 enum mp_mem_kind { MP_MEM_DEVICE, MP_MEM_MEMALLOC, MP_MEM_MANAGED, MP_MEM_REGISTERED,
-                   MP_MEM_KINDS };
+                   MP_MEM_EXPANDABLE, MP_MEM_KINDS };
 
 static const char *const mp_mem_kind_names[MP_MEM_KINDS] = {"device", "memalloc", "managed",
-                                                            "registered"};
+                                                            "registered", "expandable"};
 
 /* What the double tells tests (test/doubles/fake_cuda/fake_cuda.h). */
 struct mp_fake_stats {
@@ -61,6 +63,19 @@ struct mp_cuda {
     CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
     CUresult (*graph_launch)(CUgraphExec, CUstream);
     CUresult (*graph_exec_destroy)(CUgraphExec);
+    /* cuMem, for expandable memory. */
+    CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*mem_granularity)(size_t *, const CUmemAllocationProp *,
+                                CUmemAllocationGranularity_flags);
+    CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                           unsigned long long);
+    CUresult (*mem_release)(CUmemGenericAllocationHandle);
+    CUresult (*mem_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*mem_address_free)(CUdeviceptr, size_t);
+    CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                        unsigned long long);
+    CUresult (*mem_unmap)(CUdeviceptr, size_t);
+    CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     /* The double's own, NULL on a real driver. */
     void (*fake_stats)(struct mp_fake_stats *);
 };
@@ -117,6 +132,15 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->graph_launch = (CUresult(*)(CUgraphExec, CUstream))dlsym(cu->lib, "cuGraphLaunch");
     cu->graph_exec_destroy = (CUresult(*)(CUgraphExec))dlsym(cu->lib, "cuGraphExecDestroy");
     cu->fake_stats = (void (*)(struct mp_fake_stats *))dlsym(cu->lib, "fake_cuda_get_stats");
+    cu->ctx_get_device = mp_cuda_sym(cu, "cuCtxGetDevice");
+    cu->mem_granularity = mp_cuda_sym(cu, "cuMemGetAllocationGranularity");
+    cu->mem_create = mp_cuda_sym(cu, "cuMemCreate");
+    cu->mem_release = mp_cuda_sym(cu, "cuMemRelease");
+    cu->mem_reserve = mp_cuda_sym(cu, "cuMemAddressReserve");
+    cu->mem_address_free = mp_cuda_sym(cu, "cuMemAddressFree");
+    cu->mem_map = mp_cuda_sym(cu, "cuMemMap");
+    cu->mem_unmap = mp_cuda_sym(cu, "cuMemUnmap");
+    cu->mem_set_access = mp_cuda_sym(cu, "cuMemSetAccess");
     MP_CU(cu, init(0));
     MP_CU(cu, device_get_count(&count));
     MP_ASSERT(count > 0, "the CUDA driver sees no device");
@@ -128,6 +152,63 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->compute_capability = major * 10 + minor;
     MP_CU(cu, primary_ctx_retain(&cu->ctx, dev));
     MP_CU(cu, ctx_set_current(cu->ctx));
+}
+
+/* Expandable allocations, to unmap and release them by address. */
+#define MP_EXPANDABLE_MAX 256
+static struct {
+    CUdeviceptr va;
+    size_t size;
+    CUmemGenericAllocationHandle handle;
+} mp_expandables[MP_EXPANDABLE_MAX];
+
+/* cuMem memory on the current context's device, shareable by file descriptor, readable and
+ * writable by that device alone. */
+static inline void *
+mp_cuda_alloc_expandable(struct mp_cuda *cu, size_t bytes)
+{
+    CUdevice dev;
+    size_t granularity = 0;
+    int slot = 0;
+
+    MP_CU(cu, ctx_get_device(&dev));
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+    MP_CU(cu, mem_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    while (slot < MP_EXPANDABLE_MAX && mp_expandables[slot].va != 0) {
+        slot++;
+    }
+    MP_ASSERT(slot < MP_EXPANDABLE_MAX, "more than %d expandable buffers", MP_EXPANDABLE_MAX);
+    size_t size = (bytes + granularity - 1) / granularity * granularity;
+    size = size > 0 ? size : granularity;
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr va;
+    MP_CU(cu, mem_create(&handle, size, &prop, 0));
+    MP_CU(cu, mem_reserve(&va, size, granularity, 0, 0));
+    MP_CU(cu, mem_map(va, size, 0, handle, 0));
+    CUmemAccessDesc access = {.location = prop.location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    MP_CU(cu, mem_set_access(va, size, &access, 1));
+    mp_expandables[slot].va = va;
+    mp_expandables[slot].size = size;
+    mp_expandables[slot].handle = handle;
+    return (void *)(uintptr_t)va;
+}
+
+static inline void
+mp_cuda_free_expandable(struct mp_cuda *cu, void *ptr)
+{
+    for (int i = 0; i < MP_EXPANDABLE_MAX; i++) {
+        if (mp_expandables[i].va == (CUdeviceptr)(uintptr_t)ptr) {
+            MP_CU(cu, mem_unmap(mp_expandables[i].va, mp_expandables[i].size));
+            MP_CU(cu, mem_address_free(mp_expandables[i].va, mp_expandables[i].size));
+            MP_CU(cu, mem_release(mp_expandables[i].handle));
+            mp_expandables[i].va = 0;
+            return;
+        }
+    }
+    MP_ASSERT(false, "%p is no expandable buffer of ours", ptr);
 }
 
 /* A buffer of `bytes` of `kind` (plus nothing: callers size their guards in). */
@@ -153,6 +234,8 @@ mp_cuda_alloc(struct mp_cuda *cu, enum mp_mem_kind kind, size_t bytes)
         MP_CU(cu, host_register(host, (bytes + 4095) & ~(size_t)4095,
                                 CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP));
         return host;
+    case MP_MEM_EXPANDABLE:
+        return mp_cuda_alloc_expandable(cu, bytes);
     default:
         MP_ASSERT(false, "memory kind %d", (int)kind);
     }
@@ -169,6 +252,9 @@ mp_cuda_free(struct mp_cuda *cu, enum mp_mem_kind kind, void *ptr)
         break;
     case MP_MEM_MEMALLOC:
         MP_CHECK(ncclMemFree(ptr));
+        break;
+    case MP_MEM_EXPANDABLE:
+        mp_cuda_free_expandable(cu, ptr);
         break;
     case MP_MEM_REGISTERED:
         MP_CU(cu, host_unregister(ptr));

@@ -169,6 +169,8 @@ device_cases() {
             "$bindir/streams" -p devices
         run_case device-streams-devices-nopeer 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 \
             FAKE_CUDA_NO_PEER=1 -- "$bindir/streams" -p devices
+        run_case device-streams-devices-expandable 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
+            "$bindir/streams" -p devices -k expandable
         run_case device-streams-nodevice 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=1 -- \
             "$bindir/streams" -p nodevice
         run_case device-streams-fp8-n2 2 60 "${dev[@]}" FAKE_CUDA_CC=80 -- \

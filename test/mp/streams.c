@@ -11,7 +11,8 @@
  *   devices   one process, ncclCommInitAll on devices 0 and 1, one thread: a group with a
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); a capture then
- *             is refused (two ranks in one process);
+ *             is refused (two ranks in one process); with -k expandable, on cuMem memory
+ *             that only its own device may touch (PyTorch's expandable segments);
  *   unsupported  a GPU or driver the kernels cannot run on (FAKE_CUDA_CC=70 or
  *             FAKE_CUDA_DRIVER_VERSION=12040 with the double): ncclInvalidUsage at the first
  *             device call, naming driver, GPU and what the library holds; host memory works;
@@ -54,6 +55,8 @@
 #define ST_COUNT 4099 /* odd, past a few kernel vectors */
 
 static struct mp_cuda st_cu;
+/* The memory kind of st_buffer's buffers (-k; device memory by default). */
+static enum mp_mem_kind st_kind = MP_MEM_DEVICE;
 
 /* A device buffer of count floats set to value + i * step. */
 static float *
@@ -64,7 +67,7 @@ st_buffer(size_t count, float value, float step, CUstream stream)
     for (size_t i = 0; i < count; i++) {
         host[i] = value + (float)i * step;
     }
-    float *dev = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, count * sizeof(float));
+    float *dev = mp_cuda_alloc(&st_cu, st_kind, count * sizeof(float));
     mp_cuda_copy(&st_cu, dev, host, count * sizeof(float), stream);
     free(host);
     return dev;
@@ -645,9 +648,11 @@ main(int argc, char **argv)
     int opt, poster = 0;
     bool graph = false;
 
-    while ((opt = getopt(argc, argv, "p:r:g")) != -1) {
+    while ((opt = getopt(argc, argv, "p:r:gk:")) != -1) {
         if (opt == 'p') {
             part = optarg;
+        } else if (opt == 'k') {
+            st_kind = (enum mp_mem_kind)mp_mem_kind_parse(optarg);
         } else if (opt == 'r') {
             poster = atoi(optarg);
         } else if (opt == 'g') {
@@ -655,8 +660,7 @@ main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
                             "churn|graph|twographs|globalcapture|abort|fp8|unsupported|nodevice "
-                            "[-r POSTER] "
-                            "[-g]\n");
+                            "[-r POSTER] [-g] [-k KIND]\n");
             return 2;
         }
     }

@@ -96,6 +96,9 @@ enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
 /* The host address device work given addr reaches: registered host memory's device address
  * (cuMemHostGetDevicePointer) translated back, any other address as it is. */
 uintptr_t fake_mem_host_of(uintptr_t addr);
+/* Whether work on `device` may touch the host address: false only inside a cuMem mapping
+ * that cuMemSetAccess did not open to that device (an illegal address on a GPU). */
+bool fake_mem_device_reaches(uintptr_t host, int device);
 /* The allocation, registration or mapping containing p; false if none. */
 bool fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out);
 

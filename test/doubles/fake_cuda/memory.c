@@ -144,6 +144,16 @@ fake_mem_host_of(uintptr_t addr)
     return host;
 }
 
+bool
+fake_mem_device_reaches(uintptr_t host, int device)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_find(host);
+    bool reaches = r == NULL || r->handle == NULL || (r->access & (1u << device)) != 0;
+    pthread_mutex_unlock(&fake_mem_lock);
+    return reaches;
+}
+
 static int
 fake_current_device(void)
 {

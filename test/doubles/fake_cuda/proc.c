@@ -116,6 +116,7 @@ cuGetErrorName(CUresult error, const char **text)
     case CUDA_ERROR_ILLEGAL_STATE: *text = "CUDA_ERROR_ILLEGAL_STATE"; break;
     case CUDA_ERROR_NOT_SUPPORTED: *text = "CUDA_ERROR_NOT_SUPPORTED"; break;
     case CUDA_ERROR_NOT_PERMITTED: *text = "CUDA_ERROR_NOT_PERMITTED"; break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *text = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
     case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
         *text = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
         break;

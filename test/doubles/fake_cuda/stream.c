@@ -446,6 +446,21 @@ fake_stream_set_capturing(CUstream handle, bool capturing)
     }
 }
 
+/* addr as the device sees it turned into the host address the double touches; false (with a
+ * complaint) where work on `device` may not touch it. */
+static bool
+fake_device_address(uint64_t *addr, int device, const char *what)
+{
+    *addr = fake_mem_host_of((uintptr_t)*addr);
+    if (!fake_mem_device_reaches((uintptr_t)*addr, device)) {
+        fake_complain("%s on device %d touches cuMem memory at 0x%llx that cuMemSetAccess did "
+                      "not open to it (an illegal address on a GPU)", what, device,
+                      (unsigned long long)*addr);
+        return false;
+    }
+    return true;
+}
+
 /* --- memory operations ---------------------------------------------------------------------- */
 
 static bool
@@ -495,8 +510,15 @@ cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
     if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    op->dst = (void *)fake_mem_host_of((uintptr_t)dst);
-    op->src = (const void *)fake_mem_host_of((uintptr_t)src);
+    struct CUstream_st *s = fake_stream(stream);
+    uint64_t to = dst, from = src;
+    if (s != NULL && (!fake_device_address(&to, s->ctx->device, "a copy") ||
+                      !fake_device_address(&from, s->ctx->device, "a copy"))) {
+        fake_op_free(op);
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    op->dst = (void *)(uintptr_t)to;
+    op->src = (const void *)(uintptr_t)from;
     op->bytes = bytes;
     return fake_enqueue(stream, op);
 }
@@ -700,25 +722,28 @@ cuFuncLoad(CUfunction function)
                                                         : CUDA_ERROR_INVALID_HANDLE;
 }
 
-/* Our kernels' one parameter (kernels/device_abi.h) with every address as the device sees it
- * turned into the host address the emulation touches. */
-static void
-fake_batch_translate(struct kr_dev_batch *b)
+/* Our kernels' one parameter (kernels/device_abi.h) with every address translated, as
+ * fake_device_address does; false where one may not be touched. */
+static bool
+fake_batch_translate(struct kr_dev_batch *b, int device)
 {
+    bool ok = true;
+
     for (uint32_t t = 0; t < b->ntasks && t < KR_DEV_MAX_TASKS; t++) {
         const struct kr_dev_task *task = &b->tasks[t];
         for (uint32_t i = task->first_src; i < (uint32_t)task->first_src + task->nsrc &&
                                             i < KR_DEV_MAX_SRCS; i++) {
-            b->srcs[i].ptr = fake_mem_host_of(b->srcs[i].ptr);
+            ok &= fake_device_address(&b->srcs[i].ptr, device, "a kernel");
             if (b->srcs[i].scalar_ptr != 0) {
-                b->srcs[i].scalar_ptr = fake_mem_host_of(b->srcs[i].scalar_ptr);
+                ok &= fake_device_address(&b->srcs[i].scalar_ptr, device, "a kernel");
             }
         }
         for (uint32_t i = task->first_dst; i < (uint32_t)task->first_dst + task->ndst &&
                                             i < KR_DEV_MAX_DSTS; i++) {
-            b->dsts[i] = fake_mem_host_of(b->dsts[i]);
+            ok &= fake_device_address(&b->dsts[i], device, "a kernel");
         }
     }
+    return ok;
 }
 
 FAKE_API CUresult
@@ -737,7 +762,11 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     memcpy(op->params, params[0], bytes);
-    fake_batch_translate(op->params);
+    struct CUstream_st *s = fake_stream(stream);
+    if (s != NULL && !fake_batch_translate(op->params, s->ctx->device)) {
+        fake_op_free(op);
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
     op->params_bytes = bytes;
     op->kernel = f->kernel;
     op->grid = (struct fake_dim3){gx, gy, gz};
