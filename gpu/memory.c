@@ -53,23 +53,17 @@ gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
     }
 }
 
-/* gpu_mem_mapping's answer, quietly: false where the driver cannot tell. */
+/* gpu_mem_mapping's answer, quietly: false where the driver cannot tell. Only what cuda.h
+ * documents: cuMemGetAddressRange gives the mapped region (the reservation is
+ * RANGE_START_ADDR's), BUFFER_ID an id "unique ... over a process lifetime" per allocation,
+ * never reused. (Attributes 18-20, MAPPING_BASE_ADDR and friends, are not documented for
+ * cuPointerGetAttribute(s).) */
 static bool
 gpu_mem_mapping_of(CUdeviceptr ptr, CUdeviceptr *base, size_t *size, unsigned long long *id)
 {
-    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
-                                   CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
-                                   CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID};
-    void *data[] = {base, size, id};
-
     *base = 0;
     *size = 0;
     *id = 0;
-    if (gpu_cu.cuPointerGetAttributes(3, attrs, data, ptr) == CUDA_SUCCESS && *size != 0) {
-        return true;
-    }
-    /* A driver that predates these attributes: the address range is the mapping for
-     * allocations made as ncclMemAlloc makes them, one handle mapped whole. */
     return gpu_cu.cuMemGetAddressRange(base, size, ptr) == CUDA_SUCCESS &&
            gpu_cu.cuPointerGetAttribute(id, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr) == CUDA_SUCCESS;
 }

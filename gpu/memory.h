@@ -46,9 +46,12 @@ gpu_mem_reachable(enum gpu_mem_kind kind)
 }
 const char *gpu_mem_kind_name(enum gpu_mem_kind kind);
 
-/* For device memory that exports as a file descriptor (fd_ipc): the cuMem mapping ptr lies
- * in, which maps one physical allocation whole (its first byte and size), and that
- * allocation's unique id. ncclUnhandledCudaError if the driver cannot tell. */
+/* For device memory that exports as a file descriptor (fd_ipc): the mapped region ptr lies
+ * in (cuMemGetAddressRange), taken to map one physical allocation whole (its first byte and
+ * size), and its BUFFER_ID, which the driver never reuses in a process. Whether that id
+ * changes when the same addresses are unmapped and mapped to a new allocation (PyTorch's
+ * expandable segments) is not documented, and not yet seen on a GPU.
+ * ncclUnhandledCudaError if the driver cannot tell. */
 ncclResult_t gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out,
                              uint64_t *id_out);
 /* Whether the allocation with unique id `id` still begins at base: false once it was freed,

@@ -442,20 +442,9 @@ fake_attribute(const struct fake_range *r, CUpointer_attribute a, void *data)
         ull = r != NULL && r->handle != NULL ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
         wide = true;
         break;
-    /* A cuMem mapping is one range here: a handle mapped whole. */
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-        ull = r != NULL && r->handle != NULL ? r->base : 0;
-        wide = true;
-        break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-        ull = r != NULL && r->handle != NULL ? r->size : 0;
-        wide = true;
-        break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-        ull = r != NULL && r->handle != NULL ? r->handle->id : 0;
-        wide = true;
-        break;
     default:
+        /* MAPPING_SIZE, MAPPING_BASE_ADDR and MEMORY_BLOCK_ID among them: cuda.h documents
+         * neither for cuPointerGetAttribute nor for cuPointerGetAttributes. */
         return CUDA_ERROR_INVALID_VALUE;
     }
     if (wide) {
