@@ -133,6 +133,12 @@ run_case() {
 device_cases() {
     # Every memory kind, every collective, at 1 to 8 ranks.
     run_case device-collectives-n1 1 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
+    # One hardware queue per context (the double models CUDA_DEVICE_MAX_CONNECTIONS=1): one
+    # rank's operations, which wait on nothing of another stream, run. Device teams and the
+    # network path still order streams of one context through memory operations alone, and
+    # hang so (issue 20's risk 4), so they do not run in this mode yet.
+    run_case device-collectives-quick-n1-onequeue 1 120 "${dev[@]}" \
+        CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/collectives" -q -D mixed
     run_case device-collectives-n2 2 300 "${dev[@]}" -- "$bindir/collectives" -D device
     run_case device-collectives-n3 3 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
     if ((gpu == 1)); then

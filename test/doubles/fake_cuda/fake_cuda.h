@@ -17,6 +17,9 @@
  *     the memfd itself as the POSIX file descriptor);
  *   - streams: a worker thread each runs the stream's queue in order: memory operations
  *     (cuStreamWaitValue32 polls the word), copies, event records and waits, and kernels;
+ *     with CUDA_DEVICE_MAX_CONNECTIONS=1, as with one hardware queue, every stream of a
+ *     context runs through one worker in submission order, so a stream waiting on a word
+ *     that later work of another stream of the context would write never gets it;
  *   - kernels: ncclshim's own (kernels/reduce_device.cu), compiled by the host C++ compiler
  *     over cuda_on_cpu.h; the worker runs a launch's every thread of every block one after
  *     another, each seeing its blockIdx and threadIdx and the launch's parameters, which is
@@ -52,6 +55,7 @@ extern "C" {
 struct CUctx_st {
     int device;
     struct CUstream_st *null_stream; /* made on first use (stream.c) */
+    struct CUstream_st *queue;       /* CUDA_DEVICE_MAX_CONNECTIONS=1: every stream's work */
 };
 
 struct fake_device {
@@ -65,6 +69,7 @@ struct fake_config {
     int ndevices;
     int cc;       /* compute capability * 10 + minor */
     int driver_version; /* what cuDriverGetVersion answers (CUDA 12.4: 12040) */
+    bool one_queue;     /* CUDA_DEVICE_MAX_CONNECTIONS=1: a context's streams share a queue */
     bool no_peer;
 };
 const struct fake_config *fake_config(void);

@@ -57,6 +57,7 @@ struct fake_op {
     struct fake_dim3 grid, block; /* its blocks, and threads a block */
     CUhostFn host_fn;         /* HOST */
     void *host_data;
+    struct CUstream_st *owner; /* one queue: the stream it was enqueued on */
     struct fake_op *next;
 };
 
@@ -202,7 +203,8 @@ fake_stream_worker(void *arg)
 
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (s->head == NULL && !s->destroyed) {
+        /* Destroyed, it goes once its work is done, which the context's one queue may run. */
+        while (s->head == NULL && !(s->destroyed && s->completed == s->enqueued)) {
             pthread_cond_wait(&s->cond, &s->lock);
         }
         if (s->head == NULL) {
@@ -211,6 +213,12 @@ fake_stream_worker(void *arg)
         struct fake_op *op = s->head;
         pthread_mutex_unlock(&s->lock);
         fake_op_run(op);
+        if (op->owner != NULL) {
+            pthread_mutex_lock(&op->owner->lock);
+            op->owner->completed++;
+            pthread_cond_broadcast(&op->owner->cond);
+            pthread_mutex_unlock(&op->owner->lock);
+        }
         pthread_mutex_lock(&s->lock);
         s->head = op->next;
         if (s->head == NULL) {
@@ -271,6 +279,18 @@ fake_stream(CUstream handle)
     return ctx->null_stream;
 }
 
+/* The context's one queue (CUDA_DEVICE_MAX_CONNECTIONS=1), made on first use. */
+static struct CUstream_st *
+fake_ctx_queue(struct CUctx_st *ctx)
+{
+    pthread_mutex_lock(&fake_null_lock);
+    if (ctx->queue == NULL) {
+        ctx->queue = fake_stream_new(ctx);
+    }
+    pthread_mutex_unlock(&fake_null_lock);
+    return ctx->queue;
+}
+
 static void
 fake_op_append(struct fake_op **head, struct fake_op **tail, struct fake_op *op)
 {
@@ -308,15 +328,23 @@ fake_enqueue(CUstream handle, struct fake_op *op)
         }
         return CUDA_SUCCESS;
     }
-    if (s->tail != NULL) {
-        s->tail->next = op;
-    } else {
-        s->head = op;
-    }
-    s->tail = op;
     s->enqueued++;
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->lock);
+    struct CUstream_st *q = fake_config()->one_queue ? fake_ctx_queue(s->ctx) : s;
+    if (q != s) {
+        /* Counted on s, run by the context's one queue, which tells s when it is done. */
+        pthread_mutex_unlock(&s->lock);
+        op->owner = s;
+        pthread_mutex_lock(&q->lock);
+        q->enqueued++;
+    }
+    if (q->tail != NULL) {
+        q->tail->next = op;
+    } else {
+        q->head = op;
+    }
+    q->tail = op;
+    pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
     return CUDA_SUCCESS;
 }
 
