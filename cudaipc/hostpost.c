@@ -32,8 +32,9 @@
  * communicator, as PyTorch uses, always does); otherwise the leader finds mismatched
  * collectives. While capturing, every buffer must reach the leader without staging (device
  * memory, exported; the exports are pinned while the team lives, since the graph may run at
- * any time) and no other rank of the team may share this process (its host function could
- * only post once this rank's had, which the driver's one callback thread may not allow).
+ * any time) and no other rank of the team may share this process: a host function whose
+ * ring is full sleeps until the leader takes descriptors, which may need the other rank's
+ * group, posted by a host function the driver's one callback thread runs only after this one.
  * Staged buffers are refused in this mode altogether. A group whose ring slots are still
  * taken (CIPC_RING descriptors behind) makes its host function sleep until the leader takes
  * them, which needs no GPU work. A failure of the team (dead rank, NCCLSHIM_TIMEOUT, abort)
