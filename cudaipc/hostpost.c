@@ -109,7 +109,7 @@ cipc_hostpost_prepare(const struct gpu_device *gpu)
     memset(words, 0, bytes);
     CUdeviceptr dev = 0;
     SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, err_free);
-    /* Portable: streams of every device of the process wait on them. Never unregistered. */
+    /* Portable: streams of every device of the process wait on them. */
     GPU_CU_CHECK_GOTO(cuMemHostRegister(words, bytes, CU_MEMHOSTREGISTER_PORTABLE |
                                                           CU_MEMHOSTREGISTER_DEVICEMAP),
                       res, err_pop);
@@ -158,9 +158,10 @@ cipc_hostpost_unprepare(void)
         pthread_mutex_unlock(&cipc_releases.lock);
         return;
     }
-    /* The streams were released; give them a moment to pass their words, bounded: a word a
-     * stream still waits on must stay registered (a wait on unregistered memory is a fault). */
-    uint64_t until = (uint64_t)shim_clock_ns() + 2000000000u;
+    /* The streams were released; give them a moment to pass their words, bounded (abort must
+     * return at once): a word a stream still waits on must stay registered (a wait on
+     * unregistered memory is a fault), so where one does, the words stay for good. */
+    uint64_t until = (uint64_t)shim_clock_ns() + 200000000u;
     while (!cipc_releases_idle() && (uint64_t)shim_clock_ns() < until) {
         pthread_mutex_unlock(&cipc_releases.lock);
         usleep(100);
@@ -379,8 +380,8 @@ cipc_hostpost_refusal(struct cipc_team *team)
 {
     for (int r = 0; r < team->nranks; r++) {
         if (r != team->rank && shm_team_peer_in_this_process(team->shm, r)) {
-            return "another rank of the communicator is in this process (its host functions "
-                   "could wait for each other)";
+            return "another rank of the communicator is in this process (a host function "
+                   "whose ring is full could wait for the other rank's)";
         }
     }
     return NULL;
