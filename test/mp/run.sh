@@ -224,12 +224,14 @@ staged_cases() {
             "${hosts[@]}" "$bindir/collectives" -q -D mixed -c "$colls"
     done
     if ((gpu == 0)); then
-        # Device pointers straight to UCX, as with a UCX built with CUDA: the double's device
-        # memory is host memory to UCX, so the ordering around the messages is what is tested.
-        run_case staged-direct-collectives-n3 3 300 "${noteam[@]}" NCCLSHIM_DEVICE_DIRECT=1 -- \
-            "$bindir/collectives" -D mixed
+        # Device pointers straight to UCX, as with a UCX built with CUDA: the double lets the
+        # host touch device memory here (elsewhere it faults, as on a GPU), so the ordering
+        # around the messages is what is tested.
+        run_case staged-direct-collectives-n3 3 300 "${noteam[@]}" NCCLSHIM_DEVICE_DIRECT=1 \
+            FAKE_CUDA_HOST_VISIBLE=1 -- "$bindir/collectives" -D mixed
         run_case staged-direct-algo-ring-quick-n5 5 120 "${noteam[@]}" NCCLSHIM_DEVICE_DIRECT=1 \
-            NCCLSHIM_ALGO=ring -- "$bindir/collectives" -q -D device -c "$colls"
+            FAKE_CUDA_HOST_VISIBLE=1 NCCLSHIM_ALGO=ring -- "$bindir/collectives" -q -D device \
+            -c "$colls"
     fi
     for part in returns order group memapi refuse; do
         run_case "staged-streams-$part-n3" 3 60 "${noteam[@]}" -- "$bindir/streams" -p "$part"

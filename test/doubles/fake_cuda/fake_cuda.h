@@ -11,10 +11,14 @@
  *     context);
  *   - devices: FAKE_CUDA_DEVICES (default 1), compute capability FAKE_CUDA_CC (default 90),
  *     peer access between any two unless FAKE_CUDA_NO_PEER=1; each has a primary context;
- *   - device memory: every allocation is a memfd mapped into the process, so a device pointer
- *     is a host address the double itself can read and write, and another process can map
- *     the same pages (legacy IPC handles name the owner's pid and memfd; cuMem handles export
- *     the memfd itself as the POSIX file descriptor);
+ *   - device memory: every allocation is a memfd, so another process can map the same pages
+ *     (legacy IPC handles name the owner's pid and memfd; cuMem handles export the memfd
+ *     itself as the POSIX file descriptor). The program's device address is an inaccessible
+ *     reservation, as on a GPU: host code touching device memory faults; the double's streams,
+ *     copies and kernels reach it through a mapping of their own (fake_mem_host_of);
+ *     FAKE_CUDA_HOST_VISIBLE=1 lets the host touch it, standing in for a UCX built with CUDA
+ *     (the network path's direct mode). Managed
+ *     memory is the host's; registered host memory has a device address of its own;
  *   - streams: a worker thread each runs the stream's queue in order: memory operations
  *     (cuStreamWaitValue32 polls the word), copies, event records and waits, and kernels;
  *     with CUDA_DEVICE_MAX_CONNECTIONS=1, as with one hardware queue, every stream of a
@@ -70,6 +74,7 @@ struct fake_config {
     int cc;       /* compute capability * 10 + minor */
     int driver_version; /* what cuDriverGetVersion answers (CUDA 12.4: 12040) */
     bool one_queue;     /* CUDA_DEVICE_MAX_CONNECTIONS=1: a context's streams share a queue */
+    bool host_visible;  /* FAKE_CUDA_HOST_VISIBLE=1: host code may touch device memory */
     bool no_peer;
 };
 const struct fake_config *fake_config(void);
@@ -98,8 +103,9 @@ CUresult fake_check_not_in_host_fn(const char *call);
 
 /* Memory (memory.c). */
 enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
-/* The host address device work given addr reaches: registered host memory's device address
- * (cuMemHostGetDevicePointer) translated back, any other address as it is. */
+/* The host address device work given addr reaches: device memory's (which the program's
+ * host code cannot touch) in the double's own mapping of it; registered host memory's device
+ * address (cuMemHostGetDevicePointer) translated back; any other address as it is. */
 uintptr_t fake_mem_host_of(uintptr_t addr);
 /* Whether work on `device` may touch the host address: false only inside a cuMem mapping
  * that cuMemSetAccess did not open to that device (an illegal address on a GPU). */

@@ -42,6 +42,7 @@ struct fake_range {
     int ipc_refs;                /* a cuIpcOpenMemHandle mapping: opens not yet closed */
     int ipc_pid, ipc_fd;         /* ... of the owner's pid and memfd */
     uintptr_t alias;             /* registered host memory: its device address (see below) */
+    uintptr_t shadow;            /* device memory: where the double itself reaches it */
     bool exported;               /* cuIpcGetMemHandle gave a handle of it */
     struct fake_range *next;
 };
@@ -135,13 +136,49 @@ fake_mem_host_of(uintptr_t addr)
 
     pthread_mutex_lock(&fake_mem_lock);
     for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
-        if (r->alias != 0 && addr >= r->alias && addr < r->alias + (r->size ? r->size : 1)) {
+        size_t size = r->size ? r->size : 1;
+        if (r->alias != 0 && addr >= r->alias && addr < r->alias + size) {
             host = r->base + (addr - r->alias);
+            break;
+        }
+        if (r->shadow != 0 && addr >= r->base && addr < r->base + size) {
+            host = r->shadow + (addr - r->base);
             break;
         }
     }
     pthread_mutex_unlock(&fake_mem_lock);
     return host;
+}
+
+/* Device memory as a GPU has it: the program's address (returned, *app_out) is an
+ * inaccessible reservation, so host code that touches device memory faults at once; the
+ * double's streams, copies and kernels reach the pages through a mapping of their own
+ * (*shadow_out) that fake_mem_host_of translates to. At fixed (cuMemMap) the reservation is
+ * the program's already. false if the address space is short. */
+static bool
+fake_shadow_map(int fd, off_t offset, size_t len, uintptr_t fixed, uintptr_t *app_out,
+                uintptr_t *shadow_out)
+{
+    len = len ? len : 1;
+    void *shadow = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
+    if (shadow == MAP_FAILED) {
+        return false;
+    }
+    void *app = (void *)fixed;
+    if (fake_config()->host_visible) {
+        /* As a UCX built with CUDA sees it (FAKE_CUDA_HOST_VISIBLE=1): the same pages. */
+        app = mmap(app, len, PROT_READ | PROT_WRITE, MAP_SHARED | (fixed ? MAP_FIXED : 0), fd,
+                   offset);
+    } else if (fixed == 0) {
+        app = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
+    if (app == MAP_FAILED) {
+        munmap(shadow, len);
+        return false;
+    }
+    *app_out = (uintptr_t)app;
+    *shadow_out = (uintptr_t)shadow;
+    return true;
 }
 
 bool
@@ -174,9 +211,9 @@ fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out)
     return r != NULL;
 }
 
-/* A fresh memfd of size bytes, mapped; -1 on failure. */
+/* A fresh memfd of size bytes, mapped as device memory (fake_shadow_map); -1 on failure. */
 static int
-fake_memfd_map(size_t size, void **addr_out)
+fake_memfd_map(size_t size, uintptr_t *app_out, uintptr_t *shadow_out)
 {
     int fd = memfd_create("fake-cuda", MFD_CLOEXEC);
     size_t len = size ? size : 1;
@@ -187,12 +224,10 @@ fake_memfd_map(size_t size, void **addr_out)
         }
         return -1;
     }
-    void *addr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (addr == MAP_FAILED) {
+    if (!fake_shadow_map(fd, 0, len, 0, app_out, shadow_out)) {
         close(fd);
         return -1;
     }
-    *addr_out = addr;
     return fd;
 }
 
@@ -201,27 +236,28 @@ fake_memfd_map(size_t size, void **addr_out)
 FAKE_API CUresult
 cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
 {
-    void *addr;
+    uintptr_t addr, shadow;
 
     FAKE_CAPTURE_CHECK_UNSAFE();
-    int fd = fake_memfd_map(bytes, &addr);
+    int fd = fake_memfd_map(bytes, &addr, &shadow);
     if (fd < 0) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&fake_mem_lock);
-    struct fake_range *r = fake_range_add((uintptr_t)addr, bytes, FAKE_MEM_DEVICE,
-                                          fake_current_device());
+    struct fake_range *r = fake_range_add(addr, bytes, FAKE_MEM_DEVICE, fake_current_device());
     if (r != NULL) {
         r->memfd = fd;
         r->mapped = true;
+        r->shadow = shadow;
     }
     pthread_mutex_unlock(&fake_mem_lock);
     if (r == NULL) {
-        munmap(addr, bytes ? bytes : 1);
+        munmap((void *)addr, bytes ? bytes : 1);
+        munmap((void *)shadow, bytes ? bytes : 1);
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *dptr = (CUdeviceptr)(uintptr_t)addr;
+    *dptr = (CUdeviceptr)addr;
     return CUDA_SUCCESS;
 }
 
@@ -238,6 +274,9 @@ cuMemFree(CUdeviceptr dptr)
         return CUDA_ERROR_INVALID_VALUE;
     }
     munmap((void *)r->base, r->size ? r->size : 1);
+    if (r->shadow != 0) {
+        munmap((void *)r->shadow, r->size ? r->size : 1);
+    }
     if (r->memfd >= 0) {
         /* cuIpcOpenMemHandle: "Calling cuMemFree on an exported memory region before calling
          * cuIpcCloseMemHandle in the importing context will result in undefined behavior."
@@ -551,15 +590,17 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
     if (fd < 0) {
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    void *addr = mmap(NULL, h.size ? h.size : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    uintptr_t addr, shadow;
+    bool mapped = fake_shadow_map(fd, 0, h.size, 0, &addr, &shadow);
     close(fd);
-    if (addr == MAP_FAILED) {
+    if (!mapped) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&fake_mem_lock);
-    struct fake_range *r = fake_range_add((uintptr_t)addr, h.size, FAKE_MEM_DEVICE, h.device);
+    struct fake_range *r = fake_range_add(addr, h.size, FAKE_MEM_DEVICE, h.device);
     if (r != NULL) {
         r->mapped = true;
+        r->shadow = shadow;
         r->ipc_refs = 1;
         r->ipc_pid = h.pid;
         r->ipc_fd = h.fd;
@@ -584,6 +625,7 @@ cuIpcCloseMemHandle(CUdeviceptr dptr)
     bool last = --r->ipc_refs == 0;
     if (last) {
         munmap((void *)r->base, r->size ? r->size : 1);
+        munmap((void *)r->shadow, r->size ? r->size : 1);
         fake_range_remove(r);
     }
     pthread_mutex_unlock(&fake_mem_lock);
@@ -706,10 +748,10 @@ cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHand
                       (unsigned long long)ptr, FAKE_GRANULARITY, h->size);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    /* Mapped, but unreachable until cuMemSetAccess, as on a GPU. */
-    void *va = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
-                    h->memfd, (off_t)offset);
-    if (va == MAP_FAILED) {
+    /* Device memory: the program's addresses stay unreachable from the host; device work
+     * reaches it only once cuMemSetAccess granted its device access. */
+    uintptr_t app, shadow;
+    if (!fake_shadow_map(h->memfd, (off_t)offset, size, (uintptr_t)ptr, &app, &shadow)) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     pthread_mutex_lock(&fake_mem_lock);
@@ -717,6 +759,7 @@ cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHand
     if (r != NULL) {
         r->handle = h;
         r->id = h->id;
+        r->shadow = shadow;
         h->refs++;
     }
     pthread_mutex_unlock(&fake_mem_lock);
@@ -733,18 +776,20 @@ cuMemUnmap(CUdeviceptr ptr, size_t size)
         pthread_mutex_unlock(&fake_mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    /* Back to reserved, inaccessible address space. */
+    /* The program's addresses go back to reserved (they were only that unless host-visible),
+     * the double's own go. */
     mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
          MAP_NORESERVE, -1, 0);
+    munmap((void *)r->shadow, r->size);
     fake_handle_put(r->handle);
     fake_range_remove(r);
     pthread_mutex_unlock(&fake_mem_lock);
     return CUDA_SUCCESS;
 }
 
-/* Grants or takes access to whole mappings of [ptr, ptr + size), which must be mapped. The
- * double's memory is the process's, so any device's read and write access opens the pages,
- * none closes them. */
+/* Grants or takes access to whole mappings of [ptr, ptr + size), which must be mapped, per
+ * device: work on a device without it touches an illegal address (the double's launches and
+ * copies refuse it). The host never reaches them, as on a GPU. */
 FAKE_API CUresult
 cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -771,7 +816,6 @@ cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t
             r->access = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? r->access | bit
                                                                              : r->access & ~bit;
         }
-        mprotect((void *)r->base, r->size, r->access ? PROT_READ | PROT_WRITE : PROT_NONE);
         p = r->base + r->size;
     }
     pthread_mutex_unlock(&fake_mem_lock);
@@ -862,7 +906,7 @@ FAKE_API CUresult
 cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    memmove((void *)(uintptr_t)dst, src, bytes);
+    memmove((void *)fake_mem_host_of((uintptr_t)dst), src, bytes);
     return CUDA_SUCCESS;
 }
 
@@ -870,7 +914,7 @@ FAKE_API CUresult
 cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    memmove(dst, (const void *)(uintptr_t)src, bytes);
+    memmove(dst, (const void *)fake_mem_host_of((uintptr_t)src), bytes);
     return CUDA_SUCCESS;
 }
 
@@ -878,6 +922,6 @@ FAKE_API CUresult
 cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    memset((void *)(uintptr_t)dst, value, n);
+    memset((void *)fake_mem_host_of((uintptr_t)dst), value, n);
     return CUDA_SUCCESS;
 }

@@ -37,6 +37,7 @@ fake_setup(void)
     fake_cfg.cc = fake_env_int("FAKE_CUDA_CC", 90);
     fake_cfg.driver_version = fake_env_int("FAKE_CUDA_DRIVER_VERSION", CUDA_VERSION);
     fake_cfg.one_queue = fake_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8) == 1;
+    fake_cfg.host_visible = fake_env_int("FAKE_CUDA_HOST_VISIBLE", 0) != 0;
     fake_cfg.no_peer = fake_env_int("FAKE_CUDA_NO_PEER", 0) != 0;
     for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
         fake_devices[d].ordinal = d;

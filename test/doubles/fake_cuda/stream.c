@@ -479,13 +479,13 @@ fake_stream_set_capturing(CUstream handle, bool capturing)
 static bool
 fake_device_address(uint64_t *addr, int device, const char *what)
 {
-    *addr = fake_mem_host_of((uintptr_t)*addr);
     if (!fake_mem_device_reaches((uintptr_t)*addr, device)) {
         fake_complain("%s on device %d touches cuMem memory at 0x%llx that cuMemSetAccess did "
                       "not open to it (an illegal address on a GPU)", what, device,
                       (unsigned long long)*addr);
         return false;
     }
+    *addr = fake_mem_host_of((uintptr_t)*addr);
     return true;
 }
 
@@ -506,7 +506,7 @@ fake_mem_op_enqueue(CUstream stream, enum fake_op_kind kind, CUdeviceptr addr,
                     cuuint32_t value, unsigned int flags)
 {
     uintptr_t host = fake_mem_host_of((uintptr_t)addr);
-    if (!fake_mem_op_target_ok(host)) {
+    if (!fake_mem_op_target_ok((uintptr_t)addr) && !(host != addr && host % 4 == 0)) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct fake_op *op = fake_op_new(kind);
