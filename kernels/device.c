@@ -119,6 +119,12 @@ kr_dev_fatbin_read(void)
 static ncclResult_t kr_dev_function(const struct gpu_device *device, enum kr_dev_kernel kernel,
                                     CUfunction *function_out);
 
+bool
+kr_dev_loaded(const struct gpu_device *device)
+{
+    return __atomic_load_n(&kr_dev_modules[device->ordinal].loaded, __ATOMIC_ACQUIRE);
+}
+
 ncclResult_t
 kr_dev_check_device(const char *api, const struct gpu_device *device)
 {
@@ -128,6 +134,10 @@ kr_dev_check_device(const char *api, const struct gpu_device *device)
     char held[256];
     CUfunction any;
 
+    /* Loaded once the check passed: every later call of the device's is served at once. */
+    if (kr_dev_loaded(device)) {
+        return ncclSuccess;
+    }
     SHIM_CHECK(kr_dev_check_available(api));
     pthread_once(&kr_dev_fatbin_once, kr_dev_fatbin_read);
     if (driver < needed || !kr_fatbin_serves(&kr_dev_fatbin, cc)) {

@@ -36,6 +36,8 @@ ncclResult_t kr_dev_check_available(const char *api);
  * between a queued stream wait and its release. ncclInvalidUsage with a WARN naming `api`,
  * the driver, the GPU and what the library holds, when they cannot run. */
 ncclResult_t kr_dev_check_device(const char *api, const struct gpu_device *device);
+/* Whether kr_dev_check_device passed for device and loaded its kernels (no driver call). */
+bool kr_dev_loaded(const struct gpu_device *device);
 
 struct kr_dev_launch {
     CUstream stream;

@@ -70,10 +70,12 @@ shim_devexec_check(struct shim_op *op, const char *api)
         return ncclUnhandledCudaError;
     }
     /* Its first call loads the kernels: not to be refused by the caller's capture. */
-    CUstreamCaptureMode mode = gpu_capture_relax();
-    ncclResult_t usable = kr_dev_check_device(api, gpu);
-    gpu_capture_restore(mode);
-    SHIM_CHECK(usable);
+    if (!kr_dev_loaded(gpu)) {
+        CUstreamCaptureMode mode = gpu_capture_relax();
+        ncclResult_t usable = kr_dev_check_device(api, gpu);
+        gpu_capture_restore(mode);
+        SHIM_CHECK(usable);
+    }
     if (shim_coll_reduces_dev(op->coll) &&
         (op->datatype == ncclFloat8e4m3 || op->datatype == ncclFloat8e5m2) &&
         gpu->cc_major < 9) {
