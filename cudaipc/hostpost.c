@@ -32,12 +32,12 @@
  * communicator, as PyTorch uses, always does); otherwise the leader finds mismatched
  * collectives. While capturing, every buffer must reach the leader without staging (device
  * memory, exported; the exports are pinned while the team lives, since the graph may run at
- * any time) and no other rank of the team may share this process: a host function whose
- * ring is full sleeps until the leader takes descriptors, which may need the other rank's
- * group, posted by a host function the driver's one callback thread runs only after this one.
- * Staged buffers are refused in this mode altogether. A group whose ring slots are still
- * taken (CIPC_RING descriptors behind) makes its host function sleep until the leader takes
- * them, which needs no GPU work. A failure of the team (dead rank, NCCLSHIM_TIMEOUT, abort)
+ * any time). Staged buffers are refused in this mode altogether. Ranks of the team may share
+ * the process: their host functions only post, whatever order the driver runs them in. A
+ * group whose ring slots are still taken (CIPC_RING descriptors behind) fails the team with
+ * a message instead of waiting, since the room could only come from another host function of
+ * the process (each stream has one host-posted group waiting at most, so it takes a great
+ * many streams). A failure of the team (dead rank, NCCLSHIM_TIMEOUT, abort)
  * releases every word: the stream then goes on, its results undefined, and the error is kept
  * for ncclCommGetAsyncError, as for the stream gates.
  *
@@ -298,8 +298,16 @@ cipc_hostpost_post(struct cipc_team *team, const struct cipc_hostpost *hp, uint3
     pthread_mutex_lock(&team->post_lock);
     res = cipc_team_error(team);
     uint32_t first = team->seq + 1, last = team->seq + (uint32_t)hp->nops;
-    if (res == ncclSuccess) {
-        res = cipc_ring_wait(team, last);
+    struct shm_wait wait;
+    /* A host function may not wait for room: that could take another host function of the
+     * process, run after this one. Each stream posting from the host has at most one group
+     * waiting at a time, so the ring is full only with a great many streams at once. */
+    if (res == ncclSuccess &&
+        !shm_flag_reached(&own->consumed, last - CIPC_RING, team->rank, &wait)) {
+        WARN("rank %d: more than %d device operations of this rank wait for the leader while "
+             "a stream posts %d more: too many streams at once", team->rank, CIPC_RING,
+             hp->nops);
+        res = ncclInvalidUsage;
     }
     if (res == ncclSuccess) {
         for (int i = 0; i < hp->nops; i++) {
@@ -374,19 +382,6 @@ cipc_hostpost_run(void *arg)
     pthread_mutex_unlock(&cipc_hostpost_lock);
 }
 
-/* Why this rank cannot capture now, or NULL. */
-static const char *
-cipc_hostpost_refusal(struct cipc_team *team)
-{
-    for (int r = 0; r < team->nranks; r++) {
-        if (r != team->rank && shm_team_peer_in_this_process(team->shm, r)) {
-            return "another rank of the communicator is in this process (a host function "
-                   "whose ring is full could wait for the other rank's)";
-        }
-    }
-    return NULL;
-}
-
 ncclResult_t
 cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                      CUstream stream, bool capturing)
@@ -395,12 +390,6 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     ncclResult_t res;
 
     if (capturing && !team->stream_posting) {
-        const char *why = cipc_hostpost_refusal(team);
-        if (why != NULL) {
-            WARN("rank %d: a device call on a stream being captured into a CUDA graph: %s",
-                 team->rank, why);
-            return ncclInvalidUsage;
-        }
         INFO(SHIM_GRAPH, "rank %d: a stream is captured: operations are posted from their "
              "streams from now on", team->rank);
         team->stream_posting = true;

@@ -10,8 +10,9 @@
  *             ncclGroupEnd, the second stream sees the first's result (NCCL's join);
  *   devices   one process, ncclCommInitAll on devices 0 and 1, one thread: a group with a
  *             call on each communicator's stream and a send/receive between them, the device
- *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); a capture then
- *             is refused (two ranks in one process); with -k expandable, on cuMem memory
+ *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); then both ranks
+ *             capture an all-reduce, each on its own stream, and both graphs launch; with
+ *             -k expandable, on cuMem memory
  *             that only its own device may touch (PyTorch's expandable segments);
  *   unsupported  a GPU or driver the kernels cannot run on (FAKE_CUDA_CC=70 or
  *             FAKE_CUDA_DRIVER_VERSION=12040 with the double): ncclInvalidUsage at the first
@@ -193,22 +194,44 @@ part_devices(void)
                                          s[d]));
     }
     MP_CHECK(ncclGroupEnd());
-    /* Two ranks of one process cannot post from their streams: refused while capturing. */
-    MP_CU(&st_cu, stream_synchronize(s[0]));
-    if (mp_cuda_capture(&st_cu, s[0], 1)) {
-        ncclResult_t res = ncclAllReduce(x[0], x[0], ST_COUNT, ncclFloat, ncclSum, comms[0],
-                                         s[0]);
-        mp_cuda_capture(&st_cu, s[0], 0);
-        MP_EXPECT(res == ncclInvalidUsage, "a capture with two ranks in one process gave %s",
-                  ncclGetErrorString(res));
-        MP_EXPECT(strstr(mp_last_error(comms[0]), "in this process") != NULL,
-                  "no clear message: \"%s\"", mp_last_error(comms[0]));
+    /* Both ranks of the process capture, each on its own stream, and both graphs launch:
+     * their host functions only post, in whatever order the driver runs them. Where device
+     * 1's memory reaches the leader only through staging (no peer access, or cuMem memory
+     * without access), its capture is refused with a message instead. */
+    const char *no_peer = getenv("FAKE_CUDA_NO_PEER");
+    bool staged = st_kind == MP_MEM_EXPANDABLE || (no_peer != NULL && strcmp(no_peer, "1") == 0);
+    CUgraph graphs[2] = {NULL, NULL};
+    CUgraphExec execs[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        MP_CU(&st_cu, stream_synchronize(s[d]));
+        MP_CU(&st_cu, stream_begin_capture(s[d], CU_STREAM_CAPTURE_MODE_GLOBAL));
+        ncclResult_t res = ncclAllReduce(x[d], x[d], ST_COUNT, ncclFloat, ncclSum, comms[d],
+                                         s[d]);
+        (void)st_cu.stream_end_capture(s[d], &graphs[d]);
+        if (staged && d == 1) {
+            MP_EXPECT(res == ncclInvalidUsage && strstr(mp_last_error(comms[1]), "staging"),
+                      "capturing a buffer only staging reaches gave %s: \"%s\"",
+                      ncclGetErrorString(res), mp_last_error(comms[1]));
+        } else {
+            MP_EXPECT(res == ncclSuccess, "a captured all-reduce of rank %d gave %s", d,
+                      ncclGetErrorString(res));
+            MP_CU(&st_cu, graph_instantiate(&execs[d], graphs[d], 0));
+        }
+    }
+    for (int d = 0; d < 2 && !staged; d++) {
+        MP_CU(&st_cu, graph_launch(execs[d], s[d]));
     }
     for (int d = 0; d < 2; d++) {
         MP_CU(&st_cu, ctx_set_current(ctx[d]));
-        MP_EXPECT(st_check(x[d], ST_COUNT, 3, 0, s[d], "all-reduce of a two-device clique") ==
-                      0,
+        MP_EXPECT(st_check(x[d], ST_COUNT, staged ? 3 : 6, 0, s[d],
+                           "a two-device clique's graphs") == 0,
                   "wrong all-reduce on device %d", d);
+        if (execs[d] != NULL) {
+            MP_CU(&st_cu, graph_exec_destroy(execs[d]));
+        }
+        if (graphs[d] != NULL) {
+            MP_CU(&st_cu, graph_destroy(graphs[d]));
+        }
         MP_CHECK(ncclCommDestroy(comms[d]));
     }
 }
