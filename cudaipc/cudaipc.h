@@ -66,6 +66,9 @@ struct cipc_team_args {
      * device, or one with peer access), as every rank computed it at init. */
     const uint8_t *reach;
     uint64_t id;          /* the communicator's identity, for names and log lines */
+    bool ready_now;       /* the program chose the device: register and make streams now
+                             (else at the first device call: a program serving host memory
+                             only makes no CUDA context) */
     struct shim_log_scope *log; /* the communicator's: the thread's WARNs land in its
                                    last-error text, its lines name its device */
 };

@@ -77,6 +77,10 @@ cipc_post_ready(struct cipc_team *team)
     }
     const struct gpu_device *gpu;
     SHIM_CHECK(gpu_device_get(team->device, &gpu));
+    if (!team->prepared) {
+        SHIM_CHECK(cipc_hostpost_prepare(gpu));
+        team->prepared = true;
+    }
     SHIM_CHECK(cipc_exports_create(team));
     SHIM_CHECK(shim_calloc(&team->stage, 1));
     SHIM_CHECK(gpu_ctx_push(gpu->ctx));

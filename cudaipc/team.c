@@ -309,34 +309,30 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
         SHIM_CHECK_GOTO(cipc_leader_create(team), res, err_free);
     }
     /* Page-locked memory is registered now, not between a queued stream wait and its release
-     * (registration may wait for the whole device). A device this process does not have, or
-     * none, serves host memory only: device calls are refused on it. */
-    const struct gpu_device *gpu;
-    if (team->device >= 0 && team->device < gpu_device_count() &&
-        gpu_device_get(team->device, &gpu) == ncclSuccess) {
-        SHIM_CHECK_GOTO(cipc_hostpost_prepare(gpu), res, err_leader);
-        team->prepared = true;
-        SHIM_CHECK_GOTO(cipc_post_ready(team), res, err_unprepare);
+     * (registration may wait for the whole device), where the program chose the device; a
+     * program that did not (host memory only, likely) gets it at its first device call. A
+     * device this process does not have serves host memory only: device calls are refused. */
+    if (args->ready_now && team->device >= 0 && team->device < gpu_device_count()) {
+        SHIM_CHECK_GOTO(cipc_post_ready(team), res, err_unready);
         if (team->leader != NULL) {
-            SHIM_CHECK_GOTO(cipc_leader_activate(team), res, err_unprepare);
+            SHIM_CHECK_GOTO(cipc_leader_activate(team), res, err_unready);
         }
     }
     int err = pthread_create(&team->thread, NULL, cipc_team_main, team);
     if (err != 0) {
         WARN("cudaipc: cannot start the device team's thread: %s", strerror(err));
         res = ncclSystemError;
-        goto err_unprepare;
+        goto err_unready;
     }
     team->thread_started = true;
     *team_out = team;
     return ncclSuccess;
 
-err_unprepare:
+err_unready:
     cipc_post_free(team);
     if (team->prepared) {
         cipc_hostpost_unprepare();
     }
-err_leader:
     if (team->leader != NULL) {
         cipc_leader_destroy(team, true);
     }

@@ -157,10 +157,11 @@ struct cipc_team {
     struct cipc_leader *leader;    /* the leader's side; NULL on every other rank */
 };
 
-/* Made ready when the team is made, where its device exists, so that nothing registers
- * page-locked memory or creates a stream later, between a queued stream wait and its release
- * (either may wait for the whole device); else at the first device call, which then fails
- * with a message. post.c: this rank's device, its control block registered, its flags'
+/* Made ready when the team is made, where the program chose the device and it exists, so
+ * that nothing registers page-locked memory or creates a stream later, between a queued
+ * stream wait and its release (either may wait for the whole device); else at the first
+ * device call (which fails with a message where the device does not exist). post.c: this
+ * rank's device, the process's release words, its control block registered, its flags'
  * stream addresses. leader.c (the leader only): its device and stream, every rank's control
  * block registered. */
 ncclResult_t cipc_post_ready(struct cipc_team *team);

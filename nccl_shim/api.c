@@ -163,6 +163,7 @@ shim_api_init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *id, int ran
     /* The current device, as NCCL takes it; with none current, device 0, as the runtime's
      * cudaGetDevice says. */
     args.cuda_dev = gpu_device_current();
+    args.cuda_dev_chosen = args.cuda_dev >= 0;
     if (args.cuda_dev < 0 && gpu_device_count() > 0) {
         args.cuda_dev = 0;
     }

@@ -299,6 +299,7 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
     comm->rank = args->rank;
     comm->nranks = args->nranks;
     comm->cuda_dev = args->cuda_dev;
+    comm->cuda_dev_chosen = args->cuda_dev_chosen;
     comm->blocking = args->blocking;
     comm->state = SHIM_COMM_INITIALIZING;
     comm->chunk_bytes = (size_t)shim_env_int(SHIM_ENV_CHUNK_BYTES);
@@ -384,7 +385,8 @@ shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks, uint
                        bool blocking, struct ncclComm **comm_out)
 {
     struct shim_comm_args args = {.nranks = nranks, .rank = rank, .blocking = blocking,
-                                  .cuda_dev = parent->cuda_dev};
+                                  .cuda_dev = parent->cuda_dev,
+                                  .cuda_dev_chosen = parent->cuda_dev_chosen};
     struct ncclComm *comm;
     ncclResult_t res;
 
@@ -448,7 +450,8 @@ shim_comm_init_all(struct ncclComm **comms, int ncomms, const int *devlist)
         struct shim_comm_init_all_job *job = &jobs[started];
         job->args = (struct shim_comm_args){.nranks = ncomms, .rank = started, .id = id,
                                             .blocking = true,
-                                            .cuda_dev = devlist ? devlist[started] : started};
+                                            .cuda_dev = devlist ? devlist[started] : started,
+                                            .cuda_dev_chosen = true};
         if (pthread_create(&threads[started], NULL, shim_comm_init_all_thread, job) != 0) {
             WARN("ncclCommInitAll: cannot start thread %d: %s", started, strerror(errno));
             res = ncclSystemError;

@@ -47,6 +47,7 @@ struct ncclComm {
     int rank;
     int nranks;
     int cuda_dev;
+    bool cuda_dev_chosen;    /* shim_comm_args.cuda_dev_chosen */
     uint64_t id_hash;        /* equal on every rank: from the unique id */
     uint8_t tag_base;        /* the communicator's bits in every message tag */
     uint32_t seq;            /* collective sequence number, equal across ranks */
@@ -88,6 +89,7 @@ struct shim_comm_args {
     ncclUniqueId id;
     bool blocking;
     int cuda_dev;
+    bool cuda_dev_chosen; /* current at init, or named: not device 0 for want of one */
 };
 
 /* Creates a communicator. Blocking: returns once every rank joined. Non-blocking: returns

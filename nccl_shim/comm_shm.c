@@ -98,7 +98,8 @@ shim_comm_device_team(struct ncclComm *comm, const uint8_t *verdicts)
         memcpy(reach + (size_t)a * n, verdicts + (size_t)a * (n + 1) + 1, (size_t)n);
     }
     struct cipc_team_args args = {.shm = comm->shm, .device = comm->cuda_dev, .reach = reach,
-                                  .id = comm->id_hash, .log = &comm->log};
+                                  .id = comm->id_hash, .log = &comm->log,
+                                  .ready_now = comm->cuda_dev_chosen};
     if (cipc_team_create(&args, &comm->dev) != ncclSuccess) {
         comm->dev = NULL;
         INFO(SHIM_INIT, "comm %p rank %d: no device team: device buffers will be refused",

@@ -162,6 +162,7 @@ device_cases() {
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
     run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
+    run_case device-streams-hostonly-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p hostonly
     for n in 1 2 4; do
         run_case "device-streams-graph-n$n" "$n" 60 "${dev[@]}" -- "$bindir/streams" -p graph
         run_case "device-streams-twographs-n$n" "$n" 60 "${dev[@]}" -- \

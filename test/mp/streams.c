@@ -17,6 +17,9 @@
  *   unsupported  a GPU or driver the kernels cannot run on (FAKE_CUDA_CC=70 or
  *             FAKE_CUDA_DRIVER_VERSION=12040 with the double): ncclInvalidUsage at the first
  *             device call, naming driver, GPU and what the library holds; host memory works;
+ *   hostonly  a communicator made with no current device serves host memory without a CUDA
+ *             context, registration, stream or module (counted by the double); its first
+ *             device call then works;
  *   nodevice  one process, one device, ncclCommInitAll on devices 0 and 1: host memory
  *             works on both, a device buffer on the missing device's communicator is a
  *             clear error (ncclshim keeps such communicators for host memory);
@@ -308,6 +311,34 @@ part_unsupported(const struct mp_world *w)
     }
     MP_CHECK_COMM(w->comm, ncclAllReduce(host, host, 64, ncclFloat, ncclSum, w->comm, NULL));
     MP_EXPECT(host[0] == (float)w->nranks, "host all-reduce after the refusal: %g", host[0]);
+}
+
+/* A communicator made with no current device (a program of host memory, likely) makes no
+ * CUDA context, registers nothing and creates no stream until its first device call, which
+ * then works (on device 0, as the runtime's default). */
+static void
+part_hostonly(const struct mp_world *w)
+{
+    struct mp_fake_stats stats = {0};
+    float host[64];
+
+    for (int i = 0; i < 64; i++) {
+        host[i] = 1;
+    }
+    MP_CHECK_COMM(w->comm, ncclAllReduce(host, host, 64, ncclFloat, ncclSum, w->comm, NULL));
+    MP_EXPECT(host[0] == (float)w->nranks, "host all-reduce: %g", host[0]);
+    if (st_cu.fake_stats != NULL) {
+        st_cu.fake_stats(&stats);
+        MP_EXPECT(stats.registrations == 0 && stats.streams == 0 && stats.modules == 0,
+                  "a communicator serving host memory registered %d ranges, made %d streams "
+                  "and loaded %d modules", stats.registrations, stats.streams, stats.modules);
+    }
+    MP_CU(&st_cu, ctx_set_current(st_cu.ctx));
+    CUstream s = st_stream();
+    float *dev = st_buffer(64, 1, 0, s);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(dev, dev, 64, ncclFloat, ncclSum, w->comm, s));
+    MP_EXPECT(st_check(dev, 64, (float)w->nranks, 0, s, "the first device call") == 0,
+              "the first device call of a communicator made without a device went wrong");
 }
 
 static void
@@ -682,7 +713,8 @@ main(int argc, char **argv)
             graph = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|graph|twographs|globalcapture|abort|fp8|unsupported|nodevice "
+                            "churn|graph|twographs|globalcapture|abort|fp8|unsupported|hostonly|"
+                            "nodevice "
                             "[-r POSTER] [-g] [-k KIND]\n");
             return 2;
         }
@@ -697,6 +729,9 @@ main(int argc, char **argv)
         }
         printf("streams: %s, %d failed checks\n", part, mp_failures);
         return mp_failures == 0 ? 0 : 1;
+    }
+    if (strcmp(part, "hostonly") == 0) {
+        MP_CU(&st_cu, ctx_set_current(NULL)); /* no current device when the comm is made */
     }
     mp_world_init(&world);
     if (strcmp(part, "returns") == 0) {
@@ -722,6 +757,8 @@ main(int argc, char **argv)
         world.comm = NULL;
     } else if (strcmp(part, "fp8") == 0) {
         part_fp8(&world);
+    } else if (strcmp(part, "hostonly") == 0) {
+        part_hostonly(&world);
     } else if (strcmp(part, "unsupported") == 0) {
         part_unsupported(&world);
     } else {
