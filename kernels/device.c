@@ -72,7 +72,9 @@ kr_dev_check_available(const char *api)
     return ncclSuccess;
 }
 
-/* Loads the module into the device's context; called with the lock held. */
+/* Loads the module into the device's context; called with the lock held. Module loading is
+ * among what a global-mode capture forbids, and the first call to load may be made inside
+ * the caller's capture: it runs in relaxed mode. */
 static ncclResult_t
 kr_dev_load(const struct gpu_device *device)
 {
@@ -80,6 +82,7 @@ kr_dev_load(const struct gpu_device *device)
     ncclResult_t res;
 
     SHIM_CHECK(gpu_ctx_push(device->ctx));
+    CUstreamCaptureMode mode = gpu_capture_relax();
     GPU_CU_CHECK_GOTO(cuModuleLoadData(&module, kr_fatbin_start), res, out);
     for (int k = 0; k < KR_DEV_KERNELS; k++) {
         CUfunction *f = &kr_dev_modules[device->ordinal].functions[k];
@@ -100,6 +103,7 @@ kr_dev_load(const struct gpu_device *device)
 err_unload:
     gpu_cu.cuModuleUnload(module);
 out:
+    gpu_capture_restore(mode);
     gpu_ctx_pop();
     return res;
 }
@@ -119,7 +123,7 @@ kr_dev_fatbin_read(void)
 static ncclResult_t kr_dev_function(const struct gpu_device *device, enum kr_dev_kernel kernel,
                                     CUfunction *function_out);
 
-bool
+static bool
 kr_dev_loaded(const struct gpu_device *device)
 {
     return __atomic_load_n(&kr_dev_modules[device->ordinal].loaded, __ATOMIC_ACQUIRE);

@@ -33,11 +33,10 @@ ncclResult_t kr_dev_check_available(const char *api);
  * enqueues anything: the fatbin must hold a cubin or PTX for the GPU's compute capability,
  * and the driver must be of the CUDA major version that built it (or newer). Then loads the
  * kernels into the device's context, every function at once, so that nothing loads later
- * between a queued stream wait and its release. ncclInvalidUsage with a WARN naming `api`,
+ * between a queued stream wait and its release; once they are, a call returns at once,
+ * making no driver call. ncclInvalidUsage with a WARN naming `api`,
  * the driver, the GPU and what the library holds, when they cannot run. */
 ncclResult_t kr_dev_check_device(const char *api, const struct gpu_device *device);
-/* Whether kr_dev_check_device passed for device and loaded its kernels (no driver call). */
-bool kr_dev_loaded(const struct gpu_device *device);
 
 struct kr_dev_launch {
     CUstream stream;

@@ -27,12 +27,18 @@ struct shim_dev_solo {
     bool recorded;
 };
 
+/* A communicator made without a current device works on device 0, as the runtime's. */
+static int
+shim_devexec_ordinal(const struct ncclComm *comm)
+{
+    return comm->cuda_dev >= 0 ? comm->cuda_dev : 0;
+}
+
 static const struct gpu_device *
 shim_devexec_device(const struct ncclComm *comm)
 {
     const struct gpu_device *gpu = NULL;
-    /* A communicator made without a current device works on device 0, as the runtime's. */
-    if (gpu_device_get(comm->cuda_dev >= 0 ? comm->cuda_dev : 0, &gpu) != ncclSuccess) {
+    if (gpu_device_get(shim_devexec_ordinal(comm), &gpu) != ncclSuccess) {
         return NULL;
     }
     return gpu;
@@ -57,7 +63,7 @@ shim_devexec_check(struct shim_op *op, const char *api)
              "abort remain", api, (const void *)comm);
         return failed;
     }
-    int ordinal = comm->cuda_dev >= 0 ? comm->cuda_dev : 0;
+    int ordinal = shim_devexec_ordinal(comm);
     if (ordinal >= gpu_device_count()) {
         /* Such a communicator is ncclshim's, for host memory (NCCL refuses it at init). */
         WARN("%s: communicator %p is on CUDA device %d, which this process does not have "
@@ -69,13 +75,7 @@ shim_devexec_check(struct shim_op *op, const char *api)
     if (gpu == NULL) {
         return ncclUnhandledCudaError;
     }
-    /* Its first call loads the kernels: not to be refused by the caller's capture. */
-    if (!kr_dev_loaded(gpu)) {
-        CUstreamCaptureMode mode = gpu_capture_relax();
-        ncclResult_t usable = kr_dev_check_device(api, gpu);
-        gpu_capture_restore(mode);
-        SHIM_CHECK(usable);
-    }
+    SHIM_CHECK(kr_dev_check_device(api, gpu));
     if (shim_coll_reduces_dev(op->coll) &&
         (op->datatype == ncclFloat8e4m3 || op->datatype == ncclFloat8e5m2) &&
         gpu->cc_major < 9) {
