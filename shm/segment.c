@@ -197,37 +197,51 @@ shm_team_destroy(struct shm_team *team)
     free(team);
 }
 
-/* Random per process, made again in a child after fork (its pid differs from the one it
- * was made for). */
-static pthread_mutex_t shm_token_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Random per process, made on first use and again in a child after fork (the child handler
+ * forgets the parent's). Read on every device call's buffers: an atomic load, no lock and no
+ * system call once made. */
 static uint64_t shm_token;
-static pid_t shm_token_pid;
+static pthread_once_t shm_token_once = PTHREAD_ONCE_INIT;
+
+static void
+shm_token_forget(void)
+{
+    __atomic_store_n(&shm_token, 0, __ATOMIC_RELAXED);
+}
+
+static void
+shm_token_watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, shm_token_forget);
+}
 
 uint64_t
 shm_process_token(void)
 {
-    pid_t pid = getpid();
+    uint64_t token = __atomic_load_n(&shm_token, __ATOMIC_ACQUIRE);
 
-    pthread_mutex_lock(&shm_token_lock);
-    if (shm_token_pid != pid || shm_token == 0) {
-        uint64_t token = 0;
-        if (shim_random_u64("a process token", &token) != ncclSuccess || token == 0) {
-            /* Without the kernel's randomness: the pid and a clock, unique enough here. */
-            token = ((uint64_t)pid << 32) ^ (uint64_t)shim_clock_ns() ^ 1;
-        }
-        shm_token = token;
-        shm_token_pid = pid;
+    if (token != 0) {
+        return token;
     }
-    uint64_t token = shm_token;
-    pthread_mutex_unlock(&shm_token_lock);
+    pthread_once(&shm_token_once, shm_token_watch_forks);
+    if (shim_random_u64("a process token", &token) != ncclSuccess || token == 0) {
+        /* Without the kernel's randomness: the pid and a clock, unique enough here. */
+        token = ((uint64_t)getpid() << 32) ^ (uint64_t)shim_clock_ns() ^ 1;
+    }
+    uint64_t none = 0;
+    /* Two threads making it at once agree on the first one stored. */
+    if (!__atomic_compare_exchange_n(&shm_token, &none, token, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        token = none;
+    }
     return token;
 }
 
 bool
 shm_team_peer_in_this_process(const struct shm_team *team, int rank)
 {
-    const struct shm_region *region = team->regions[rank];
-    return region->pid == getpid() && region->process == shm_process_token();
+    /* The token alone: equal pids of other PID namespaces differ in it. */
+    return team->regions[rank]->process == shm_process_token();
 }
 
 pid_t

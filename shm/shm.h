@@ -130,9 +130,9 @@ void shm_team_destroy(struct shm_team *team);
 bool shm_team_peer_alive(const struct shm_team *team, int rank);
 /* The process that owns rank's segment (known from the segment's creation on). */
 pid_t shm_team_peer_pid(const struct shm_team *team, int rank);
-/* Whether rank's segment was made by this very process: its pid and a random token of the
- * process's agree (containers may share IPC, so /dev/shm, without sharing PID namespaces:
- * equal pids of different processes). */
+/* Whether rank's segment was made by this very process: a random token of the process's,
+ * not the pid (containers may share IPC, so /dev/shm, without sharing PID namespaces: equal
+ * pids of different processes). */
 bool shm_team_peer_in_this_process(const struct shm_team *team, int rank);
 /* This process's random token (made again after fork). */
 uint64_t shm_process_token(void);
