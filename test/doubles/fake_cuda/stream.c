@@ -491,13 +491,17 @@ fake_device_address(uint64_t *addr, int device, const char *what)
 
 /* --- memory operations ---------------------------------------------------------------------- */
 
-static bool
-fake_mem_op_target_ok(uintptr_t host)
+/* Stream memory operations reach device memory or registered host memory, by either of its
+ * addresses (fake_mem_host_of translates a device address): the word the double touches, or 0
+ * where addr is none of those or not 4-byte aligned. */
+static uintptr_t
+fake_mem_op_target(CUdeviceptr addr)
 {
     enum fake_mem_kind kind;
     int device;
-    /* Stream memory operations reach registered host memory or device memory. */
-    return host % 4 == 0 && fake_mem_lookup(host, &kind, &device);
+    uintptr_t host = fake_mem_host_of((uintptr_t)addr);
+    bool known = host != (uintptr_t)addr || fake_mem_lookup((uintptr_t)addr, &kind, &device);
+    return addr % 4 == 0 && known ? host : 0;
 }
 
 /* A stream memory operation of `kind` on the 32-bit word at addr. */
@@ -505,8 +509,8 @@ static CUresult
 fake_mem_op_enqueue(CUstream stream, enum fake_op_kind kind, CUdeviceptr addr,
                     cuuint32_t value, unsigned int flags)
 {
-    uintptr_t host = fake_mem_host_of((uintptr_t)addr);
-    if (!fake_mem_op_target_ok((uintptr_t)addr) && !(host != addr && host % 4 == 0)) {
+    uintptr_t host = fake_mem_op_target(addr);
+    if (host == 0) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct fake_op *op = fake_op_new(kind);
