@@ -289,6 +289,19 @@ part_nodevice(void)
               "a refused call touched its buffer");
 }
 
+/* A host all-reduce of ones on comm, right (the communicator still serves host memory). */
+static void
+st_host_allreduce_works(ncclComm_t comm, int nranks, const char *what)
+{
+    float host[64];
+
+    for (int i = 0; i < 64; i++) {
+        host[i] = 1;
+    }
+    MP_CHECK_COMM(comm, ncclAllReduce(host, host, 64, ncclFloat, ncclSum, comm, NULL));
+    MP_EXPECT(host[0] == (float)nranks, "%s: host all-reduce gave %g", what, host[0]);
+}
+
 /* A GPU or driver the kernels cannot run on (FAKE_CUDA_CC=70, FAKE_CUDA_DRIVER_VERSION=12040
  * with the double): the first device call fails at once with a message naming the driver,
  * the GPU and what the library holds; host memory still works. */
@@ -297,7 +310,6 @@ part_unsupported(const struct mp_world *w)
 {
     CUstream s = st_stream();
     float *dev = st_buffer(64, 1, 0, s);
-    float host[64];
 
     ncclResult_t res = ncclAllReduce(dev, dev, 64, ncclFloat, ncclSum, w->comm, s);
     MP_EXPECT(res == ncclInvalidUsage, "a device call the kernels cannot serve gave %s",
@@ -306,11 +318,7 @@ part_unsupported(const struct mp_world *w)
     MP_EXPECT(strstr(text, "cannot run on device 0 (compute capability") != NULL &&
                   strstr(text, "CUDA driver") != NULL && strstr(text, "sm_") != NULL,
               "no clear message: \"%s\"", text);
-    for (int i = 0; i < 64; i++) {
-        host[i] = 1;
-    }
-    MP_CHECK_COMM(w->comm, ncclAllReduce(host, host, 64, ncclFloat, ncclSum, w->comm, NULL));
-    MP_EXPECT(host[0] == (float)w->nranks, "host all-reduce after the refusal: %g", host[0]);
+    st_host_allreduce_works(w->comm, w->nranks, "after the refusal");
 }
 
 /* A communicator made with no current device (a program of host memory, likely) makes no
@@ -320,13 +328,8 @@ static void
 part_hostonly(const struct mp_world *w)
 {
     struct mp_fake_stats stats = {0};
-    float host[64];
 
-    for (int i = 0; i < 64; i++) {
-        host[i] = 1;
-    }
-    MP_CHECK_COMM(w->comm, ncclAllReduce(host, host, 64, ncclFloat, ncclSum, w->comm, NULL));
-    MP_EXPECT(host[0] == (float)w->nranks, "host all-reduce: %g", host[0]);
+    st_host_allreduce_works(w->comm, w->nranks, "without a device");
     if (st_cu.fake_stats != NULL) {
         st_cu.fake_stats(&stats);
         MP_EXPECT(stats.registrations == 0 && stats.streams == 0 && stats.modules == 0,
