@@ -254,46 +254,64 @@ shim_devexec_same_device(const struct shim_op *ops, int nops, int from, const bo
     }
 }
 
-/* The ops of one device, which share its streams: fork, each communicator's part, join. */
-static ncclResult_t
-shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
-                        struct cipc_op *scratch)
+/* One device's part of a group: its ops (`on`, a mask over the group's) share its streams.
+ * Every part arrives before any part waits: a wait may block the caller until the other
+ * ranks of its communicator posted, and those may be ranks of one clique driven by this
+ * very thread on other devices. */
+struct shim_dev_part {
+    bool *on;
+    const struct gpu_device *gpu;
+    struct gpu_stream_set set;
+    bool arrived;
+};
+
+/* Whether ops[i] is in the part and the first op of its communicator there. */
+static bool
+shim_devexec_first_of_comm(const struct shim_op *ops, const bool *on, int i)
 {
-    const struct gpu_device *gpu = NULL;
-    struct gpu_stream_set set = {0};
+    for (int j = 0; j < i; j++) {
+        if (on[j] && ops[j].comm == ops[i].comm) {
+            return false;
+        }
+    }
+    return on[i];
+}
+
+/* Forks the part's streams and hands each communicator's ops to its team, its network path,
+ * or (one rank) the stream itself. */
+static ncclResult_t
+shim_devexec_part_arrive(const struct shim_op *ops, int nops, struct shim_dev_part *part,
+                         struct cipc_op *scratch)
+{
+    const bool *on = part->on;
     ncclResult_t res;
     int first = 0;
 
     while (!on[first]) {
         first++;
     }
-    gpu = shim_devexec_device(ops[first].comm);
-    if (gpu == NULL) {
+    part->gpu = shim_devexec_device(ops[first].comm);
+    if (part->gpu == NULL) {
         return ncclUnhandledCudaError;
     }
-    set.ctx = gpu->ctx;
+    part->set.ctx = part->gpu->ctx;
     for (int i = first; i < nops; i++) {
         if (on[i]) {
-            SHIM_CHECK(gpu_stream_set_add(&set, ops[i].stream));
+            SHIM_CHECK(gpu_stream_set_add(&part->set, ops[i].stream));
         }
     }
-    cudaStream_t stream = set.streams[0];
+    cudaStream_t stream = part->set.streams[0];
     /* The check asked the driver whether each call's stream was being captured; the group's
      * work goes on the first one's. */
     bool capturing = ops[first].capturing;
-    SHIM_CHECK(gpu_streams_fork(&set));
-    SHIM_CHECK(gpu_ctx_push(gpu->ctx));
-    /* Every communicator arrives before any waits: two of them may be ranks of one clique. */
+    SHIM_CHECK(gpu_streams_fork(&part->set));
+    SHIM_CHECK(gpu_ctx_push(part->gpu->ctx));
     for (int i = first; i < nops; i++) {
-        struct ncclComm *comm = ops[i].comm;
-        bool seen = false;
-        for (int j = first; j < i && !seen; j++) {
-            seen = on[j] && ops[j].comm == comm;
-        }
-        if (!on[i] || seen) {
+        if (!shim_devexec_first_of_comm(ops, on, i)) {
             continue;
         }
-        int n = 0, start = i;
+        struct ncclComm *comm = ops[i].comm;
+        int n = 0;
         for (int j = i; j < nops; j++) {
             if (on[j] && ops[j].comm == comm) {
                 scratch[n++] = shim_devexec_cipc_op(&ops[j]);
@@ -305,36 +323,48 @@ shim_devexec_device_run(const struct shim_op *ops, int nops, const bool *on,
             /* One rank, or ranks without a device team (staged over the network). */
             struct shim_op *mine;
             SHIM_CHECK_GOTO(shim_calloc(&mine, (size_t)n), res, out);
-            for (int j = start, k = 0; j < nops; j++) {
+            for (int j = i, k = 0; j < nops; j++) {
                 if (on[j] && ops[j].comm == comm) {
                     mine[k++] = ops[j];
                 }
             }
             res = comm->nranks == 1
-                      ? shim_devexec_solo(comm, mine, n, gpu, stream, capturing)
-                      : shim_staged_arrive(comm, mine, n, gpu, (CUstream)stream);
+                      ? shim_devexec_solo(comm, mine, n, part->gpu, stream, capturing)
+                      : shim_staged_arrive(comm, mine, n, part->gpu, (CUstream)stream);
             free(mine);
         }
         if (res != ncclSuccess) {
             goto out;
         }
     }
-    for (int i = first; i < nops; i++) {
-        bool seen = false;
-        for (int j = first; j < i && !seen; j++) {
-            seen = on[j] && ops[j].comm == ops[i].comm;
-        }
-        if (on[i] && !seen && ops[i].comm->dev != NULL) {
-            SHIM_CHECK_GOTO(cipc_post_wait(ops[i].comm->dev, (CUstream)stream), res, out);
-        } else if (on[i] && !seen && ops[i].comm->nranks > 1) {
-            SHIM_CHECK_GOTO(shim_staged_wait(ops[i].comm, (CUstream)stream), res, out);
-        }
-    }
+    part->arrived = true;
     res = ncclSuccess;
 out:
     gpu_ctx_pop();
+    return res;
+}
+
+/* Each communicator's wait on the part's first stream, then the join. */
+static ncclResult_t
+shim_devexec_part_wait(const struct shim_op *ops, int nops, struct shim_dev_part *part)
+{
+    CUstream stream = (CUstream)part->set.streams[0];
+    ncclResult_t res = ncclSuccess;
+
+    SHIM_CHECK(gpu_ctx_push(part->gpu->ctx));
+    for (int i = 0; i < nops && res == ncclSuccess; i++) {
+        if (!shim_devexec_first_of_comm(ops, part->on, i)) {
+            continue;
+        }
+        if (ops[i].comm->dev != NULL) {
+            res = cipc_post_wait(ops[i].comm->dev, stream);
+        } else if (ops[i].comm->nranks > 1) {
+            res = shim_staged_wait(ops[i].comm, stream);
+        }
+    }
+    gpu_ctx_pop();
     if (res == ncclSuccess) {
-        res = gpu_streams_join(&set);
+        res = gpu_streams_join(&part->set);
     }
     return res;
 }
@@ -342,28 +372,45 @@ out:
 ncclResult_t
 shim_devexec_run(const struct shim_op *ops, int nops)
 {
+    struct shim_dev_part *parts;
     struct cipc_op *scratch;
-    bool *handled, *on;
+    bool *handled, *masks;
+    int nparts = 0;
     ncclResult_t res = ncclSuccess;
 
     SHIM_CHECK(shim_calloc(&scratch, (size_t)nops));
-    SHIM_CHECK_GOTO(shim_calloc(&handled, 2 * (size_t)nops), res, out_scratch);
+    SHIM_CHECK_GOTO(shim_calloc(&parts, (size_t)nops), res, out_scratch);
+    SHIM_CHECK_GOTO(shim_calloc(&handled, (size_t)nops * ((size_t)nops + 1)), res, out_parts);
+    masks = handled + nops;
+    for (int i = 0; i < nops; i++) {
+        if (!handled[i]) {
+            struct shim_dev_part *part = &parts[nparts];
+            part->on = masks + (size_t)nparts * (size_t)nops;
+            shim_devexec_same_device(ops, nops, i, handled, part->on);
+            for (int j = i; j < nops; j++) {
+                handled[j] |= part->on[j];
+            }
+            nparts++;
+        }
+    }
     /* The caller may be capturing (these calls or others) in global mode: what we set up on
      * the way (registrations, mappings, streams) must neither fail nor break the capture. */
     CUstreamCaptureMode mode = gpu_capture_relax();
-    on = handled + nops;
-    for (int i = 0; i < nops && res == ncclSuccess; i++) {
-        if (handled[i]) {
-            continue;
-        }
-        shim_devexec_same_device(ops, nops, i, handled, on);
-        res = shim_devexec_device_run(ops, nops, on, scratch);
-        for (int j = i; j < nops; j++) {
-            handled[j] |= on[j];
+    for (int p = 0; p < nparts && res == ncclSuccess; p++) {
+        res = shim_devexec_part_arrive(ops, nops, &parts[p], scratch);
+    }
+    /* Parts that arrived get their waits even after a later one failed: their teams expect
+     * them. */
+    for (int p = 0; p < nparts; p++) {
+        if (parts[p].arrived) {
+            ncclResult_t waited = shim_devexec_part_wait(ops, nops, &parts[p]);
+            res = res != ncclSuccess ? res : waited;
         }
     }
     gpu_capture_restore(mode);
     free(handled);
+out_parts:
+    free(parts);
 out_scratch:
     free(scratch);
     return res;
