@@ -24,7 +24,12 @@
  *                          write done_q for every rank q taking part
  *
  * Waits between ranks are stream memory operations on flags in pinned shared memory, or the
- * host's; never a kernel spinning on another process's flag. Buffers the leader cannot map
+ * host's; never a kernel spinning on another process's flag. In the leader's process, where
+ * the leader's stream and the ranks' streams are of one context (which may have a single
+ * hardware queue), a stream waits only for work already enqueued: the leader's stream waits
+ * on an event of the leader rank's arrive, and a call there waits on the host until the
+ * leader took its operations before its stream waits for done (an event, for the leader
+ * rank), so such a call returns once the other ranks posted theirs. Buffers the leader cannot map
  * (managed or registered host memory, or device memory on a GPU the leader's cannot reach)
  * are staged through pinned shared host memory by their owner's stream.
  *
@@ -103,8 +108,10 @@ struct cipc_op {
  * a capture), a host function that does it all. Then cipc_post_wait enqueues the wait for
  * done and the copies out (or nothing). Between the two, a caller with several teams in one
  * group arrives on all of them before it waits on any: the teams may be ranks of one clique.
- * Neither waits for another rank (the ring of descriptors is the one bound: a rank CIPC_RING
- * operations ahead of the leader waits for room). */
+ * Outside the leader's process neither waits for another rank (the ring of descriptors is the
+ * one bound: a rank CIPC_RING operations ahead of the leader waits for room); in it,
+ * cipc_post_wait waits until the leader took the operations. With one hardware queue
+ * (CUDA_DEVICE_MAX_CONNECTIONS=1), capturing in the leader's process is refused. */
 ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                               CUstream stream, bool capturing);
 ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);

@@ -48,6 +48,7 @@ struct cipc_leader {
     struct gpu_flag *arrive;      /* every rank's flags, as the leader's stream sees them */
     struct gpu_flag *done;
     struct gpu_flag leader_done;
+    CUevent done_event;           /* after the last write of the leader rank's done */
     uint32_t ops;                 /* operations enqueued (the stream posts them done) */
     uint32_t *head;               /* per rank: its oldest operation not taken */
     uint8_t *taken;               /* per rank, per ring slot: taken, in the head group */
@@ -123,6 +124,7 @@ cipc_leader_destroy(struct cipc_team *team, bool abort)
         gpu_cu.cuStreamSynchronize(L->stream);
         cipc_cache_clear(&L->cache);
         gpu_cu.cuStreamDestroy(L->stream);
+        gpu_cu.cuEventDestroy(L->done_event);
         gpu_ctx_pop();
     }
     for (int i = 0; i < L->nfds; i++) {
@@ -183,6 +185,7 @@ cipc_leader_activate(struct cipc_team *team)
         L->done[r] = cipc_flag(team, r, &team->ctrls[r]->done);
     }
     L->leader_done = cipc_flag(team, CIPC_LEADER, &team->ctrls[CIPC_LEADER]->leader_done);
+    GPU_CU_CHECK_GOTO(cuEventCreate(&L->done_event, CU_EVENT_DISABLE_TIMING), res, out);
     GPU_CU_CHECK_GOTO(cuStreamCreate(&L->stream, CU_STREAM_NON_BLOCKING), res, out);
     L->gpu = gpu;
     INFO(SHIM_INIT, "cudaipc: rank %d leads the device team of %d ranks on device %d",
@@ -464,7 +467,18 @@ cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
     }
     L->head[rank] = last + 1;
     SHIM_CHECK(gpu_stream_post_flag(L->stream, &L->done[rank], last));
+    if (rank == CIPC_LEADER) {
+        /* Before consumed: the leader rank's call, waiting for that, then waits on it. */
+        GPU_CU_CHECK(cuEventRecord(L->done_event, L->stream));
+    }
     shm_flag_post(&team->ctrls[rank]->consumed, last);
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_leader_follow(struct cipc_team *team, CUstream stream)
+{
+    GPU_CU_CHECK(cuStreamWaitEvent(stream, team->leader->done_event, 0));
     return ncclSuccess;
 }
 
@@ -475,6 +489,12 @@ cipc_leader_wait_arrive(struct cipc_team *team, int rank, const struct cipc_desc
 {
     struct cipc_leader *L = team->leader;
 
+    if (d->by_event) {
+        /* The leader rank's stream, in this context: it recorded the event before it posted
+         * the group, and records it again only once the leader took the whole group. */
+        GPU_CU_CHECK(cuStreamWaitEvent(L->stream, team->arrived, 0));
+        return ncclSuccess;
+    }
     if ((int32_t)(d->seq - L->waited[rank]) > 0) {
         L->waited[rank] = d->seq;
     }
@@ -740,10 +760,9 @@ ncclResult_t
 cipc_leader_check_peers(struct cipc_team *team)
 {
     for (int r = 0; r < team->nranks; r++) {
-        if (r != team->rank && !shm_team_peer_alive(team->shm, r) &&
-            cipc_leader_needs(team, r)) {
-            WARN("cudaipc: rank %d (pid %d) died while the device team still needs it", r,
-                 (int)shm_team_peer_pid(team->shm, r));
+        if (r != team->rank && cipc_rank_gone(team, r) && cipc_leader_needs(team, r)) {
+            WARN("cudaipc: rank %d (pid %d) died or left the communicator while the device "
+                 "team still needs it", r, (int)shm_team_peer_pid(team->shm, r));
             return ncclRemoteError;
         }
     }

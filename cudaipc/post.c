@@ -88,6 +88,13 @@ cipc_post_ready(struct cipc_team *team)
     struct cipc_ctrl *own = team->ctrls[team->rank];
     team->arrive = cipc_flag(team, team->rank, &own->arrive);
     team->done = cipc_flag(team, team->rank, &own->done);
+    /* The leader's process, whichever device: a context shared with the leader's stream
+     * cannot be ruled out from here, and waiting on the host is right either way. */
+    team->leader_ctx = team->rank == CIPC_LEADER ||
+                       shm_team_peer_in_this_process(team->shm, CIPC_LEADER);
+    if (team->rank == CIPC_LEADER) {
+        GPU_CU_CHECK_GOTO(cuEventCreate(&team->arrived, CU_EVENT_DISABLE_TIMING), res, out);
+    }
     team->gpu = gpu;
     res = ncclSuccess;
 out:
@@ -484,21 +491,33 @@ cipc_post_publish(struct cipc_team *team, uint32_t last)
 }
 
 ncclResult_t
-cipc_ring_wait(struct cipc_team *team, uint32_t last)
+cipc_consumed_wait(struct cipc_team *team, uint32_t seq)
 {
     struct cipc_ctrl *own = team->ctrls[team->rank];
     int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
     struct shm_wait wait;
 
-    while (!shm_flag_reached(&own->consumed, last - CIPC_RING, team->rank, &wait)) {
+    while (!shm_flag_reached(&own->consumed, seq, team->rank, &wait)) {
         SHIM_CHECK(cipc_team_error(team));
         if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
-            WARN("rank %d: the communicator went while an operation waited for room", team->rank);
+            WARN("rank %d: the communicator went while an operation waited for the device "
+                 "team's leader", team->rank);
             return ncclInvalidUsage;
         }
         shm_wait_sleep(&wait, wait_ms > 0 ? wait_ms : 100);
     }
     return ncclSuccess;
+}
+
+/* Enqueues on stream a wait for this rank's operations up to seq to be done; in the leader's
+ * process only once the leader enqueued them (the caller waited for that). */
+static ncclResult_t
+cipc_wait_done(struct cipc_team *team, CUstream stream, uint32_t seq)
+{
+    if (team->rank == CIPC_LEADER) {
+        return cipc_leader_follow(team, stream);
+    }
+    return gpu_stream_wait_flag(stream, &team->done, seq);
 }
 
 ncclResult_t
@@ -522,17 +541,26 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
     }
     SHIM_CHECK(cipc_post_ready(team));
     SHIM_CHECK(cipc_exports_sweep(team));
+    if ((capturing || team->stream_posting) && team->leader_ctx && gpu_one_queue()) {
+        /* A graph holds the wait for the leader's work, which the leader's thread enqueues
+         * later: in one queue, behind that wait, for good. */
+        WARN("rank %d: with CUDA_DEVICE_MAX_CONNECTIONS=1 ncclshim cannot capture device "
+             "operations of the device team leader's process (rank %d's) into a CUDA graph: "
+             "run the call outside the capture, or leave CUDA_DEVICE_MAX_CONNECTIONS unset",
+             team->rank, CIPC_LEADER);
+        return ncclInvalidUsage;
+    }
     if (capturing || team->stream_posting) {
         return cipc_hostpost_arrive(team, ops, nops, stream, capturing);
     }
     uint32_t first = team->seq + 1, last = team->seq + (uint32_t)nops;
-    SHIM_CHECK(cipc_ring_wait(team, last));
+    SHIM_CHECK(cipc_consumed_wait(team, last - CIPC_RING));
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
     /* On another stream than the last operations, first wait for those to be done: arrive
      * must only grow (a later write of a smaller number would undo it), and the operations of
      * a communicator complete in the order they were issued. */
     if (stream != team->last_stream && first != 1) {
-        SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, first - 1), res, out);
+        SHIM_CHECK_GOTO(cipc_wait_done(team, stream, first - 1), res, out);
     }
     team->last_stream = stream;
     for (int i = 0; i < nops; i++) {
@@ -543,6 +571,7 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
 
         SHIM_CHECK_GOTO(cipc_desc_make(team, op, first + (uint32_t)i, last, d, staged_bufs),
                         res, out);
+        d->by_event = team->arrived != NULL;
         cipc_match_note(team, op);
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
         if ((staged_bufs[0] || staged_bufs[1] || staged_bufs[2]) && staged == NULL) {
@@ -579,8 +608,13 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
             }
         }
     }
-    cipc_post_publish(team, last);
+    /* Enqueued before the leader can see the group: in its context, the leader's stream must
+     * only wait for what is enqueued already. */
     SHIM_CHECK_GOTO(gpu_stream_post_flag(stream, &team->arrive, last), res, out);
+    if (team->arrived != NULL) {
+        GPU_CU_CHECK_GOTO(cuEventRecord(team->arrived, stream), res, out);
+    }
+    cipc_post_publish(team, last);
     team->pending_wait = last;
     res = ncclSuccess;
 out:
@@ -636,8 +670,29 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
         team->posted_by_host = false; /* its host function waits for done itself */
         return ncclSuccess;
     }
+    bool failed = false;
+    if (team->leader_ctx) {
+        /* Nothing on a stream of this context may wait for work the leader's stream has not
+         * been given yet: with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1), or streams
+         * sharing one, that work would queue behind the wait. So wait here until the leader
+         * took the group (NCCL's calls, too, may wait for the other ranks to arrive). */
+        res = cipc_consumed_wait(team, team->pending_wait);
+        if (res != ncclSuccess && __atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+            return res;
+        }
+        /* The team failed: the error is the communicator's (ncclCommGetAsyncError), and the
+         * stream waits on done, which only abort, destroy or revoke write now. */
+        failed = res != ncclSuccess;
+    }
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
-    SHIM_CHECK_GOTO(gpu_stream_wait_flag(stream, &team->done, team->pending_wait), res, out);
+    if (failed) {
+        res = gpu_stream_wait_flag(stream, &team->done, team->pending_wait);
+    } else {
+        res = cipc_wait_done(team, stream, team->pending_wait);
+    }
+    if (res != ncclSuccess) {
+        goto out;
+    }
     SHIM_CHECK_GOTO(cipc_gate_of(team, stream, &gate), res, out);
     GPU_CU_CHECK_GOTO(cuEventRecord(gate->event, stream), res, out);
     for (int i = 0; i < team->ncopies; i++) {
@@ -671,6 +726,9 @@ cipc_post_quiesce(struct cipc_team *team)
 void
 cipc_post_free(struct cipc_team *team)
 {
+    if (team->arrived != NULL) {
+        gpu_cu.cuEventDestroy(team->arrived);
+    }
     for (int i = 0; i < team->ngates; i++) {
         gpu_cu.cuEventDestroy(team->gates[i].event);
     }

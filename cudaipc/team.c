@@ -131,16 +131,23 @@ struct cipc_watch {
     unsigned reports;     /* SIGUSR1 requests seen */
 };
 
-/* After NCCLSHIM_WAIT_MS without news: whoever this rank waits for must be alive. */
+bool
+cipc_rank_gone(const struct cipc_team *team, int r)
+{
+    return __atomic_load_n(&team->ctrls[r]->left, __ATOMIC_ACQUIRE) != 0 ||
+           !shm_team_peer_alive(team->shm, r);
+}
+
+/* After NCCLSHIM_WAIT_MS without news: whoever this rank waits for must be there. */
 static ncclResult_t
 cipc_team_check_peers(struct cipc_team *team)
 {
     if (team->rank == CIPC_LEADER) {
         return cipc_leader_check_peers(team);
     }
-    if (cipc_team_busy(team) && !shm_team_peer_alive(team->shm, CIPC_LEADER)) {
-        WARN("rank %d: the device team's leader, rank %d (pid %d), died with this rank's "
-             "operations in flight", team->rank, CIPC_LEADER,
+    if (cipc_team_busy(team) && cipc_rank_gone(team, CIPC_LEADER)) {
+        WARN("rank %d: the device team's leader, rank %d (pid %d), died or left the "
+             "communicator with this rank's operations in flight", team->rank, CIPC_LEADER,
              (int)shm_team_peer_pid(team->shm, CIPC_LEADER));
         return ncclRemoteError;
     }
@@ -383,6 +390,9 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
         (void)cipc_team_drain(team);
     }
     bool busy = cipc_team_busy(team);
+    /* A rank waiting for this one (the leader, for a collective this rank never posts) learns
+     * that it will not come, as of a rank that died. */
+    __atomic_store_n(&team->ctrls[team->rank]->left, 1, __ATOMIC_RELEASE);
     if (team->thread_started) {
         __atomic_store_n(&team->stop, 1, __ATOMIC_RELEASE);
         if (team->rank == CIPC_LEADER) {

@@ -10,6 +10,7 @@
  *   done      written by the leader's stream: the rank's operations done, up to this number
  *   posted    the rank's host: descriptors posted up to this number (a whole group at once)
  *   consumed  the leader's host: this rank's descriptors taken, up to this number
+ *   left      the rank destroyed or aborted its side: a rank still needed will not come
  *   ring      CIPC_RING descriptors: operation n is in slot n % CIPC_RING
  * and, in the leader's block only: doorbell (any rank posted; the leader sleeps on it),
  * leader_done (its stream's operations done, for its mapping cache), error (the team failed:
@@ -58,7 +59,8 @@ struct cipc_desc {
     uint8_t coll;          /* enum alg_coll */
     uint8_t kind;          /* enum kr_op_kind */
     uint8_t pre;           /* this rank's input takes its PreMulSum scalar */
-    uint8_t pad;
+    uint8_t by_event;      /* the leader rank's call: its stream's arrive is the event
+                              cipc_team.arrived, which the leader's stream waits on */
     int32_t datatype;
     int32_t root;
     uint64_t count;
@@ -75,6 +77,7 @@ struct cipc_ctrl {
     struct shm_flag consumed;
     struct shm_flag doorbell;
     _Alignas(64) int32_t error;
+    int32_t left;
     int32_t device;        /* the rank's device, in its own process's numbering */
     uint32_t forgets;
     char channel[CIPC_CHANNEL_NAME_MAX];
@@ -126,6 +129,13 @@ struct cipc_team {
     uint32_t seq;                  /* atomic: the last operation posted */
     uint32_t pending_wait;         /* operations arrived, not yet waited for (cipc_post_wait) */
     CUstream last_stream;          /* the stream the last operations were gated on */
+    /* This rank's streams may share a context with the leader's stream (the leader's
+     * process): a wait on them may only be for work already enqueued there, so the call
+     * waits on the host until the leader enqueued its operations. The leader rank's own
+     * streams and the leader's stream order each other through events: `arrived`, recorded
+     * on this rank's stream where it arrives, and the leader's `done_event`. */
+    bool leader_ctx;
+    CUevent arrived;
     struct cipc_gate *gates;       /* every stream with a gate that may not have run yet */
     int ngates, gates_cap;
     struct cipc_copy *copies;      /* the staged outputs of those */
@@ -175,8 +185,9 @@ ncclResult_t cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, ui
                             uint32_t group_last, struct cipc_desc *d, bool staged_out[3]);
 /* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leader. */
 void cipc_post_publish(struct cipc_team *team, uint32_t last);
-/* Sleeps until the leader took enough descriptors for last to fit in the ring. */
-ncclResult_t cipc_ring_wait(struct cipc_team *team, uint32_t last);
+/* Sleeps until the leader took this rank's descriptors up to seq (for the ring: enough for a
+ * group ending at last to fit, seq = last - CIPC_RING); an error if the team fails first. */
+ncclResult_t cipc_consumed_wait(struct cipc_team *team, uint32_t seq);
 
 /* hostpost.c: operations posted by a host function on their stream (cudaipc.h). */
 ncclResult_t cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
@@ -232,10 +243,15 @@ void cipc_post_free(struct cipc_team *team);
 /* leader.c: the leader's side, driven by the team's thread. */
 ncclResult_t cipc_leader_create(struct cipc_team *team);
 void cipc_leader_destroy(struct cipc_team *team, bool abort);
+/* Enqueues on stream (the leader rank's, in its process) a wait for the leader's stream's
+ * work so far on its operations up to the last one the leader took (cipc_consumed_wait). */
+ncclResult_t cipc_leader_follow(struct cipc_team *team, CUstream stream);
 /* Enqueues every operation whose descriptors are all posted; *progressed_out if any. */
 ncclResult_t cipc_leader_step(struct cipc_team *team, bool *progressed_out);
 /* Whether any rank has operations posted and not done. */
 bool cipc_leader_busy(const struct cipc_team *team);
+/* Whether rank r is gone: its process died, or it destroyed or aborted its side. */
+bool cipc_rank_gone(const struct cipc_team *team, int r);
 /* After nothing moved for NCCLSHIM_WAIT_MS: an error if a rank the leader waits for died. */
 ncclResult_t cipc_leader_check_peers(struct cipc_team *team);
 int cipc_leader_describe(const struct cipc_team *team, char *buf, size_t len);

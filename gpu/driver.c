@@ -120,6 +120,18 @@ gpu_driver_version(void)
     return gpu_driver_present() ? gpu_driver.version : 0;
 }
 
+bool
+gpu_one_queue(void)
+{
+    /* The driver reads it once, when it starts; so do we. */
+    static int one = -1;
+    if (__atomic_load_n(&one, __ATOMIC_RELAXED) < 0) {
+        const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+        __atomic_store_n(&one, env != NULL && atoi(env) == 1, __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&one, __ATOMIC_RELAXED) == 1;
+}
+
 ncclResult_t
 gpu_cu_fail(CUresult res, const char *call, const char *file, int line)
 {

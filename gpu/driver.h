@@ -77,6 +77,10 @@ extern struct gpu_cu_table gpu_cu;
 bool gpu_driver_present(void);
 /* The driver's CUDA version (12040 for 12.4), 0 without a driver. */
 int gpu_driver_version(void);
+/* Whether every context has one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron
+ * and Transformer Engine set): all its streams' work runs in the order it was enqueued, so a
+ * stream wait blocks whatever was enqueued after it, on any stream of the context. */
+bool gpu_one_queue(void);
 
 /* ncclUnhandledCudaError, after a WARN "<call> failed: <name>: <text>" (file:line of the
  * caller). For the check macros. */

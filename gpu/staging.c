@@ -12,7 +12,7 @@
 
 #include "base/check.h"
 
-/* The flags' page: a flag per lane, then the gate's two, a cache line apart. */
+/* The flags' page: a flag per lane, then the hold, a cache line apart. */
 enum { GPU_STAGING_FLAG_STRIDE = 16, GPU_STAGING_PAGE = 4096 };
 
 /* Pinned host memory the device reaches: anonymous, populated, registered whole. */
@@ -68,9 +68,11 @@ gpu_staging_create(const struct gpu_device *device, struct gpu_staging **out)
         SHIM_CHECK_GOTO(gpu_staging_flag(st, lane, &st->finished[lane]), res, err);
         GPU_CU_CHECK_GOTO(cuStreamCreate(&st->lanes[lane], CU_STREAM_NON_BLOCKING), res, err);
     }
-    SHIM_CHECK_GOTO(gpu_staging_flag(st, GPU_LANE_COUNT, &st->arrive), res, err);
-    SHIM_CHECK_GOTO(gpu_staging_flag(st, GPU_LANE_COUNT + 1, &st->done), res, err);
+    SHIM_CHECK_GOTO(gpu_staging_flag(st, GPU_LANE_COUNT, &st->hold), res, err);
     GPU_CU_CHECK_GOTO(cuEventCreate(&st->in_mark, CU_EVENT_DISABLE_TIMING), res, err);
+    GPU_CU_CHECK_GOTO(cuEventCreate(&st->arrived, CU_EVENT_DISABLE_TIMING), res, err);
+    GPU_CU_CHECK_GOTO(cuEventCreate(&st->done, CU_EVENT_DISABLE_TIMING), res, err);
+    GPU_CU_CHECK_GOTO(cuEventCreate(&st->held, CU_EVENT_DISABLE_TIMING), res, err);
     *out = st;
     return ncclSuccess;
 err:
@@ -84,14 +86,22 @@ gpu_staging_destroy(struct gpu_staging *st)
     if (st == NULL) {
         return;
     }
-    gpu_staging_settle(st);
+    if (st->holding) {
+        /* The flag must outlive the wait on it (on a GPU a wait on unregistered memory is a
+         * fault of the context); the caller released it. */
+        gpu_cu.cuEventSynchronize(st->held);
+    }
     for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
         if (st->lanes[lane] != NULL) {
+            gpu_cu.cuStreamSynchronize(st->lanes[lane]);
             gpu_cu.cuStreamDestroy(st->lanes[lane]);
         }
     }
-    if (st->in_mark != NULL) {
-        gpu_cu.cuEventDestroy(st->in_mark);
+    CUevent events[] = {st->in_mark, st->arrived, st->done, st->held};
+    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
+        if (events[i] != NULL) {
+            gpu_cu.cuEventDestroy(events[i]);
+        }
     }
     gpu_staging_unpin(st->host, st->host_bytes);
     gpu_staging_unpin((void *)st->flags, st->flags != NULL ? GPU_STAGING_PAGE : 0);
@@ -131,13 +141,50 @@ gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes)
 }
 
 ncclResult_t
-gpu_staging_wait_arrive(struct gpu_staging *st, uint32_t seq)
+gpu_staging_arrive(struct gpu_staging *st, CUstream user)
+{
+    GPU_CU_CHECK(cuEventRecord(st->arrived, user));
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_follow_arrive(struct gpu_staging *st)
 {
     for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
-        SHIM_CHECK(gpu_stream_wait_flag(st->lanes[lane], &st->arrive, seq));
+        GPU_CU_CHECK(cuStreamWaitEvent(st->lanes[lane], st->arrived, 0));
     }
     gpu_staging_in_touched(st); /* what follows the wait, on either lane, follows arrive */
     return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_mark_done(struct gpu_staging *st)
+{
+    /* The out lane needs no wait: its copies finished before their sends were posted. */
+    GPU_CU_CHECK(cuEventRecord(st->done, st->lanes[GPU_LANE_IN]));
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_wait_done(struct gpu_staging *st, CUstream user)
+{
+    GPU_CU_CHECK(cuStreamWaitEvent(user, st->done, 0));
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_hold(struct gpu_staging *st, CUstream user, uint32_t seq)
+{
+    SHIM_CHECK(gpu_stream_wait_flag(user, &st->hold, seq));
+    GPU_CU_CHECK(cuEventRecord(st->held, user));
+    st->holding = true;
+    return ncclSuccess;
+}
+
+void
+gpu_staging_release(struct gpu_staging *st, uint32_t seq)
+{
+    gpu_flag_release(&st->hold, seq);
 }
 
 /* Posts the lane's flag with its next ticket. */
@@ -194,27 +241,3 @@ gpu_staging_copy(struct gpu_staging *st, enum gpu_lane lane, void *dst, const vo
     return ncclSuccess;
 }
 
-ncclResult_t
-gpu_staging_post_done(struct gpu_staging *st, uint32_t seq)
-{
-    /* The out lane needs no wait: its copies finished before their sends were posted. */
-    gpu_staging_in_touched(st);
-    return gpu_stream_post_flag(st->lanes[GPU_LANE_IN], &st->done, seq);
-}
-
-void
-gpu_staging_release(struct gpu_staging *st, uint32_t seq)
-{
-    gpu_flag_release(&st->done, seq);
-    gpu_flag_release(&st->arrive, seq);
-}
-
-void
-gpu_staging_settle(struct gpu_staging *st)
-{
-    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
-        if (st->lanes[lane] != NULL) {
-            gpu_cu.cuStreamSynchronize(st->lanes[lane]);
-        }
-    }
-}

@@ -4,7 +4,10 @@
  * streams that carry out operations wait for one another. Everything here enqueues; nothing
  * waits on the host.
  *
- * A gate on the user's stream is two stream memory operations on flags in pinned host memory:
+ * A gate on the user's stream is two stream memory operations on flags in pinned host memory
+ * (for ordering streams of different processes; within one context only events order
+ * streams, since its streams may share a hardware queue and a wait would then block the
+ * work it waits for, if that was enqueued after it):
  *
  *     user's stream:  ... earlier work ... | post arrive = s | wait done >= s | later work ...
  *

@@ -27,12 +27,6 @@ struct shim_staged_batch {
     struct shim_exec *execs[];
 };
 
-/* A user's stream with gates of ours: an event recorded after its last one. */
-struct shim_staged_gated {
-    CUstream stream;
-    CUevent passed;
-};
-
 struct shim_staged {
     struct ncclComm *comm;
     const struct gpu_device *gpu;
@@ -46,19 +40,9 @@ struct shim_staged {
     uint32_t finished;                /* the last gate whose batch the thread is done with */
     ncclResult_t error;               /* the first failure; later batches are only released */
     bool stop;
-    struct shim_staged_gated *gated;  /* the caller's, for teardown (the flags they read must */
-    int ngated;                       /* outlive their waits) */
     struct shim_staged_phases *phases; /* NCCLSHIM_STAGED_PHASES=1: the thread's sums */
     uint64_t batches, batch_ns;       /* ... and the batches' wall time */
 };
-
-void
-shim_staged_release(struct shim_staged *staged)
-{
-    if (staged != NULL) {
-        gpu_staging_release(staged->staging, __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE));
-    }
-}
 
 static void
 shim_staged_batch_free(struct shim_staged_batch *batch)
@@ -86,11 +70,11 @@ shim_staged_run_batch(struct shim_staged *staged, struct shim_staged_batch *batc
         total += shim_exec_staged_needs(batch->execs[i]);
     }
     uint64_t start = shim_clock_ns();
-    SHIM_CHECK(gpu_staging_wait_arrive(staged->staging, batch->gate));
+    SHIM_CHECK(gpu_staging_follow_arrive(staged->staging));
     SHIM_CHECK(shim_exec_run(batch->execs, batch->nexecs));
     staged->batches++;
     staged->batch_ns += shim_clock_ns() - start;
-    return gpu_staging_post_done(staged->staging, batch->gate);
+    return gpu_staging_mark_done(staged->staging);
 }
 
 /* NCCLSHIM_STAGED_PHASES=1: one line on stderr, whatever NCCL_DEBUG says, as asked. */
@@ -231,7 +215,8 @@ shim_staged_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
     }
     pthread_mutex_lock(&staged->lock);
     batch->gate = staged->gates + 1;
-    res = gpu_stream_post_flag(stream, &staged->staging->arrive, batch->gate);
+    /* The last batch is finished (its call waited for that): arrived is free to record. */
+    res = gpu_staging_arrive(staged->staging, stream);
     if (res == ncclSuccess) {
         __atomic_store_n(&staged->gates, batch->gate, __ATOMIC_RELEASE);
         if (staged->tail != NULL) {
@@ -252,54 +237,34 @@ err:
     return res;
 }
 
-/* The entry of stream in the gated streams: its own, or one whose stream is past all its
- * gates (a program that makes a stream per call must not grow the list), or a new one. */
-static ncclResult_t
-shim_staged_gated_of(struct shim_staged *staged, CUstream stream,
-                     struct shim_staged_gated **out)
-{
-    struct shim_staged_gated *passed = NULL;
-
-    for (int i = 0; i < staged->ngated; i++) {
-        if (staged->gated[i].stream == stream) {
-            *out = &staged->gated[i];
-            return ncclSuccess;
-        }
-        if (passed == NULL && gpu_cu.cuEventQuery(staged->gated[i].passed) == CUDA_SUCCESS) {
-            passed = &staged->gated[i];
-        }
-    }
-    if (passed != NULL) {
-        passed->stream = stream;
-        *out = passed;
-        return ncclSuccess;
-    }
-    struct shim_staged_gated *grown =
-        realloc(staged->gated, (size_t)(staged->ngated + 1) * sizeof(*grown));
-    if (grown == NULL) {
-        WARN("out of memory noting a stream of device operations");
-        return ncclSystemError;
-    }
-    staged->gated = grown;
-    struct shim_staged_gated *g = &grown[staged->ngated];
-    g->stream = stream;
-    GPU_CU_CHECK(cuEventCreate(&g->passed, CU_EVENT_DISABLE_TIMING));
-    staged->ngated++;
-    *out = g;
-    return ncclSuccess;
-}
-
 ncclResult_t
 shim_staged_wait(struct ncclComm *comm, CUstream stream)
 {
     struct shim_staged *staged = comm->staged;
-    struct shim_staged_gated *g = NULL;
 
-    SHIM_CHECK(gpu_stream_wait_flag(stream, &staged->staging->done,
-                                    __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE)));
-    SHIM_CHECK(shim_staged_gated_of(staged, stream, &g));
-    GPU_CU_CHECK(cuEventRecord(g->passed, stream));
-    return ncclSuccess;
+    /* The user's stream may wait for done only once the in lane has the batch's last work
+     * (gpu/staging.h): until the thread finished the batch, which is the last one given out. */
+    pthread_mutex_lock(&staged->lock);
+    uint32_t gate = staged->gates;
+    while ((int32_t)(staged->finished - gate) < 0) {
+        pthread_cond_wait(&staged->cond, &staged->lock);
+    }
+    bool failed = staged->error != ncclSuccess;
+    pthread_mutex_unlock(&staged->lock);
+    if (failed) {
+        /* The error is the communicator's (ncclCommGetAsyncError); the stream stays blocked
+         * until abort, destroy or revoke. */
+        return gpu_staging_hold(staged->staging, stream, gate);
+    }
+    return gpu_staging_wait_done(staged->staging, stream);
+}
+
+void
+shim_staged_release(struct shim_staged *staged)
+{
+    if (staged != NULL) {
+        gpu_staging_release(staged->staging, __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE));
+    }
 }
 
 bool
@@ -349,21 +314,8 @@ shim_staged_destroy(struct shim_staged *staged, bool abort)
     pthread_cond_broadcast(&staged->cond);
     pthread_mutex_unlock(&staged->lock);
     pthread_join(staged->thread, NULL);
-    if (staged->error != ncclSuccess) {
-        /* A failed batch never posted its done: every gate given out goes now, and stays
-         * gone once the lanes' last posts (of batches before it) landed. */
-        shim_staged_release(staged);
-        gpu_staging_settle(staged->staging);
-        shim_staged_release(staged);
-    }
-    /* The user's streams must be past their gates before the flags they read go away (on a
-     * GPU a wait on unregistered memory is a fault of the context). */
+    shim_staged_release(staged);
     gpu_ctx_push(staged->gpu->ctx);
-    for (int i = 0; i < staged->ngated; i++) {
-        gpu_cu.cuEventSynchronize(staged->gated[i].passed);
-        gpu_cu.cuEventDestroy(staged->gated[i].passed);
-    }
-    free(staged->gated);
     gpu_staging_destroy(staged->staging);
     if (staged->phases != NULL) {
         shim_staged_print_phases(staged);

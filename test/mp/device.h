@@ -324,6 +324,18 @@ mp_cuda_wait(struct mp_cuda *cu, CUstream stream, ncclComm_t comm, double second
     }
 }
 
+/* Whether a device call of this rank may wait on the host for the other ranks to call too,
+ * as NCCL's calls may: the device team's leader (rank 0), whose streams share a context with
+ * the leader's stream, and every rank of a communicator without a device team (here: one
+ * host with NCCL_SHM_DISABLE=1), whose call waits for its messages. The others return once
+ * their work is enqueued. */
+static inline bool
+mp_device_call_may_wait(int rank)
+{
+    const char *no_shm = getenv("NCCL_SHM_DISABLE");
+    return rank == 0 || (no_shm != NULL && atoi(no_shm) == 1);
+}
+
 /* The memory kind a command line names; exits on a name it does not know. */
 static inline int
 mp_mem_kind_parse(const char *name)

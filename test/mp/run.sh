@@ -133,12 +133,12 @@ run_case() {
 device_cases() {
     # Every memory kind, every collective, at 1 to 8 ranks.
     run_case device-collectives-n1 1 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
-    # One hardware queue per context (the double models CUDA_DEVICE_MAX_CONNECTIONS=1): one
-    # rank's operations, which wait on nothing of another stream, run. Device teams and the
-    # network path still order streams of one context through memory operations alone, and
-    # hang so (issue 20's risk 4), so they do not run in this mode yet.
-    run_case device-collectives-quick-n1-onequeue 1 120 "${dev[@]}" \
-        CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/collectives" -q -D mixed
+    # One hardware queue per context (the double models CUDA_DEVICE_MAX_CONNECTIONS=1): a
+    # stream wait on work not yet enqueued in its context would block that work for good.
+    for n in 1 2 3; do
+        run_case "device-collectives-quick-n$n-onequeue" "$n" 120 "${dev[@]}" \
+            CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/collectives" -q -D mixed
+    done
     run_case device-collectives-n2 2 300 "${dev[@]}" -- "$bindir/collectives" -D device
     run_case device-collectives-n3 3 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
     if ((gpu == 1)); then
@@ -171,6 +171,17 @@ device_cases() {
     run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
     run_case device-streams-abort-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1 -g
+    # One hardware queue per context: stream semantics hold; a capture in the leader's
+    # process is refused (it would hang when launched), the other ranks' captures are not.
+    local onequeue=("${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1)
+    for part in returns order group; do
+        run_case "device-streams-$part-n3-onequeue" 3 60 "${onequeue[@]}" -- \
+            "$bindir/streams" -p "$part"
+    done
+    run_case device-streams-abort-n3-leader-onequeue 3 60 "${onequeue[@]}" -- \
+        "$bindir/streams" -p abort -r 0
+    run_case device-streams-onequeuegraph-n2 2 60 "${onequeue[@]}" -- \
+        "$bindir/streams" -p onequeuegraph
     if ((gpu == 0)); then
         run_case device-streams-devices 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
             "$bindir/streams" -p devices
@@ -237,6 +248,11 @@ staged_cases() {
     for part in returns order group memapi refuse; do
         run_case "staged-streams-$part-n3" 3 60 "${noteam[@]}" -- "$bindir/streams" -p "$part"
     done
+    # One hardware queue per context: the lanes share the user's.
+    run_case staged-collectives-quick-n3-onequeue 3 120 "${noteam[@]}" \
+        CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/collectives" -q -D mixed -c "$colls"
+    run_case staged-streams-group-n3-onequeue 3 60 "${noteam[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 \
+        -- "$bindir/streams" -p group
     run_case staged-streams-abort-n3 3 60 "${noteam[@]}" -- "$bindir/streams" -p abort -r 0
     run_case staged-fault-allreduce-n3 1 90 "${noteam[@]}" UCX_TLS=tcp -- \
         "$bindir/fault" -n 3 -c allreduce -D

@@ -2,8 +2,9 @@
 /*
  * streams: device calls keep NCCL's stream semantics. Parts (-p), each at the rank counts
  * test/mp/run.sh gives it, on whatever CUDA driver the process finds (its test double in CI):
- *   returns   a call returns at once though a peer comes 1 s late; its stream waits (busy)
- *             until then, and the result is right;
+ *   returns   a call returns at once though a peer comes 1 s late (but where it may wait
+ *             for the others: mp_device_call_may_wait); its stream waits (busy) until then,
+ *             and the result is right;
  *   order     calls on two streams and the NULL stream, with no synchronisation between them,
  *             run in issue order (each all-reduce in place feeds the next);
  *   group     a group with an all-reduce on one stream and an all-gather on another: after
@@ -44,10 +45,15 @@
  *   globalcapture  while a stream is captured in global mode (PyTorch's default), an
  *             all-reduce on fresh buffers on another stream of the capturing thread: right,
  *             and the capture is not invalidated by what the library and its threads do;
- *   abort     rank 0 posts an all-reduce the others never join; ncclCommAbort returns at
- *             once and releases its stream, and later work on it runs (-r: the poster rank;
+ *   abort     rank 0 posts an all-reduce the others never join (a poster whose call may
+ *             wait for them, mp_device_call_may_wait, gets its call back once they aborted,
+ *             its stream still blocked); ncclCommAbort returns at once and releases its
+ *             stream, and later work on it runs (-r: the poster rank;
  *             -g: every rank captures the all-reduce into a CUDA graph, the poster launches
  *             it, and the abort ends its host function's wait);
+ *   onequeuegraph  with CUDA_DEVICE_MAX_CONNECTIONS=1, every rank captures an all-reduce:
+ *             the device team leader's process (rank 0) is refused with a message rather
+ *             than hang when the graph runs; the others capture;
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
  *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
  */
@@ -119,7 +125,7 @@ part_returns(const struct mp_world *w)
     double t0 = mp_now();
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
     double call = mp_now() - t0;
-    if (w->rank != late) {
+    if (w->rank != late && !mp_device_call_may_wait(w->rank)) {
         MP_EXPECT(call < 0.5, "the call took %.2f s while rank %d was late", call, late);
         MP_EXPECT(st_cu.stream_query(s) == CUDA_ERROR_NOT_READY,
                   "the stream was done before rank %d called", late);
@@ -665,6 +671,29 @@ part_abort(const struct mp_world *w, int poster, bool graph)
 }
 
 static void
+part_onequeuegraph(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_COUNT, 1, 0, s);
+    CUgraph graph = NULL;
+
+    MP_CU(&st_cu, stream_synchronize(s));
+    MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    ncclResult_t res = ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s);
+    MP_CU(&st_cu, stream_end_capture(s, &graph));
+    if (w->rank == 0) {
+        MP_EXPECT(res == ncclInvalidUsage, "a capture in the leader's process with one queue "
+                  "gave %s", ncclGetErrorString(res));
+        MP_EXPECT(strstr(mp_last_error(w->comm), "CUDA_DEVICE_MAX_CONNECTIONS") != NULL,
+                  "no clear message: \"%s\"", mp_last_error(w->comm));
+    } else {
+        MP_EXPECT(res == ncclSuccess, "a capture outside the leader's process gave %s",
+                  ncclGetErrorString(res));
+    }
+    MP_CU(&st_cu, graph_destroy(graph));
+}
+
+static void
 part_fp8(const struct mp_world *w)
 {
     /* 1.0 and the sums 1..8 in float8 e4m3: all exact. */
@@ -758,6 +787,8 @@ main(int argc, char **argv)
     } else if (strcmp(part, "abort") == 0) {
         part_abort(&world, poster, graph);
         world.comm = NULL;
+    } else if (strcmp(part, "onequeuegraph") == 0) {
+        part_onequeuegraph(&world);
     } else if (strcmp(part, "fp8") == 0) {
         part_fp8(&world);
     } else if (strcmp(part, "hostonly") == 0) {

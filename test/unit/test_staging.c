@@ -3,7 +3,7 @@
  * gpu/staging.c against the driver's test double (LD_LIBRARY_PATH as make test-unit sets it):
  * the lanes wait for the user's stream to arrive, a copy out sees what the in lane wrote
  * before it, tickets finish in order and the in lane's ticket is posted only for new work,
- * done releases the user's stream, a release lets everything go, and the pinned memory grows
+ * the user's stream waits for the in lane's work before done, and the pinned memory grows
  * and is reachable from the device side too.
  */
 #include <criterion/criterion.h>
@@ -18,6 +18,9 @@
 static const struct gpu_device *device;
 static struct gpu_staging *st;
 static CUdeviceptr dev; /* 64 KiB of device memory */
+/* A gate of the test's own, opened from the host: it holds a stream back until then. */
+static uint32_t gate_page[1024] __attribute__((aligned(4096)));
+static struct gpu_flag gate;
 
 static void
 setup(void)
@@ -27,13 +30,18 @@ setup(void)
     cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
     cr_assert_eq(gpu_staging_create(device, &st), ncclSuccess);
     cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 1 << 16), CUDA_SUCCESS);
+    memset(gate_page, 0, sizeof(gate_page));
+    cr_assert_eq(gpu_cu.cuMemHostRegister(gate_page, sizeof(gate_page), 0), CUDA_SUCCESS);
+    gate.host = gate_page;
+    cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(&gate.dev, gate_page, 0), CUDA_SUCCESS);
 }
 
 static void
 teardown(void)
 {
-    gpu_staging_release(st, 1u << 20); /* whatever a failed test left waiting */
+    gpu_flag_release(&gate, 1u << 20); /* whatever a failed test left waiting */
     gpu_staging_destroy(st);
+    gpu_cu.cuMemHostUnregister(gate_page);
     gpu_cu.cuMemFree(dev);
     gpu_ctx_pop();
 }
@@ -44,6 +52,7 @@ Test(staging, lanes_wait_for_arrive_and_a_copy_out_sees_the_in_lane)
 {
     int *host_in, *host_out;
     uint32_t in_ticket, out_ticket;
+    CUstream user;
 
     cr_assert_eq(gpu_staging_reserve(st, 4096), ncclSuccess);
     host_in = (int *)st->host;
@@ -52,7 +61,10 @@ Test(staging, lanes_wait_for_arrive_and_a_copy_out_sees_the_in_lane)
     host_out[0] = -1;
     void *buf = (void *)(uintptr_t)dev;
 
-    cr_assert_eq(gpu_staging_wait_arrive(st, 1), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&user, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_stream_wait_flag(user, &gate, 1), ncclSuccess); /* the user's work */
+    cr_assert_eq(gpu_staging_arrive(st, user), ncclSuccess);
+    cr_assert_eq(gpu_staging_follow_arrive(st), ncclSuccess);
     cr_assert_eq(gpu_staging_copy(st, GPU_LANE_IN, buf, host_in, sizeof(int), &in_ticket),
                  ncclSuccess);
     cr_assert_eq(gpu_staging_copy(st, GPU_LANE_OUT, host_out, buf, sizeof(int), &out_ticket),
@@ -60,12 +72,12 @@ Test(staging, lanes_wait_for_arrive_and_a_copy_out_sees_the_in_lane)
     usleep(20000);
     cr_assert(!gpu_staging_finished(st, GPU_LANE_IN, in_ticket), "copied before arrive");
     cr_assert(!gpu_staging_finished(st, GPU_LANE_OUT, out_ticket), "copied before arrive");
-    gpu_flag_release(&st->arrive, 1); /* the user's stream got there */
+    gpu_flag_release(&gate, 1); /* the user's stream gets there */
     EVENTUALLY(gpu_staging_finished(st, GPU_LANE_OUT, out_ticket));
     cr_assert(gpu_staging_finished(st, GPU_LANE_IN, in_ticket));
     cr_assert_eq(host_out[0], 7, "the copy out ran before the in lane's copy");
+    gpu_cu.cuStreamDestroy(user);
 }
-
 Test(staging, tickets_finish_in_order_and_the_in_ticket_needs_new_work)
 {
     uint32_t a, b, c, d;
@@ -93,35 +105,20 @@ Test(staging, done_releases_the_users_stream_after_the_in_lane)
 
     mark = 0;
     cr_assert_eq(gpu_cu.cuStreamCreate(&user, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    cr_assert_eq(gpu_stream_post_flag(user, &st->arrive, 3), ncclSuccess);
-    cr_assert_eq(gpu_stream_wait_flag(user, &st->done, 3), ncclSuccess);
+    cr_assert_eq(gpu_staging_arrive(st, user), ncclSuccess);
+    cr_assert_eq(gpu_staging_follow_arrive(st), ncclSuccess);
+    /* The in lane's work, held back until the gate opens. */
+    cr_assert_eq(gpu_stream_wait_flag(gpu_staging_in_stream(st), &gate, 2), ncclSuccess);
+    cr_assert_eq(gpu_staging_mark_done(st), ncclSuccess);
+    cr_assert_eq(gpu_staging_wait_done(st, user), ncclSuccess);
     cr_assert_eq(gpu_cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)&mark,
                                       (CUdeviceptr)(uintptr_t)&one, sizeof(int), user),
                  CUDA_SUCCESS);
-    cr_assert_eq(gpu_staging_wait_arrive(st, 3), ncclSuccess);
     usleep(20000);
-    cr_assert_eq(mark, 0, "the user's stream went past its gate before done");
-    cr_assert_eq(gpu_staging_post_done(st, 3), ncclSuccess);
+    cr_assert_eq(mark, 0, "the user's stream went past its gate before the in lane's work");
+    gpu_flag_release(&gate, 2);
     EVENTUALLY(gpu_cu.cuStreamQuery(user) == CUDA_SUCCESS);
     cr_assert_eq(mark, 1);
-    gpu_cu.cuStreamDestroy(user);
-}
-
-Test(staging, a_release_lets_the_users_stream_and_the_lanes_go)
-{
-    CUstream user;
-    uint32_t ticket;
-
-    cr_assert_eq(gpu_cu.cuStreamCreate(&user, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    cr_assert_eq(gpu_stream_wait_flag(user, &st->done, 2), ncclSuccess);
-    cr_assert_eq(gpu_staging_wait_arrive(st, 2), ncclSuccess); /* never posted */
-    gpu_staging_in_touched(st);
-    cr_assert_eq(gpu_staging_in_ticket(st, &ticket), ncclSuccess);
-    usleep(20000);
-    cr_assert(!gpu_staging_finished(st, GPU_LANE_IN, ticket));
-    gpu_staging_release(st, 2);
-    EVENTUALLY(gpu_cu.cuStreamQuery(user) == CUDA_SUCCESS);
-    EVENTUALLY(gpu_staging_finished(st, GPU_LANE_IN, ticket));
     gpu_cu.cuStreamDestroy(user);
 }
 
