@@ -540,7 +540,11 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         return ncclInvalidUsage;
     }
     SHIM_CHECK(cipc_post_ready(team));
-    SHIM_CHECK(cipc_exports_sweep(team));
+    /* It asks the driver about allocations, which needs the device's context. */
+    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    res = cipc_exports_sweep(team);
+    gpu_ctx_pop();
+    SHIM_CHECK(res);
     if ((capturing || team->stream_posting) && team->leader_ctx && gpu_one_queue()) {
         /* A graph holds the wait for the leader's work, which the leader's thread enqueues
          * later: in one queue, behind that wait, for good. */

@@ -20,7 +20,8 @@
 # connections; and host 2 by deleting its veth (its rank lives on, cut off), which only
 # NCCLSHIM_TIMEOUT=10 can tell (nothing of TCP or UCX notices a silent peer for minutes).
 # Then device buffers across the hosts (collectives -D, staged through pinned memory over the
-# same TCP), at 3 and 4 ranks, through the CUDA driver's test double, or with NETNS_GPU=1 on
+# same TCP), at 3 and 4 ranks (and at 4 with one hardware queue per context), through the
+# CUDA driver's test double, or with NETNS_GPU=1 on
 # the real driver of a GPU machine (tools/gpu-check), every rank on its one GPU.
 # NETNS_CASES='run_case ...; hostloss_case ...' runs those cases instead.
 #
@@ -309,6 +310,10 @@ else
         "$bindir/mp/collectives" -q -D mixed -c "$colls"
     run_case device-collectives-n4 4 180 "${dev[@]}" -- \
         "$bindir/mp/collectives" -D device -c "$colls"
+    # One hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1): the lanes share the
+    # user's streams' queue.
+    run_case device-collectives-quick-n4-onequeue 4 180 "${dev[@]}" \
+        CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/mp/collectives" -q -D mixed -c "$colls"
 fi
 
 echo "netns: $passed passed, $failed failed"

@@ -3,8 +3,8 @@
  * gpu/staging.c against the driver's test double (LD_LIBRARY_PATH as make test-unit sets it):
  * the lanes wait for the user's stream to arrive, a copy out sees what the in lane wrote
  * before it, tickets finish in order and the in lane's ticket is posted only for new work,
- * the user's stream waits for the in lane's work before done, and the pinned memory grows
- * and is reachable from the device side too.
+ * the user's stream waits for the in lane's work before done, a failed batch's hold keeps it
+ * until released, and the pinned memory grows and is reachable from the device side too.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -117,6 +117,25 @@ Test(staging, done_releases_the_users_stream_after_the_in_lane)
     usleep(20000);
     cr_assert_eq(mark, 0, "the user's stream went past its gate before the in lane's work");
     gpu_flag_release(&gate, 2);
+    EVENTUALLY(gpu_cu.cuStreamQuery(user) == CUDA_SUCCESS);
+    cr_assert_eq(mark, 1);
+    gpu_cu.cuStreamDestroy(user);
+}
+
+Test(staging, a_hold_keeps_the_users_stream_until_released)
+{
+    CUstream user;
+    static int mark, one = 1;
+
+    mark = 0;
+    cr_assert_eq(gpu_cu.cuStreamCreate(&user, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_staging_hold(st, user, 4), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)&mark,
+                                      (CUdeviceptr)(uintptr_t)&one, sizeof(int), user),
+                 CUDA_SUCCESS);
+    usleep(20000);
+    cr_assert_eq(mark, 0, "the user's stream went past a failed batch's hold");
+    gpu_staging_release(st, 4);
     EVENTUALLY(gpu_cu.cuStreamQuery(user) == CUDA_SUCCESS);
     cr_assert_eq(mark, 1);
     gpu_cu.cuStreamDestroy(user);

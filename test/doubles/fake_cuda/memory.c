@@ -438,10 +438,10 @@ cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
 
 /* --- pointer attributes --------------------------------------------------------------------- */
 
-/* Writes attribute a of range r (NULL: an unknown pointer, whose values are all zero) into
- * data, at the width the driver API documents for it. */
+/* Writes attribute a of ptr, in range r (NULL: an unknown pointer, whose values are all
+ * zero), into data, at the width the driver API documents for it. */
 static CUresult
-fake_attribute(const struct fake_range *r, CUpointer_attribute a, void *data)
+fake_attribute(const struct fake_range *r, uintptr_t ptr, CUpointer_attribute a, void *data)
 {
     unsigned int u = 0;
     unsigned long long ull = 0;
@@ -481,6 +481,18 @@ fake_attribute(const struct fake_range *r, CUpointer_attribute a, void *data)
         ull = r != NULL && r->handle != NULL ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
         wide = true;
         break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        /* "If there is no current CUcontext then CUDA_ERROR_INVALID_CONTEXT is returned." */
+        if (fake_need_context("cuPointerGetAttribute(DEVICE_POINTER)") != CUDA_SUCCESS) {
+            return CUDA_ERROR_INVALID_CONTEXT;
+        }
+        if (r == NULL) {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        /* Registered memory: its device address of its own (cuMemHostGetDevicePointer's). */
+        ull = r->kind == FAKE_MEM_REGISTERED && r->alias != 0 ? r->alias + (ptr - r->base) : ptr;
+        wide = true;
+        break;
     default:
         /* MAPPING_SIZE, MAPPING_BASE_ADDR and MEMORY_BLOCK_ID among them: cuda.h documents
          * neither for cuPointerGetAttribute nor for cuPointerGetAttributes. */
@@ -499,7 +511,8 @@ cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr
 {
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
-    CUresult res = r != NULL ? fake_attribute(r, attribute, data) : CUDA_ERROR_INVALID_VALUE;
+    CUresult res =
+        r != NULL ? fake_attribute(r, (uintptr_t)ptr, attribute, data) : CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_unlock(&fake_mem_lock);
     return res;
 }
@@ -513,7 +526,7 @@ cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **d
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     for (unsigned int i = 0; i < n && res == CUDA_SUCCESS; i++) {
-        res = fake_attribute(r, attributes[i], data[i]);
+        res = fake_attribute(r, (uintptr_t)ptr, attributes[i], data[i]);
     }
     pthread_mutex_unlock(&fake_mem_lock);
     return res;
@@ -522,6 +535,10 @@ cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **d
 FAKE_API CUresult
 cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)
 {
+    /* A call of the context-bound API (CUDA_ERROR_INVALID_CONTEXT among its answers). */
+    if (fake_need_context(__func__) != CUDA_SUCCESS) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     if (r != NULL) {
