@@ -118,7 +118,8 @@ $(INTERNAL): $(LIB_OBJS) $(LAYERS_OK)
 	rm -f $@ && ar rcs $@ $(LIB_OBJS)
 
 # --- tools ----------------------------------------------------------------------------------
-tools: $(LAUNCHER) $(BENCH) $(BENCH_COLLS:%=$(BUILD)/bin/%_perf) $(BUILD)/bin/kernel_perf
+tools: $(LAUNCHER) $(BENCH) $(BENCH_COLLS:%=$(BUILD)/bin/%_perf) $(BUILD)/bin/kernel_perf \
+       $(BUILD)/bin/ipc_probe
 
 $(LAUNCHER): tools/launcher/launcher.c
 	@mkdir -p $(dir $@)
@@ -133,6 +134,12 @@ KERNEL_OBJS := $(BUILD)/obj/kernels/reduce_host.o $(BUILD)/obj/kernels/types.o
 $(BUILD)/bin/kernel_perf: tools/bench/kernel_perf.c $(KERNEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(KERNEL_OBJS)
+
+# What a GPU machine must measure for the device team's mapping policy (tools/gpu-check probe):
+# the driver through gpu/driver.c's table, nothing else of the library.
+$(BUILD)/bin/ipc_probe: tools/gpu/ipc_probe.c $(INTERNAL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(INTERNAL) -ldl -lpthread -lm
 
 # nccl-tests names: all_reduce_perf runs the all-reduce benchmark, as the binary name says.
 $(BUILD)/bin/%_perf: $(BENCH)

@@ -197,6 +197,8 @@ device_cases() {
             FAKE_CUDA_NO_PEER=1 -- "$bindir/streams" -p devices
         run_case device-streams-devices-expandable 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
             "$bindir/streams" -p devices -k expandable
+        # tools/gpu-check's probe, kept working (its figures mean nothing on the double).
+        run_case device-ipc-probe 1 60 "${dev[@]}" -- "$(dirname "$launch")/ipc_probe" -s 2
         run_case device-streams-nodevice 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=1 -- \
             "$bindir/streams" -p nodevice
         run_case device-streams-fp8-n2 2 60 "${dev[@]}" FAKE_CUDA_CC=80 -- \
