@@ -132,6 +132,10 @@ ncclResult_t cipc_team_pin(struct cipc_team *team, const void *ptr, size_t bytes
 /* Ends one pin; the last lets the leader unmap the allocation (at once if idle). */
 ncclResult_t cipc_team_unpin(struct cipc_team *team, const struct cipc_pin *pin);
 
+/* Makes a call of another thread waiting in this team (for the leader to take its operations,
+ * or for room in the ring) give up within NCCLSHIM_WAIT_MS, and stops the team's thread:
+ * the first step of abort. NULL: nothing. */
+void cipc_team_interrupt(struct cipc_team *team);
 /* Waits until every operation this rank posted is done (a host operation on the same
  * communicator comes after them). An error if the team failed or fails meanwhile. */
 ncclResult_t cipc_team_drain(struct cipc_team *team);

@@ -380,6 +380,15 @@ cipc_team_release(struct cipc_team *team)
 }
 
 void
+cipc_team_interrupt(struct cipc_team *team)
+{
+    if (team != NULL) {
+        /* cipc_consumed_wait sleeps at most NCCLSHIM_WAIT_MS at a time and then looks. */
+        __atomic_store_n(&team->stop, 1, __ATOMIC_RELEASE);
+    }
+}
+
+void
 cipc_team_destroy(struct cipc_team *team, bool abort)
 {
     if (team == NULL) {

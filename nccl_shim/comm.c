@@ -514,6 +514,7 @@ shim_comm_abort(struct ncclComm *comm)
 {
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
     shim_comm_join_init(comm);
+    shim_devexec_abort_calls(comm);
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void *)comm, comm->rank,
          comm->nranks);
     shim_comm_bind(NULL);

@@ -179,6 +179,7 @@ device_cases() {
     run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
     run_case device-streams-abort-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1 -g
+    run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
     # One hardware queue per context: stream semantics hold; a capture in the leader's
     # process is refused (it would hang when launched), the other ranks' captures are not.
     local onequeue=("${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1)
@@ -264,6 +265,8 @@ staged_cases() {
     run_case staged-streams-group-n3-onequeue 3 60 "${noteam[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 \
         -- "$bindir/streams" -p group
     run_case staged-streams-abort-n3 3 60 "${noteam[@]}" -- "$bindir/streams" -p abort -r 0
+    run_case staged-streams-abortblocked-n3 3 60 "${noteam[@]}" -- \
+        "$bindir/streams" -p abortblocked
     run_case staged-fault-allreduce-n3 1 90 "${noteam[@]}" UCX_TLS=tcp -- \
         "$bindir/fault" -n 3 -c allreduce -D
     # Three ranks: a survivor that never talks to the dead rank learns of it only when the
@@ -300,6 +303,7 @@ elif [[ $quick == 1 ]]; then
     run_case device-collectives-quick-n3 3 240 "${dev[@]}" -- \
         "$bindir/collectives" -q -D mixed -c "$colls"
     run_case device-streams-abort-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1
+    run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
     run_case device-streams-graph-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graph
     run_case device-streams-churn-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p churn
     run_case device-fault-allreduce-n3-leader 1 90 "${dev[@]}" -- \

@@ -51,6 +51,9 @@
  *             stream, and later work on it runs (-r: the poster rank;
  *             -g: every rank captures the all-reduce into a CUDA graph, the poster launches
  *             it, and the abort ends its host function's wait);
+ *   abortblocked  rank 0's all-reduce, which the others never join, waits in its call (the
+ *             device team leader's process, or the network path): ncclCommAbort from another
+ *             thread, as a watchdog's, makes it return and frees nothing under it;
  *   onequeuegraph  with CUDA_DEVICE_MAX_CONNECTIONS=1, every rank captures an all-reduce:
  *             the device team leader's process (rank 0) is refused with a message rather
  *             than hang when the graph runs; the others capture;
@@ -58,6 +61,7 @@
  *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
  */
 #include <getopt.h>
+#include <pthread.h>
 
 #include "common.h"
 #include "device.h"
@@ -679,6 +683,49 @@ part_abort(const struct mp_world *w, int poster, bool graph)
     }
 }
 
+/* A call made on a thread of its own, for abortblocked. */
+struct st_blocked {
+    ncclComm_t comm;
+    float *x;
+    CUstream stream;
+    ncclResult_t res;
+    int returned; /* atomic */
+};
+
+static void *
+st_blocked_call(void *arg)
+{
+    struct st_blocked *b = arg;
+    b->res = ncclAllReduce(b->x, b->x, ST_COUNT, ncclFloat, ncclSum, b->comm, b->stream);
+    __atomic_store_n(&b->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void
+part_abortblocked(const struct mp_world *w)
+{
+    if (w->rank != 0) {
+        usleep(1500 * 1000); /* never joins; aborts after rank 0 did */
+        MP_CHECK(ncclCommAbort(w->comm));
+        return;
+    }
+    MP_ASSERT(mp_device_call_may_wait(w->rank), "abortblocked: rank 0's call must wait");
+    struct st_blocked b = {.comm = w->comm, .stream = st_stream()};
+    pthread_t thread;
+    b.x = st_buffer(ST_COUNT, 1, 0, b.stream);
+    MP_CU(&st_cu, stream_synchronize(b.stream));
+    MP_ASSERT(pthread_create(&thread, NULL, st_blocked_call, &b) == 0, "pthread_create");
+    usleep(300 * 1000);
+    MP_EXPECT(!__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
+              "the call returned before the others joined (%s)", ncclGetErrorString(b.res));
+    double t0 = mp_now();
+    MP_CHECK(ncclCommAbort(w->comm));
+    MP_EXPECT(mp_now() - t0 < 5, "ncclCommAbort took %.2f s", mp_now() - t0);
+    MP_EXPECT(__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
+              "ncclCommAbort returned while the call it ended was still inside the library");
+    pthread_join(thread, NULL);
+}
+
 static void
 part_onequeuegraph(const struct mp_world *w)
 {
@@ -795,6 +842,9 @@ main(int argc, char **argv)
         part_globalcapture(&world);
     } else if (strcmp(part, "abort") == 0) {
         part_abort(&world, poster, graph);
+        world.comm = NULL;
+    } else if (strcmp(part, "abortblocked") == 0) {
+        part_abortblocked(&world);
         world.comm = NULL;
     } else if (strcmp(part, "onequeuegraph") == 0) {
         part_onequeuegraph(&world);
