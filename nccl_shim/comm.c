@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/check.h"
 #include "base/env.h"
@@ -514,7 +515,17 @@ shim_comm_abort(struct ncclComm *comm)
 {
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
     shim_comm_join_init(comm);
-    shim_devexec_abort_calls(comm);
+    /* Calls of other threads (a watchdog aborts while the program's thread waits in a call)
+     * see the abort and leave before anything of the communicator goes. */
+    shim_devexec_interrupt(comm);
+    for (int waited_ms = 0; __atomic_load_n(&comm->calls_inside, __ATOMIC_ACQUIRE) > 0;
+         waited_ms++) {
+        if (waited_ms % 5000 == 4999) {
+            WARN("rank %d: ncclCommAbort still waits for a call of another thread to return",
+                 comm->rank);
+        }
+        usleep(1000);
+    }
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void *)comm, comm->rank,
          comm->nranks);
     shim_comm_bind(NULL);

@@ -73,7 +73,7 @@ struct ncclComm {
     enum shim_comm_state state;  /* atomic: the init thread writes it */
     ncclResult_t async_error;    /* atomic */
     volatile int abort_flag;
-    int device_calls;            /* atomic: threads inside shim_devexec_run with this comm,
+    int calls_inside;            /* atomic: threads carrying out a call on this comm (group.c),
                                     which may wait there for the other ranks: abort from
                                     another thread waits them out before it frees */
     int revoked;                 /* atomic: ncclCommRevoke was called; management ops only */

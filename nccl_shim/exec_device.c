@@ -9,7 +9,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/check.h"
 #include "comm.h"
@@ -370,21 +369,6 @@ shim_devexec_part_wait(const struct shim_op *ops, int nops, struct shim_dev_part
     return res;
 }
 
-/* Counts this thread in (delta 1) or out (-1) of every communicator of the group, once each. */
-static void
-shim_devexec_count_calls(const struct shim_op *ops, int nops, int delta)
-{
-    for (int i = 0; i < nops; i++) {
-        bool seen = false;
-        for (int j = 0; j < i && !seen; j++) {
-            seen = ops[j].comm == ops[i].comm;
-        }
-        if (!seen) {
-            __atomic_add_fetch(&ops[i].comm->device_calls, delta, __ATOMIC_ACQ_REL);
-        }
-    }
-}
-
 ncclResult_t
 shim_devexec_run(const struct shim_op *ops, int nops)
 {
@@ -412,7 +396,6 @@ shim_devexec_run(const struct shim_op *ops, int nops)
     /* The caller may be capturing (these calls or others) in global mode: what we set up on
      * the way (registrations, mappings, streams) must neither fail nor break the capture. */
     CUstreamCaptureMode mode = gpu_capture_relax();
-    shim_devexec_count_calls(ops, nops, 1);
     for (int p = 0; p < nparts && res == ncclSuccess; p++) {
         res = shim_devexec_part_arrive(ops, nops, &parts[p], scratch);
     }
@@ -424,7 +407,6 @@ shim_devexec_run(const struct shim_op *ops, int nops)
             res = res != ncclSuccess ? res : waited;
         }
     }
-    shim_devexec_count_calls(ops, nops, -1);
     gpu_capture_restore(mode);
     free(handled);
 out_parts:
@@ -471,19 +453,10 @@ shim_devexec_comm_error(const struct ncclComm *comm)
 }
 
 void
-shim_devexec_abort_calls(struct ncclComm *comm)
+shim_devexec_interrupt(struct ncclComm *comm)
 {
-    /* The team's wait ends when it stops; the network path's batch fails on the abort flag,
-     * which the caller set. */
+    /* The network path's batch fails on the abort flag, which the caller set. */
     cipc_team_interrupt(comm->dev);
-    for (int waited_ms = 0; __atomic_load_n(&comm->device_calls, __ATOMIC_ACQUIRE) > 0;
-         waited_ms++) {
-        if (waited_ms % 5000 == 4999) {
-            WARN("rank %d: ncclCommAbort still waits for a device call of another thread to "
-                 "return", comm->rank);
-        }
-        usleep(1000);
-    }
 }
 
 void

@@ -41,9 +41,8 @@ bool shim_devexec_pending(const struct ncclComm *comm);
 /* The communicator's device state: a one-rank communicator's ordering event, a team's. */
 ncclResult_t shim_devexec_comm_error(const struct ncclComm *comm);
 void shim_devexec_comm_free(struct ncclComm *comm, bool abort);
-/* Abort, first: device calls of other threads on comm that wait for the other ranks (the
- * device team leader's process, the network path) give up, and this returns once none is
- * inside the library any more; comm->abort_flag is set. */
-void shim_devexec_abort_calls(struct ncclComm *comm);
+/* Abort, first (comm->abort_flag set): device calls of other threads on comm that wait for
+ * the other ranks (the device team leader's process, the network path) give up soon. */
+void shim_devexec_interrupt(struct ncclComm *comm);
 
 #endif

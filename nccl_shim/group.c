@@ -101,6 +101,14 @@ shim_group_drain(struct ncclComm *comm)
                : ncclSuccess;
 }
 
+/* Counts this thread in (delta 1) or out (-1) of comm while it carries out a call there:
+ * ncclCommAbort from another thread waits until no thread is inside (comm.h). */
+static void
+shim_group_count(struct ncclComm *comm, int delta)
+{
+    __atomic_add_fetch(&comm->calls_inside, delta, __ATOMIC_ACQ_REL);
+}
+
 /* Runs a group's host ops, after NCCLSHIM_CHECK's comparison with the other ranks' calls. */
 static ncclResult_t
 shim_group_run(struct shim_exec *const *execs, int nexecs)
@@ -124,7 +132,10 @@ shim_group_enqueue_device(const struct shim_op *op)
 
     numbered.seq = shim_op_next_seq(op->comm, op);
     if (shim_group.depth == 0) {
-        return shim_devexec_run(&numbered, 1);
+        shim_group_count(op->comm, 1);
+        ncclResult_t res = shim_devexec_run(&numbered, 1);
+        shim_group_count(op->comm, -1);
+        return res;
     }
     if (shim_group.ndevops == shim_group.devop_capacity) {
         int grown = shim_group.devop_capacity ? 2 * shim_group.devop_capacity : 16;
@@ -140,6 +151,23 @@ shim_group_enqueue_device(const struct shim_op *op)
     return ncclSuccess;
 }
 
+/* A host op outside a group, carried out now. */
+static ncclResult_t
+shim_group_run_now(const struct shim_op *op)
+{
+    struct shim_exec *exec;
+    ncclResult_t res;
+
+    if (!shim_group_checked()) {
+        SHIM_CHECK(shim_group_drain(op->comm));
+        return shim_exec_run_one(op);
+    }
+    SHIM_CHECK(shim_exec_create(op, &exec));
+    res = shim_group_run(&exec, 1);
+    shim_exec_destroy(exec);
+    return res;
+}
+
 ncclResult_t
 shim_group_enqueue(const struct shim_op *op)
 {
@@ -149,16 +177,13 @@ shim_group_enqueue(const struct shim_op *op)
     if (op->device) {
         return shim_group_enqueue_device(op);
     }
-    if (shim_group.depth == 0 && !shim_group_checked()) {
-        SHIM_CHECK(shim_group_drain(op->comm));
-        return shim_exec_run_one(op);
-    }
-    SHIM_CHECK(shim_exec_create(op, &exec));
     if (shim_group.depth == 0) {
-        res = shim_group_run(&exec, 1);
-        shim_exec_destroy(exec);
+        shim_group_count(op->comm, 1);
+        res = shim_group_run_now(op);
+        shim_group_count(op->comm, -1);
         return res;
     }
+    SHIM_CHECK(shim_exec_create(op, &exec));
     SHIM_CHECK_GOTO(shim_group_push((void ***)&shim_group.execs, &shim_group.nexecs,
                                     &shim_group.exec_capacity, exec),
                     res, err_destroy);
@@ -189,6 +214,19 @@ shim_group_end(void)
             res = init_res;
         }
     }
+    /* Counted in once per op (a communicator may be counted several times), out at the end. */
+    struct ncclComm **comms = NULL;
+    int ncomms = shim_group.ndevops + shim_group.nexecs;
+    if (ncomms > 0 && shim_calloc(&comms, (size_t)ncomms) != ncclSuccess) {
+        res = res != ncclSuccess ? res : ncclSystemError;
+        ncomms = 0;
+    }
+    for (int i = 0; i < ncomms; i++) {
+        comms[i] = i < shim_group.ndevops
+                       ? shim_group.devops[i].comm
+                       : shim_exec_op(shim_group.execs[i - shim_group.ndevops])->comm;
+        shim_group_count(comms[i], 1);
+    }
     if (res == ncclSuccess && shim_group.ndevops > 0) {
         res = shim_devexec_run(shim_group.devops, shim_group.ndevops);
     }
@@ -198,6 +236,10 @@ shim_group_end(void)
     for (int i = 0; i < shim_group.nexecs; i++) {
         shim_exec_destroy(shim_group.execs[i]);
     }
+    for (int i = 0; i < ncomms; i++) {
+        shim_group_count(comms[i], -1);
+    }
+    free(comms);
     free(shim_group.execs);
     free(shim_group.devops);
     free(shim_group.inits);

@@ -48,11 +48,15 @@ hang_capture_start(int rank)
     close(fd);
 }
 
-/* Restores stderr; returns whether the captured text contains `needle` (and echoes it). */
-static bool
-hang_capture_has(const char *needle)
+/* Restores stderr and returns what was captured (echoed to stderr); a second call returns
+ * the same text. */
+static const char *
+hang_capture_end(void)
 {
     static char text[65536];
+    if (hang_saved_stderr < 0) {
+        return text;
+    }
     fflush(stderr);
     dup2(hang_saved_stderr, STDERR_FILENO);
     close(hang_saved_stderr);
@@ -62,9 +66,17 @@ hang_capture_has(const char *needle)
         close(fd);
     }
     unlink(hang_log);
+    hang_saved_stderr = -1;
     text[n > 0 ? n : 0] = '\0';
     fputs(text, stderr);
-    return strstr(text, needle) != NULL;
+    return text;
+}
+
+/* Whether the captured text (hang_capture_end) contains needle. */
+static bool
+hang_capture_has(const char *needle)
+{
+    return strstr(hang_capture_end(), needle) != NULL;
 }
 
 static void

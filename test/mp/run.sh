@@ -180,6 +180,7 @@ device_cases() {
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
     run_case device-streams-abort-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1 -g
     run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
+    run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
     # One hardware queue per context: stream semantics hold; a capture in the leader's
     # process is refused (it would hang when launched), the other ranks' captures are not.
     local onequeue=("${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1)
@@ -304,6 +305,7 @@ elif [[ $quick == 1 ]]; then
         "$bindir/collectives" -q -D mixed -c "$colls"
     run_case device-streams-abort-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1
     run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
+    run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
     run_case device-streams-graph-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graph
     run_case device-streams-churn-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p churn
     run_case device-fault-allreduce-n3-leader 1 90 "${dev[@]}" -- \

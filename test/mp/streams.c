@@ -52,8 +52,9 @@
  *             -g: every rank captures the all-reduce into a CUDA graph, the poster launches
  *             it, and the abort ends its host function's wait);
  *   abortblocked  rank 0's all-reduce, which the others never join, waits in its call (the
- *             device team leader's process, or the network path): ncclCommAbort from another
- *             thread, as a watchdog's, makes it return and frees nothing under it;
+ *             device team leader's process, or the network path; -H: on host memory, which
+ *             always runs inside the call): ncclCommAbort from another thread, as a
+ *             watchdog's, makes it return and frees nothing under it;
  *   onequeuegraph  with CUDA_DEVICE_MAX_CONNECTIONS=1, every rank captures an all-reduce:
  *             the device team leader's process (rank 0) is refused with a message rather
  *             than hang when the graph runs; the others capture;
@@ -702,18 +703,24 @@ st_blocked_call(void *arg)
 }
 
 static void
-part_abortblocked(const struct mp_world *w)
+part_abortblocked(const struct mp_world *w, bool host)
 {
     if (w->rank != 0) {
         usleep(1500 * 1000); /* never joins; aborts after rank 0 did */
         MP_CHECK(ncclCommAbort(w->comm));
         return;
     }
-    MP_ASSERT(mp_device_call_may_wait(w->rank), "abortblocked: rank 0's call must wait");
-    struct st_blocked b = {.comm = w->comm, .stream = st_stream()};
+    struct st_blocked b = {.comm = w->comm};
     pthread_t thread;
-    b.x = st_buffer(ST_COUNT, 1, 0, b.stream);
-    MP_CU(&st_cu, stream_synchronize(b.stream));
+    if (host) {
+        b.x = calloc(ST_COUNT, sizeof(float));
+        MP_ASSERT(b.x != NULL, "out of memory");
+    } else {
+        MP_ASSERT(mp_device_call_may_wait(w->rank), "abortblocked: rank 0's call must wait");
+        b.stream = st_stream();
+        b.x = st_buffer(ST_COUNT, 1, 0, b.stream);
+        MP_CU(&st_cu, stream_synchronize(b.stream));
+    }
     MP_ASSERT(pthread_create(&thread, NULL, st_blocked_call, &b) == 0, "pthread_create");
     usleep(300 * 1000);
     MP_EXPECT(!__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
@@ -724,6 +731,9 @@ part_abortblocked(const struct mp_world *w)
     MP_EXPECT(__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
               "ncclCommAbort returned while the call it ended was still inside the library");
     pthread_join(thread, NULL);
+    if (host) {
+        free(b.x);
+    }
 }
 
 static void
@@ -788,9 +798,9 @@ main(int argc, char **argv)
     struct mp_world world;
     const char *part = "order";
     int opt, poster = 0;
-    bool graph = false;
+    bool graph = false, host = false;
 
-    while ((opt = getopt(argc, argv, "p:r:gk:")) != -1) {
+    while ((opt = getopt(argc, argv, "p:r:gk:H")) != -1) {
         if (opt == 'p') {
             part = optarg;
         } else if (opt == 'k') {
@@ -799,11 +809,13 @@ main(int argc, char **argv)
             poster = atoi(optarg);
         } else if (opt == 'g') {
             graph = true;
+        } else if (opt == 'H') {
+            host = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
-                            "churn|graph|twographs|globalcapture|abort|fp8|unsupported|hostonly|"
-                            "nodevice "
-                            "[-r POSTER] [-g] [-k KIND]\n");
+                            "churn|graph|twographs|globalcapture|abort|abortblocked|"
+                            "onequeuegraph|fp8|unsupported|hostonly|nodevice "
+                            "[-r POSTER] [-g] [-k KIND] [-H]\n");
             return 2;
         }
     }
@@ -844,7 +856,7 @@ main(int argc, char **argv)
         part_abort(&world, poster, graph);
         world.comm = NULL;
     } else if (strcmp(part, "abortblocked") == 0) {
-        part_abortblocked(&world);
+        part_abortblocked(&world, host);
         world.comm = NULL;
     } else if (strcmp(part, "onequeuegraph") == 0) {
         part_onequeuegraph(&world);
