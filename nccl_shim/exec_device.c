@@ -244,16 +244,6 @@ shim_devexec_cipc_op(const struct shim_op *op)
 
 /* --- groups ----------------------------------------------------------------------------- */
 
-/* Marks in `on` the ops not yet handled on the device of ops[from]'s communicator. */
-static void
-shim_devexec_same_device(const struct shim_op *ops, int nops, int from, const bool *handled,
-                         bool *on)
-{
-    for (int i = 0; i < nops; i++) {
-        on[i] = i >= from && !handled[i] && ops[i].comm->cuda_dev == ops[from].comm->cuda_dev;
-    }
-}
-
 /* One device's part of a group: its ops (`on`, a mask over the group's) share its streams.
  * Every part arrives before any part waits: a wait may block the caller until the other
  * ranks of its communicator posted, and those may be ranks of one clique driven by this
@@ -372,26 +362,30 @@ shim_devexec_part_wait(const struct shim_op *ops, int nops, struct shim_dev_part
 ncclResult_t
 shim_devexec_run(const struct shim_op *ops, int nops)
 {
-    struct shim_dev_part *parts;
-    struct cipc_op *scratch;
-    bool *handled, *masks;
-    int nparts = 0;
-    ncclResult_t res = ncclSuccess;
+    struct shim_dev_part *parts = NULL;
+    struct cipc_op *scratch = NULL;
+    int *part_of = NULL, nparts = 0;
+    bool *masks = NULL;
+    ncclResult_t res;
 
-    SHIM_CHECK(shim_calloc(&scratch, (size_t)nops));
-    SHIM_CHECK_GOTO(shim_calloc(&parts, (size_t)nops), res, out_scratch);
-    SHIM_CHECK_GOTO(shim_calloc(&handled, (size_t)nops * ((size_t)nops + 1)), res, out_parts);
-    masks = handled + nops;
+    /* A part per device the group's communicators are on, in order of first appearance. */
+    SHIM_CHECK_GOTO(shim_calloc(&part_of, (size_t)nops), res, out);
     for (int i = 0; i < nops; i++) {
-        if (!handled[i]) {
-            struct shim_dev_part *part = &parts[nparts];
-            part->on = masks + (size_t)nparts * (size_t)nops;
-            shim_devexec_same_device(ops, nops, i, handled, part->on);
-            for (int j = i; j < nops; j++) {
-                handled[j] |= part->on[j];
+        part_of[i] = nparts;
+        for (int j = 0; j < i; j++) {
+            if (ops[j].comm->cuda_dev == ops[i].comm->cuda_dev) {
+                part_of[i] = part_of[j];
+                break;
             }
-            nparts++;
         }
+        nparts += part_of[i] == nparts;
+    }
+    SHIM_CHECK_GOTO(shim_calloc(&scratch, (size_t)nops), res, out);
+    SHIM_CHECK_GOTO(shim_calloc(&parts, (size_t)nparts), res, out);
+    SHIM_CHECK_GOTO(shim_calloc(&masks, (size_t)nparts * (size_t)nops), res, out);
+    for (int i = 0; i < nops; i++) {
+        parts[part_of[i]].on = masks + (size_t)part_of[i] * (size_t)nops;
+        parts[part_of[i]].on[i] = true;
     }
     /* The caller may be capturing (these calls or others) in global mode: what we set up on
      * the way (registrations, mappings, streams) must neither fail nor break the capture. */
@@ -408,11 +402,11 @@ shim_devexec_run(const struct shim_op *ops, int nops)
         }
     }
     gpu_capture_restore(mode);
-    free(handled);
-out_parts:
+out:
+    free(masks);
     free(parts);
-out_scratch:
     free(scratch);
+    free(part_of);
     return res;
 }
 
