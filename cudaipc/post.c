@@ -499,6 +499,11 @@ cipc_consumed_wait(struct cipc_team *team, uint32_t seq)
 
     while (!shm_flag_reached(&own->consumed, seq, team->rank, &wait)) {
         SHIM_CHECK(cipc_team_error(team));
+        if (__atomic_load_n(&team->released, __ATOMIC_ACQUIRE)) {
+            WARN("rank %d: the communicator was revoked while an operation waited for the "
+                 "device team's leader", team->rank);
+            return ncclInvalidUsage;
+        }
         if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
             WARN("rank %d: the communicator went while an operation waited for the device "
                  "team's leader", team->rank);
@@ -684,8 +689,9 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
         if (res != ncclSuccess && __atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
             return res;
         }
-        /* The team failed: the error is the communicator's (ncclCommGetAsyncError), and the
-         * stream waits on done, which only abort, destroy or revoke write now. */
+        /* The team failed (or was revoked): the error is the communicator's
+         * (ncclCommGetAsyncError), and the stream waits on done, which only abort, destroy or
+         * revoke write now. */
         failed = res != ncclSuccess;
     }
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));

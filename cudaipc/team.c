@@ -376,6 +376,8 @@ cipc_team_drain(struct cipc_team *team)
 void
 cipc_team_release(struct cipc_team *team)
 {
+    /* A call waiting for the leader to take its operations stops waiting too. */
+    __atomic_store_n(&team->released, 1, __ATOMIC_RELEASE);
     gpu_flag_release(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
 }
 

@@ -163,6 +163,7 @@ struct cipc_team {
     pthread_t thread;
     bool thread_started;
     int stop;                      /* atomic */
+    int released;                  /* atomic: revoked (cipc_team_release): calls stop waiting */
     int32_t error;                 /* atomic: ncclResult_t */
     struct cipc_leader *leader;    /* the leader's side; NULL on every other rank */
 };

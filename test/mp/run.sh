@@ -181,6 +181,8 @@ device_cases() {
     run_case device-streams-abort-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1 -g
     run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
     run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
+    run_case device-streams-revokeblocked-n3 3 60 "${dev[@]}" -- \
+        "$bindir/streams" -p abortblocked -R
     # One hardware queue per context: stream semantics hold; a capture in the leader's
     # process is refused (it would hang when launched), the other ranks' captures are not.
     local onequeue=("${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1)

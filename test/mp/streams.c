@@ -54,7 +54,8 @@
  *   abortblocked  rank 0's all-reduce, which the others never join, waits in its call (the
  *             device team leader's process, or the network path; -H: on host memory, which
  *             always runs inside the call): ncclCommAbort from another thread, as a
- *             watchdog's, makes it return and frees nothing under it;
+ *             watchdog's, makes it return and frees nothing under it (-R: ncclCommRevoke
+ *             makes it return, then abort);
  *   onequeuegraph  with CUDA_DEVICE_MAX_CONNECTIONS=1, every rank captures an all-reduce:
  *             the device team leader's process (rank 0) is refused with a message rather
  *             than hang when the graph runs; the others capture;
@@ -703,7 +704,7 @@ st_blocked_call(void *arg)
 }
 
 static void
-part_abortblocked(const struct mp_world *w, bool host)
+part_abortblocked(const struct mp_world *w, bool host, bool revoke)
 {
     if (w->rank != 0) {
         usleep(1500 * 1000); /* never joins; aborts after rank 0 did */
@@ -726,11 +727,23 @@ part_abortblocked(const struct mp_world *w, bool host)
     MP_EXPECT(!__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
               "the call returned before the others joined (%s)", ncclGetErrorString(b.res));
     double t0 = mp_now();
-    MP_CHECK(ncclCommAbort(w->comm));
-    MP_EXPECT(mp_now() - t0 < 5, "ncclCommAbort took %.2f s", mp_now() - t0);
-    MP_EXPECT(__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
-              "ncclCommAbort returned while the call it ended was still inside the library");
-    pthread_join(thread, NULL);
+    if (revoke) {
+        MP_CHECK_COMM(w->comm, ncclCommRevoke(w->comm, NCCL_REVOKE_DEFAULT));
+        while (!__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE) && mp_now() - t0 < 10) {
+            usleep(1000);
+        }
+        MP_EXPECT(__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
+                  "the call still waits %.2f s after ncclCommRevoke", mp_now() - t0);
+        pthread_join(thread, NULL);
+        MP_CHECK(ncclCommAbort(w->comm));
+        MP_EXPECT(mp_now() - t0 < 5, "revoke and abort took %.2f s", mp_now() - t0);
+    } else {
+        MP_CHECK(ncclCommAbort(w->comm));
+        MP_EXPECT(mp_now() - t0 < 5, "ncclCommAbort took %.2f s", mp_now() - t0);
+        MP_EXPECT(__atomic_load_n(&b.returned, __ATOMIC_ACQUIRE),
+                  "ncclCommAbort returned while the call it ended was still inside the library");
+        pthread_join(thread, NULL);
+    }
     if (host) {
         free(b.x);
     }
@@ -798,9 +811,9 @@ main(int argc, char **argv)
     struct mp_world world;
     const char *part = "order";
     int opt, poster = 0;
-    bool graph = false, host = false;
+    bool graph = false, host = false, revoke = false;
 
-    while ((opt = getopt(argc, argv, "p:r:gk:H")) != -1) {
+    while ((opt = getopt(argc, argv, "p:r:gk:HR")) != -1) {
         if (opt == 'p') {
             part = optarg;
         } else if (opt == 'k') {
@@ -811,11 +824,13 @@ main(int argc, char **argv)
             graph = true;
         } else if (opt == 'H') {
             host = true;
+        } else if (opt == 'R') {
+            revoke = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
                             "churn|graph|twographs|globalcapture|abort|abortblocked|"
                             "onequeuegraph|fp8|unsupported|hostonly|nodevice "
-                            "[-r POSTER] [-g] [-k KIND] [-H]\n");
+                            "[-r POSTER] [-g] [-k KIND] [-H] [-R]\n");
             return 2;
         }
     }
@@ -856,7 +871,7 @@ main(int argc, char **argv)
         part_abort(&world, poster, graph);
         world.comm = NULL;
     } else if (strcmp(part, "abortblocked") == 0) {
-        part_abortblocked(&world, host);
+        part_abortblocked(&world, host, revoke);
         world.comm = NULL;
     } else if (strcmp(part, "onequeuegraph") == 0) {
         part_onequeuegraph(&world);
