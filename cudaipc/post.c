@@ -545,11 +545,9 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         return ncclInvalidUsage;
     }
     SHIM_CHECK(cipc_post_ready(team));
-    /* It asks the driver about allocations, which needs the device's context. */
+    /* The sweep asks the driver about allocations, which needs the device's context. */
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
-    res = cipc_exports_sweep(team);
-    gpu_ctx_pop();
-    SHIM_CHECK(res);
+    SHIM_CHECK_GOTO(cipc_exports_sweep(team), res, out);
     if ((capturing || team->stream_posting) && team->leader_ctx && gpu_one_queue()) {
         /* A graph holds the wait for the leader's work, which the leader's thread enqueues
          * later: in one queue, behind that wait, for good. */
@@ -557,14 +555,15 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
              "operations of the device team leader's process (rank %d's) into a CUDA graph: "
              "run the call outside the capture, or leave CUDA_DEVICE_MAX_CONNECTIONS unset",
              team->rank, CIPC_LEADER);
-        return ncclInvalidUsage;
+        res = ncclInvalidUsage;
+        goto out;
     }
     if (capturing || team->stream_posting) {
-        return cipc_hostpost_arrive(team, ops, nops, stream, capturing);
+        res = cipc_hostpost_arrive(team, ops, nops, stream, capturing);
+        goto out;
     }
     uint32_t first = team->seq + 1, last = team->seq + (uint32_t)nops;
-    SHIM_CHECK(cipc_consumed_wait(team, last - CIPC_RING));
-    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    SHIM_CHECK_GOTO(cipc_consumed_wait(team, last - CIPC_RING), res, out);
     /* On another stream than the last operations, first wait for those to be done: arrive
      * must only grow (a later write of a smaller number would undo it), and the operations of
      * a communicator complete in the order they were issued. */

@@ -517,7 +517,7 @@ shim_comm_abort(struct ncclComm *comm)
     shim_comm_join_init(comm);
     /* Calls of other threads (a watchdog aborts while the program's thread waits in a call)
      * see the abort and leave before anything of the communicator goes. */
-    shim_devexec_interrupt(comm);
+    cipc_team_interrupt(comm->dev); /* the network path's batch fails on the abort flag */
     for (int waited_ms = 0; __atomic_load_n(&comm->calls_inside, __ATOMIC_ACQUIRE) > 0;
          waited_ms++) {
         if (waited_ms % 5000 == 4999) {

@@ -447,13 +447,6 @@ shim_devexec_comm_error(const struct ncclComm *comm)
 }
 
 void
-shim_devexec_interrupt(struct ncclComm *comm)
-{
-    /* The network path's batch fails on the abort flag, which the caller set. */
-    cipc_team_interrupt(comm->dev);
-}
-
-void
 shim_devexec_comm_free(struct ncclComm *comm, bool abort)
 {
     cipc_team_destroy(comm->dev, abort);

@@ -41,8 +41,5 @@ bool shim_devexec_pending(const struct ncclComm *comm);
 /* The communicator's device state: a one-rank communicator's ordering event, a team's. */
 ncclResult_t shim_devexec_comm_error(const struct ncclComm *comm);
 void shim_devexec_comm_free(struct ncclComm *comm, bool abort);
-/* Abort, first (comm->abort_flag set): device calls of other threads on comm that wait for
- * the other ranks (the device team leader's process, the network path) give up soon. */
-void shim_devexec_interrupt(struct ncclComm *comm);
 
 #endif

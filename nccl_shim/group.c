@@ -214,18 +214,13 @@ shim_group_end(void)
             res = init_res;
         }
     }
-    /* Counted in once per op (a communicator may be counted several times), out at the end. */
-    struct ncclComm **comms = NULL;
-    int ncomms = shim_group.ndevops + shim_group.nexecs;
-    if (ncomms > 0 && shim_calloc(&comms, (size_t)ncomms) != ncclSuccess) {
-        res = res != ncclSuccess ? res : ncclSystemError;
-        ncomms = 0;
+    /* Counted in once per op (a communicator may be counted several times), and out once its
+     * op is done with: an exec's destroy still touches its communicator. */
+    for (int i = 0; i < shim_group.ndevops; i++) {
+        shim_group_count(shim_group.devops[i].comm, 1);
     }
-    for (int i = 0; i < ncomms; i++) {
-        comms[i] = i < shim_group.ndevops
-                       ? shim_group.devops[i].comm
-                       : shim_exec_op(shim_group.execs[i - shim_group.ndevops])->comm;
-        shim_group_count(comms[i], 1);
+    for (int i = 0; i < shim_group.nexecs; i++) {
+        shim_group_count(shim_exec_op(shim_group.execs[i])->comm, 1);
     }
     if (res == ncclSuccess && shim_group.ndevops > 0) {
         res = shim_devexec_run(shim_group.devops, shim_group.ndevops);
@@ -233,13 +228,14 @@ shim_group_end(void)
     if (res == ncclSuccess && shim_group.nexecs > 0) {
         res = shim_group_run(shim_group.execs, shim_group.nexecs);
     }
+    for (int i = 0; i < shim_group.ndevops; i++) {
+        shim_group_count(shim_group.devops[i].comm, -1);
+    }
     for (int i = 0; i < shim_group.nexecs; i++) {
+        struct ncclComm *comm = shim_exec_op(shim_group.execs[i])->comm;
         shim_exec_destroy(shim_group.execs[i]);
+        shim_group_count(comm, -1);
     }
-    for (int i = 0; i < ncomms; i++) {
-        shim_group_count(comms[i], -1);
-    }
-    free(comms);
     free(shim_group.execs);
     free(shim_group.devops);
     free(shim_group.inits);
