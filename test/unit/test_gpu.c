@@ -4,9 +4,9 @@
  * LD_LIBRARY_PATH as make test-unit sets it): the driver table and its checked errors
  * (gpu/driver.c), memory kinds and ncclMemAlloc's allocations (gpu/memory.c), stream
  * ordering (gpu/stream.c): a gate holds later work until released, release only moves
- * forward, a group's fork and join order its streams, a capturing stream is refused; and
- * kernel batches (kernels/device.c): any number of tasks, cut into launches, give the host
- * reductions' results.
+ * forward, a group's fork and join order its streams, a capturing stream is refused; kernel
+ * batches (kernels/device.c): any number of tasks, cut into launches, give the host
+ * reductions' results; and events belong to their context, as the driver has it.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -314,4 +314,39 @@ Test(gpu, batches_of_any_size_give_the_host_reductions)
         cr_assert_arr_eq(dst[t][1], want, sizeof(want), "task %d, second destination", t);
     }
     gpu_cu.cuStreamDestroy(s);
+}
+
+/* Events belong to a context, as cuda.h says: made in the current one, recorded only on its
+ * streams. The double answers as the driver does, so the library's records across the gates
+ * (the device team's and the network path's events) are checked where it runs. */
+static void
+two_devices(void)
+{
+    setenv("FAKE_CUDA_DEVICES", "2", 1); /* before the double reads its settings */
+    cr_assert(gpu_driver_present(), "no driver: run with LD_LIBRARY_PATH=build/test/doubles");
+}
+
+Test(gpu_events, belong_to_the_context_they_were_made_in, .init = two_devices)
+{
+    const struct gpu_device *d0, *d1;
+    CUevent event;
+    CUstream stream;
+
+    cr_assert_eq(gpu_device_get(0, &d0), ncclSuccess);
+    cr_assert_eq(gpu_device_get(1, &d1), ncclSuccess, "FAKE_CUDA_DEVICES=2 gave one device");
+    cr_assert_eq(gpu_cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING),
+                 CUDA_ERROR_INVALID_CONTEXT, "an event made without a current context");
+    cr_assert_eq(gpu_ctx_push(d1->ctx), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    gpu_ctx_pop();
+    cr_assert_eq(gpu_ctx_push(d0->ctx), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventRecord(event, stream), CUDA_ERROR_INVALID_HANDLE,
+                 "an event of device 1's context recorded on a stream of device 0's");
+    /* Waiting on another context's event is allowed. */
+    cr_assert_eq(gpu_cu.cuStreamWaitEvent(stream, event, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
+    gpu_cu.cuStreamDestroy(stream);
+    gpu_ctx_pop();
+    gpu_cu.cuEventDestroy(event);
 }

@@ -28,6 +28,7 @@ enum fake_op_kind {
 };
 
 struct CUevent_st {
+    struct CUctx_st *ctx; /* the current one when it was made: records go on its streams only */
     uint64_t recorded;  /* records enqueued */
     uint64_t completed; /* records the stream has reached; atomic */
     int refs;           /* the handle's, until cuEventDestroy, and one per queued operation */
@@ -561,10 +562,17 @@ FAKE_API CUresult
 cuEventCreate(CUevent *event, unsigned int flags)
 {
     (void)flags;
+    /* "Creates an event *phEvent for the current context". */
+    struct CUctx_st *ctx = fake_ctx_current();
+    if (ctx == NULL) {
+        fake_complain("cuEventCreate without a current context");
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     *event = calloc(1, sizeof(**event));
     if (*event == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    (*event)->ctx = ctx;
     (*event)->refs = 1;
     FAKE_STAT_ADD(events, 1);
     return CUDA_SUCCESS;
@@ -583,6 +591,13 @@ cuEventDestroy(CUevent event)
 FAKE_API CUresult
 cuEventRecord(CUevent event, CUstream stream)
 {
+    /* "hEvent and hStream must be from the same context otherwise CUDA_ERROR_INVALID_HANDLE
+     * is returned." */
+    struct CUstream_st *s = fake_stream(stream);
+    if (s != NULL && s->ctx != event->ctx) {
+        fake_complain("cuEventRecord of an event of another context than the stream's");
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     struct fake_op *op = fake_op_new(FAKE_OP_RECORD);
     if (op == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
