@@ -226,6 +226,17 @@ cipc_cache_clear(struct cipc_cache *cache)
     memset(cache, 0, sizeof(*cache));
 }
 
+bool
+cipc_cache_holds_forgotten(const struct cipc_cache *cache, int rank)
+{
+    for (int i = 0; i < cache->cap && cache->forgotten > 0; i++) {
+        if (cache->maps[i].rank == rank && cache->maps[i].forgotten) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int
 cipc_cache_count(const struct cipc_cache *cache)
 {

@@ -57,6 +57,8 @@ void cipc_cache_reap(struct cipc_cache *cache, uint32_t completed);
 /* Unmaps everything (the leader's stream must be idle). */
 void cipc_cache_clear(struct cipc_cache *cache);
 /* How many mappings are open, for logs. */
+/* Whether a mapping of rank's that it said forget is still open. */
+bool cipc_cache_holds_forgotten(const struct cipc_cache *cache, int rank);
 int cipc_cache_count(const struct cipc_cache *cache);
 
 #endif

@@ -31,7 +31,11 @@
  * leader took its operations before its stream waits for done (an event, for the leader
  * rank), so such a call returns once the other ranks posted theirs. Buffers the leader cannot map
  * (managed or registered host memory, or device memory on a GPU the leader's cannot reach)
- * are staged through pinned shared host memory by their owner's stream.
+ * are staged through pinned shared host memory by their owner's stream. cudaMalloc memory
+ * that nobody registered is staged too, through a cuMem allocation of the owner's device: its
+ * owner may free it at any time, and freeing memory another process maps through a legacy
+ * IPC handle is undefined (cuIpcOpenMemHandle), while an imported cuMem handle keeps memory
+ * alive.
  *
  * Once a stream of a rank is captured into a CUDA graph, that rank posts every operation from
  * its stream instead (hostpost.c): a host function numbers and posts when the stream gets

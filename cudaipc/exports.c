@@ -4,7 +4,9 @@
  * handle or by a cuMem allocation's file descriptor, and how the leader learns to let them go.
  *
  * The leader maps each once and keeps the mapping (cache.c) until this rank says forget on
- * the channel. It does so for an allocation that is gone (freed, or freed and another made
+ * the channel. A cudaMalloc allocation is exported only while registered (or captured, for
+ * the team's life): its owner may not free it before the leader closed its mapping
+ * (cuIpcOpenMemHandle), so deregistration waits for the leader's word that it did. It does so for an allocation that is gone (freed, or freed and another made
  * at its address: the driver's unique id at its first byte is no longer the exported one,
  * checked when posting, a share of the table every CIPC_SWEEP_NS), and for the least recently
  * used entry when the table is full. Either way only once the last operation that used it is
@@ -67,9 +69,26 @@ cipc_forget(struct cipc_team *team, enum cipc_buf_how how, uint64_t key)
 
     SHIM_CHECK(cipc_channel_open(team));
     SHIM_CHECK(cipc_channel_send(team->channel_fd, &msg, -1));
+    team->forgets_sent++;
     /* The leader reads the channel when this moves, not on every step. */
     __atomic_add_fetch(&team->ctrls[CIPC_LEADER]->forgets, 1, __ATOMIC_RELEASE);
     shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+    return ncclSuccess;
+}
+
+/* Sleeps until the leader closed every mapping this rank told it to forget so far. */
+static ncclResult_t
+cipc_forgets_wait(struct cipc_team *team)
+{
+    const uint32_t *closed = &team->ctrls[team->rank]->forgets_closed;
+
+    while (__atomic_load_n(closed, __ATOMIC_ACQUIRE) != team->forgets_sent) {
+        SHIM_CHECK(cipc_team_error(team));
+        if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+            return ncclInvalidUsage;
+        }
+        usleep(100);
+    }
     return ncclSuccess;
 }
 
@@ -203,6 +222,13 @@ out:
     return res;
 }
 
+bool
+cipc_export_pinned(struct cipc_team *team, uint64_t id, uintptr_t base)
+{
+    const struct cipc_export *e = cipc_export_lookup(team->exports, id, base);
+    return e != NULL && e->pins > 0;
+}
+
 ncclResult_t
 cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta)
 {
@@ -212,10 +238,29 @@ cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta)
         return ncclSuccess;
     }
     e->pins = (uint32_t)((int)e->pins + delta);
-    if (e->pins == 0 && delta < 0 && cipc_export_idle(team, e)) {
-        return cipc_export_drop(team, e, "deregistered");
+    if (e->pins != 0 || delta > 0) {
+        return ncclSuccess;
     }
-    return ncclSuccess;
+    if (e->how == CIPC_BUF_LEGACY) {
+        /* Its owner may free it once this returns: first the operations using it finish,
+         * then the leader closes its mapping. */
+        while (!cipc_export_idle(team, e)) {
+            SHIM_CHECK(cipc_team_error(team));
+            usleep(100);
+        }
+        SHIM_CHECK(cipc_export_drop(team, e, "deregistered"));
+        return cipc_forgets_wait(team);
+    }
+    /* An imported cuMem handle keeps its memory: forgotten now if idle, else when found gone
+     * or least recently used. */
+    return cipc_export_idle(team, e) ? cipc_export_drop(team, e, "deregistered") : ncclSuccess;
+}
+
+ncclResult_t
+cipc_export_release(struct cipc_team *team, uint64_t id, uintptr_t base)
+{
+    struct cipc_export *e = cipc_export_lookup(team->exports, id, base);
+    return e != NULL ? cipc_export_drop(team, e, "staging replaced") : ncclSuccess;
 }
 
 ncclResult_t

@@ -414,11 +414,13 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     }
     SHIM_CHECK_GOTO(gpu_ctx_push(team->gpu->ctx), res, err_slot);
     for (int i = 0; i < nops; i++) {
-        bool staged[3];
+        uint8_t via[3];
         /* Numbered as the last posted: the exports it makes stay until it is posted and done
-         * (hostposts_queued holds them) or, captured, for good (pinned). */
-        res = cipc_desc_make(team, &ops[i], team->seq, team->seq, &hp->descs[i], staged);
-        if (res == ncclSuccess && (staged[0] || staged[1] || staged[2])) {
+         * (hostposts_queued holds them) or, captured, for good (pinned). So cudaMalloc memory
+         * is mapped here, not staged: a graph replays the copies' addresses, and a host
+         * function may not wait for room in a staging area. */
+        res = cipc_desc_make(team, &ops[i], team->seq, team->seq, true, &hp->descs[i], via);
+        if (res == ncclSuccess && (via[0] || via[1] || via[2])) {
             WARN("rank %d: a buffer that reaches the device team's leader only through a "
                  "staging copy (managed or registered host memory, or a device the leader "
                  "cannot reach) on a communicator posting from its streams since a CUDA graph "

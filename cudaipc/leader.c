@@ -60,6 +60,8 @@ struct cipc_leader {
     struct cipc_pending_fd *fds;
     int nfds, fds_cap;
     uint32_t forgets_read;        /* the control block's forgets when the channel was read */
+    uint32_t *forgets_taken;      /* per rank: its forgets read off the channel */
+    bool acks_owed;               /* some rank's forgets_closed is behind forgets_taken */
     struct cipc_cache cache;
     struct cipc_work work;        /* the operation being enqueued */
 };
@@ -75,6 +77,7 @@ cipc_leader_free(struct cipc_leader *L)
     free(L->head);
     free(L->taken);
     free(L->waited);
+    free(L->forgets_taken);
     free(L->peer_enabled);
     free(L);
 }
@@ -93,6 +96,7 @@ cipc_leader_create(struct cipc_team *team)
     SHIM_CHECK_GOTO(shim_calloc(&L->head, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->taken, (size_t)n * CIPC_RING), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->waited, (size_t)n), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&L->forgets_taken, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->peer_enabled, (size_t)n), res, err);
     for (int r = 0; r < n; r++) {
         L->head[r] = 1; /* operations are numbered from 1 */
@@ -261,6 +265,27 @@ cipc_leader_forget(struct cipc_leader *L, const struct cipc_channel_msg *msg, in
         }
     }
     cipc_cache_forget(&L->cache, msg->rank, msg->how, msg->key);
+    L->forgets_taken[msg->rank]++;
+    L->acks_owed = true;
+}
+
+/* Tells each rank whose forgotten mappings are all closed that they are (forgets_closed): a
+ * rank deregistering a cudaMalloc buffer waits for that before its owner may free it. */
+static void
+cipc_leader_ack_forgets(struct cipc_team *team)
+{
+    struct cipc_leader *L = team->leader;
+    bool owed = false;
+
+    for (int r = 0; r < team->nranks; r++) {
+        if (cipc_cache_holds_forgotten(&L->cache, r)) {
+            owed = true;
+        } else {
+            __atomic_store_n(&team->ctrls[r]->forgets_closed, L->forgets_taken[r],
+                             __ATOMIC_RELEASE);
+        }
+    }
+    L->acks_owed = owed;
 }
 
 /* Accepts what connected and takes every message waiting. */
@@ -689,20 +714,25 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
     ncclResult_t res = ncclSuccess;
 
     *progressed_out = false;
+    uint32_t forgets = __atomic_load_n(&team->ctrls[CIPC_LEADER]->forgets, __ATOMIC_ACQUIRE);
     if (L->gpu == NULL) {
-        if (!cipc_anything_posted(team)) {
+        /* A registration exports before any operation, and its deregistration waits for an
+         * answer. */
+        if (!cipc_anything_posted(team) && forgets == L->forgets_read) {
             return ncclSuccess;
         }
         SHIM_CHECK(cipc_leader_activate(team));
     }
     SHIM_CHECK(gpu_ctx_push(L->gpu->ctx));
-    uint32_t forgets = __atomic_load_n(&team->ctrls[CIPC_LEADER]->forgets, __ATOMIC_ACQUIRE);
     if (forgets != L->forgets_read) {
         L->forgets_read = forgets;
         res = cipc_leader_drain_channel(team);
     }
     cipc_cache_reap(&L->cache, __atomic_load_n(&team->ctrls[CIPC_LEADER]->leader_done,
                                                __ATOMIC_ACQUIRE));
+    if (L->acks_owed) {
+        cipc_leader_ack_forgets(team);
+    }
     for (bool found = true; res == ncclSuccess && found;) {
         found = false;
         res = cipc_step_coll(team, &found);

@@ -5,16 +5,24 @@
  *
  * How a buffer is described, cheapest first:
  *   - the leader's own process: its address as it is (LOCAL);
- *   - device memory the leader's device reaches, from cudaMalloc: the allocation's legacy IPC
- *     handle (made once per allocation, cached: it costs about 18 us);
+ *   - device memory the leader's device reaches, from cudaMalloc, that its owner registered
+ *     (ncclCommRegister) or a CUDA graph captured: the allocation's legacy IPC handle (made
+ *     once per allocation, cached: it costs about 18 us);
  *   - such memory from a shareable cuMem allocation (ncclMemAlloc, PyTorch's expandable
  *     segments): the allocation's file descriptor, sent once on the channel;
+ *   - cudaMalloc memory nobody registered: staged on the device. cuIpcOpenMemHandle makes
+ *     freeing an allocation another process maps undefined, and PyTorch's empty_cache()
+ *     frees such buffers without a word; only a registration promises otherwise. So the
+ *     rank's stream copies it into a cuMem allocation of the rank's own (which the leader
+ *     maps as any other: an imported cuMem handle keeps memory alive, so that mapping is
+ *     safe) and back. Two local copies, at the device's memory bandwidth;
  *   - anything else (managed or registered memory, a device the leader cannot reach, a buffer
- *     across two cuMem allocations): staged. The rank's stream copies inputs into a segment of
- *     pinned shared host memory before it arrives and outputs out of it after done. The
- *     segment (a memfd, sent once on the channel) grows as needed; a new one replaces it, and
- *     old ones go once the operations that used them are done. One staged group at a time:
- *     the next one's copies wait on an event after the last one's.
+ *     across two cuMem allocations): staged through a segment of pinned shared host memory
+ *     (a memfd, sent once on the channel).
+ * A rank's stream copies staged inputs in before it arrives and outputs out after done. A
+ * staging area grows as needed; a new one replaces it, and old ones go once the operations
+ * that used them are done. One staged group at a time per area: the next one's copies wait on
+ * an event after the last one's.
  * Allocations are told apart by the driver's unique id, never by address: memory freed and
  * allocated again at the same address is a new allocation.
  */
@@ -32,17 +40,22 @@
 #define CIPC_STAGE_ALIGN 256
 #define CIPC_STAGE_MIN ((size_t)1 << 20)
 
+/* A staging area: pinned shared host memory (a memfd the leader maps), or, on_device, a cuMem
+ * allocation of the rank's device (exported as any other, pinned in the exports while it
+ * lives). */
 struct cipc_stage_seg {
-    int memfd;
+    int memfd;          /* host: -1 on the device */
     uint8_t *host;
-    CUdeviceptr dev;
+    CUdeviceptr dev;    /* where the rank's stream copies to and from */
     size_t size;
-    uint64_t gen;
+    uint64_t gen;       /* host: its key on the channel */
+    uint64_t id;        /* on the device: its allocation id, the leader's key */
     uint32_t last_seq;  /* the last operation that used it */
     struct cipc_stage_seg *next;
 };
 
 struct cipc_stage {
+    bool on_device;
     struct cipc_stage_seg *segs; /* the current one first */
     uint64_t gens;
     CUevent free_event;          /* after the last staged group's copies; created on need */
@@ -53,6 +66,7 @@ struct cipc_stage {
 /* One staged buffer of a group being posted. */
 struct cipc_staged {
     struct cipc_buf *buf;
+    uint8_t via;         /* enum cipc_stage_via */
     CUdeviceptr user;    /* its first byte in the user's memory */
     size_t bytes;
     size_t offset;       /* in the segment */
@@ -83,6 +97,8 @@ cipc_post_ready(struct cipc_team *team)
     }
     SHIM_CHECK(cipc_exports_create(team));
     SHIM_CHECK(shim_calloc(&team->stage, 1));
+    SHIM_CHECK(shim_calloc(&team->dev_stage, 1));
+    team->dev_stage->on_device = true;
     SHIM_CHECK(gpu_ctx_push(gpu->ctx));
     SHIM_CHECK_GOTO(cipc_ctrl_register(team, team->rank), res, out);
     struct cipc_ctrl *own = team->ctrls[team->rank];
@@ -152,17 +168,19 @@ cipc_leader_touches_local(struct cipc_team *team, const void *ptr,
            flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 }
 
-/* Fills buf for bytes at ptr, used by operation seq; *staged_out when only a staging copy can
- * reach it. */
+/* Fills buf for bytes at ptr, used by operation seq; *via_out says through which staging
+ * area a copy reaches it, if only a copy can. kept: the caller pins what this exports for as
+ * long as the memory may be used (a registration, a capture), so cudaMalloc memory may be
+ * mapped; else only where it is registered already. */
 static ncclResult_t
 cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info *mem,
-              size_t bytes, uint32_t seq, struct cipc_buf *buf, bool *staged_out)
+              size_t bytes, uint32_t seq, bool kept, struct cipc_buf *buf, uint8_t *via_out)
 {
     uintptr_t p = (uintptr_t)ptr;
 
     memset(buf, 0, sizeof(*buf));
     buf->ptr = p;
-    *staged_out = false;
+    *via_out = CIPC_STAGE_NONE;
     if (ptr == NULL || bytes == 0) {
         buf->how = CIPC_BUF_NONE;
         return ncclSuccess;
@@ -178,6 +196,12 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
     }
     if (mem->kind == GPU_MEM_DEVICE && reachable && !with_leader) {
         if (mem->legacy_ipc && p + bytes <= mem->alloc_base + mem->alloc_size) {
+            if (!kept && !cipc_export_pinned(team, mem->alloc_id, mem->alloc_base)) {
+                /* Its owner may free it at any time: no mapping may outlive the call. */
+                buf->how = CIPC_BUF_STAGED;
+                *via_out = CIPC_STAGE_DEVICE;
+                return ncclSuccess;
+            }
             buf->how = CIPC_BUF_LEGACY;
             buf->key = mem->alloc_id;
             buf->offset = p - mem->alloc_base;
@@ -197,7 +221,7 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
         }
     }
     buf->how = CIPC_BUF_STAGED;
-    *staged_out = true;
+    *via_out = CIPC_STAGE_HOST;
     return ncclSuccess;
 }
 
@@ -208,14 +232,14 @@ cipc_team_pin(struct cipc_team *team, const void *ptr, size_t bytes,
               const struct gpu_mem_info *mem, struct cipc_pin *pin)
 {
     struct cipc_buf buf;
-    bool staged;
+    uint8_t via;
     ncclResult_t res;
 
     memset(pin, 0, sizeof(*pin));
     SHIM_CHECK(cipc_post_ready(team));
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
     /* Named by the last operation posted: the entry is idle once that is done. */
-    res = cipc_describe(team, ptr, mem, bytes, team->seq, &buf, &staged);
+    res = cipc_describe(team, ptr, mem, bytes, team->seq, true, &buf, &via);
     if (res == ncclSuccess) {
         res = cipc_export_pin_buf(team, &buf, pin);
     }
@@ -231,23 +255,39 @@ cipc_team_unpin(struct cipc_team *team, const struct cipc_pin *pin)
 
 /* --- staging -------------------------------------------------------------------------------- */
 
-static void
-cipc_stage_seg_free(struct cipc_stage_seg *seg)
+/* Frees seg; the device's context is current. The leader is told first: its mapping would
+ * keep the memory. */
+static ncclResult_t
+cipc_stage_seg_free(struct cipc_team *team, struct cipc_stage_seg *seg, bool tell)
 {
-    if (seg->dev != 0) {
-        gpu_cu.cuMemHostUnregister(seg->host);
+    ncclResult_t res = ncclSuccess;
+
+    if (seg->memfd < 0) {
+        if (tell) {
+            res = cipc_export_release(team, seg->id, (uintptr_t)seg->dev);
+        }
+        gpu_mem_free((void *)(uintptr_t)seg->dev);
+    } else {
+        if (tell) {
+            res = cipc_forget(team, CIPC_BUF_STAGED, seg->gen);
+        }
+        if (seg->dev != 0) {
+            gpu_cu.cuMemHostUnregister(seg->host);
+        }
+        if (seg->host != NULL) {
+            munmap(seg->host, seg->size);
+        }
+        close(seg->memfd);
     }
-    munmap(seg->host, seg->size);
-    close(seg->memfd);
     free(seg);
+    return res;
 }
 
-/* Frees the replaced segments whose last operation is done, and tells the leader to unmap
- * them: its mapping would keep their memory. */
+/* Frees the replaced areas whose last operation is done. */
 static ncclResult_t
-cipc_stage_trim(struct cipc_team *team)
+cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
 {
-    struct cipc_stage_seg **link = &team->stage->segs;
+    struct cipc_stage_seg **link = &st->segs;
 
     if (*link == NULL) {
         return ncclSuccess;
@@ -256,9 +296,7 @@ cipc_stage_trim(struct cipc_team *team)
         struct cipc_stage_seg *seg = *link;
         if (gpu_flag_reached(&team->done, seg->last_seq)) {
             *link = seg->next;
-            uint64_t gen = seg->gen;
-            cipc_stage_seg_free(seg);
-            SHIM_CHECK(cipc_forget(team, CIPC_BUF_STAGED, gen));
+            SHIM_CHECK(cipc_stage_seg_free(team, seg, true));
         } else {
             link = &seg->next;
         }
@@ -266,88 +304,123 @@ cipc_stage_trim(struct cipc_team *team)
     return ncclSuccess;
 }
 
-/* A segment of at least bytes, registered, its memfd sent to the leader; the current one if
- * it is big enough. The device's context is current. */
+/* Pinned shared host memory of seg->size bytes, registered, its memfd sent to the leader. */
 static ncclResult_t
-cipc_stage_get(struct cipc_team *team, size_t bytes, struct cipc_stage_seg **seg_out)
+cipc_stage_seg_host(struct cipc_team *team, struct cipc_stage_seg *seg)
 {
-    struct cipc_stage *st = team->stage;
+    seg->memfd = memfd_create("ncclshim-staging", MFD_CLOEXEC);
+    if (seg->memfd < 0 || ftruncate(seg->memfd, (off_t)seg->size) != 0) {
+        WARN("cudaipc: cannot make a %zu-byte staging segment: %s", seg->size,
+             strerror(errno));
+        return ncclSystemError;
+    }
+    seg->host = mmap(NULL, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     seg->memfd, 0);
+    if (seg->host == MAP_FAILED) {
+        WARN("cudaipc: cannot map a %zu-byte staging segment: %s", seg->size, strerror(errno));
+        seg->host = NULL;
+        return ncclSystemError;
+    }
+    GPU_CU_CHECK(cuMemHostRegister(seg->host, seg->size, CU_MEMHOSTREGISTER_PORTABLE |
+                                                             CU_MEMHOSTREGISTER_DEVICEMAP));
+    GPU_CU_CHECK(cuMemHostGetDevicePointer(&seg->dev, seg->host, 0));
+    SHIM_CHECK(cipc_channel_open(team));
+    struct cipc_channel_msg msg = {.kind = CIPC_FD_STAGING, .rank = team->rank, .key = seg->gen,
+                                   .size = seg->size};
+    return cipc_channel_send(team->channel_fd, &msg, seg->memfd);
+}
+
+/* Device memory of at least seg->size bytes, exported to the leader and pinned there. */
+static ncclResult_t
+cipc_stage_seg_device(struct cipc_team *team, struct cipc_stage_seg *seg)
+{
+    void *ptr = NULL;
+    uintptr_t base;
+
+    SHIM_CHECK(gpu_mem_alloc(seg->size, &ptr));
+    seg->dev = (CUdeviceptr)(uintptr_t)ptr;
+    SHIM_CHECK(gpu_mem_mapping(ptr, &base, &seg->size, &seg->id));
+    SHIM_CHECK(cipc_export_cumem(team, ptr, seg->id, base, seg->size, team->seq));
+    return cipc_export_pin(team, seg->id, base, 1);
+}
+
+/* An area of st of at least bytes; the current one if it is big enough. The device's context
+ * is current. */
+static ncclResult_t
+cipc_stage_get(struct cipc_team *team, struct cipc_stage *st, size_t bytes,
+               struct cipc_stage_seg **seg_out)
+{
     struct cipc_stage_seg *seg = NULL;
     ncclResult_t res;
 
-    SHIM_CHECK(cipc_stage_trim(team));
+    SHIM_CHECK(cipc_stage_trim(team, st));
     if (st->segs != NULL && st->segs->size >= bytes) {
         *seg_out = st->segs;
         return ncclSuccess;
     }
     size_t size = st->segs != NULL ? 2 * st->segs->size : CIPC_STAGE_MIN;
     size = size > bytes ? size : bytes;
-    size = (size + 4095) & ~(size_t)4095;
     SHIM_CHECK(shim_calloc(&seg, 1));
-    seg->size = size;
-    seg->memfd = memfd_create("ncclshim-staging", MFD_CLOEXEC);
-    if (seg->memfd < 0 || ftruncate(seg->memfd, (off_t)size) != 0) {
-        WARN("cudaipc: cannot make a %zu-byte staging segment: %s", size, strerror(errno));
-        if (seg->memfd >= 0) {
-            close(seg->memfd);
-        }
-        free(seg);
-        return ncclSystemError;
-    }
-    seg->host = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, seg->memfd,
-                     0);
-    if (seg->host == MAP_FAILED) {
-        WARN("cudaipc: cannot map a %zu-byte staging segment: %s", size, strerror(errno));
-        close(seg->memfd);
-        free(seg);
-        return ncclSystemError;
-    }
+    seg->size = (size + 4095) & ~(size_t)4095;
+    seg->memfd = -1;
     seg->gen = ++st->gens;
-    GPU_CU_CHECK_GOTO(cuMemHostRegister(seg->host, size, CU_MEMHOSTREGISTER_PORTABLE |
-                                                             CU_MEMHOSTREGISTER_DEVICEMAP),
-                      res, err_free);
-    GPU_CU_CHECK_GOTO(cuMemHostGetDevicePointer(&seg->dev, seg->host, 0), res, err_free);
-    SHIM_CHECK_GOTO(cipc_channel_open(team), res, err_free);
-    struct cipc_channel_msg msg = {.kind = CIPC_FD_STAGING, .rank = team->rank, .key = seg->gen,
-                                   .size = size};
-    SHIM_CHECK_GOTO(cipc_channel_send(team->channel_fd, &msg, seg->memfd), res, err_free);
-    INFO(SHIM_ALLOC, "rank %d: device team staging segment %llu of %zu bytes", team->rank,
-         (unsigned long long)seg->gen, size);
+    res = st->on_device ? cipc_stage_seg_device(team, seg) : cipc_stage_seg_host(team, seg);
+    if (res != ncclSuccess) {
+        if (seg->memfd < 0 && seg->dev == 0) {
+            free(seg);
+        } else {
+            cipc_stage_seg_free(team, seg, false);
+        }
+        return res;
+    }
+    INFO(SHIM_ALLOC, "rank %d: device team staging %s %llu of %zu bytes", team->rank,
+         st->on_device ? "on the device" : "segment", (unsigned long long)seg->gen, seg->size);
     seg->next = st->segs;
     st->segs = seg;
     *seg_out = seg;
     return ncclSuccess;
-
-err_free:
-    cipc_stage_seg_free(seg);
-    return res;
 }
 
-/* Lays the group's staged buffers out in a segment, points their descriptors at it, and
- * enqueues the copies in; the copies out are kept for cipc_post_wait. */
+/* Lays the group's buffers staged through st out in one area, points their descriptors at
+ * it, and enqueues the copies in; the copies out are kept for cipc_post_wait. */
 static ncclResult_t
-cipc_stage_group(struct cipc_team *team, struct cipc_staged *staged, int nstaged,
-                 uint32_t last_seq, CUstream stream)
+cipc_stage_group(struct cipc_team *team, struct cipc_stage *st, struct cipc_staged *staged,
+                 int nstaged, uint32_t last_seq, CUstream stream)
 {
-    struct cipc_stage *st = team->stage;
+    uint8_t via = st->on_device ? CIPC_STAGE_DEVICE : CIPC_STAGE_HOST;
     struct cipc_stage_seg *seg = NULL;
     size_t total = 0;
 
     for (int i = 0; i < nstaged; i++) {
-        staged[i].offset = total;
-        total += (staged[i].bytes + CIPC_STAGE_ALIGN - 1) & ~(size_t)(CIPC_STAGE_ALIGN - 1);
+        if (staged[i].via == via) {
+            staged[i].offset = total;
+            total += (staged[i].bytes + CIPC_STAGE_ALIGN - 1) & ~(size_t)(CIPC_STAGE_ALIGN - 1);
+        }
     }
-    SHIM_CHECK(cipc_stage_get(team, total, &seg));
+    if (total == 0) {
+        return ncclSuccess;
+    }
+    SHIM_CHECK(cipc_stage_get(team, st, total, &seg));
     seg->last_seq = last_seq;
+    if (st->on_device) {
+        /* Marks the export used by this group, so it is not idle before the group is done. */
+        SHIM_CHECK(cipc_export_cumem(team, (void *)(uintptr_t)seg->dev, seg->id, seg->dev,
+                                     seg->size, last_seq));
+    }
     if (st->free_event == NULL) {
         GPU_CU_CHECK(cuEventCreate(&st->free_event, CU_EVENT_DISABLE_TIMING));
     }
     if (st->recorded) {
         GPU_CU_CHECK(cuStreamWaitEvent(stream, st->free_event, 0));
     }
+    st->pending = true;
     for (int i = 0; i < nstaged; i++) {
         struct cipc_staged *s = &staged[i];
-        s->buf->key = seg->gen;
+        if (s->via != via) {
+            continue;
+        }
+        s->buf->how = st->on_device ? CIPC_BUF_CUMEM : CIPC_BUF_STAGED;
+        s->buf->key = st->on_device ? seg->id : seg->gen;
         s->buf->offset = s->offset;
         s->buf->size = seg->size;
         if (s->in) {
@@ -369,6 +442,35 @@ cipc_stage_group(struct cipc_team *team, struct cipc_staged *staged, int nstaged
         }
     }
     return ncclSuccess;
+}
+
+/* After a group's copies out on stream: the areas it used are free for the next group. */
+static ncclResult_t
+cipc_stage_mark_free(struct cipc_stage *st, CUstream stream)
+{
+    if (st->pending) {
+        GPU_CU_CHECK(cuEventRecord(st->free_event, stream));
+        st->recorded = true;
+        st->pending = false;
+    }
+    return ncclSuccess;
+}
+
+static void
+cipc_stage_destroy(struct cipc_team *team, struct cipc_stage *st)
+{
+    if (st == NULL) {
+        return;
+    }
+    if (st->free_event != NULL) {
+        gpu_cu.cuEventDestroy(st->free_event);
+    }
+    while (st->segs != NULL) {
+        struct cipc_stage_seg *seg = st->segs;
+        st->segs = seg->next;
+        cipc_stage_seg_free(team, seg, false); /* the leader goes with the team */
+    }
+    free(st);
 }
 
 /* --- posting -------------------------------------------------------------------------------- */
@@ -407,13 +509,13 @@ cipc_op_bytes(const struct cipc_op *op, int nranks, size_t *send_out, size_t *re
 /* Adds one staged buffer; a send and a receive that overlap (in place) share one region,
  * copied in whole and out where the output is. */
 static void
-cipc_stage_add(struct cipc_staged *staged, int *nstaged, struct cipc_buf *buf, uintptr_t user,
-               size_t bytes, bool in, bool out)
+cipc_stage_add(struct cipc_staged *staged, int *nstaged, struct cipc_buf *buf, uint8_t via,
+               uintptr_t user, size_t bytes, bool in, bool out)
 {
     for (int i = 0; i < *nstaged; i++) {
         struct cipc_staged *s = &staged[i];
         uintptr_t lo = s->user, hi = s->user + s->bytes;
-        if (user < hi && lo < user + bytes) {
+        if (s->via == via && user < hi && lo < user + bytes) {
             /* Only the send and receive of one operation overlap: grow to their union. */
             uintptr_t nlo = lo < user ? lo : user;
             uintptr_t nhi = hi > user + bytes ? hi : user + bytes;
@@ -425,8 +527,8 @@ cipc_stage_add(struct cipc_staged *staged, int *nstaged, struct cipc_buf *buf, u
             return;
         }
     }
-    staged[*nstaged] = (struct cipc_staged){.buf = buf, .user = user, .bytes = bytes, .in = in,
-                                            .out = out};
+    staged[*nstaged] = (struct cipc_staged){.buf = buf, .via = via, .user = user,
+                                            .bytes = bytes, .in = in, .out = out};
     buf->region = (uint32_t)*nstaged + 1;
     (*nstaged)++;
 }
@@ -451,7 +553,7 @@ cipc_desc_fill(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
 
 ncclResult_t
 cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
-               uint32_t group_last, struct cipc_desc *d, bool staged_out[3])
+               uint32_t group_last, bool kept, struct cipc_desc *d, uint8_t via_out[3])
 {
     size_t send_bytes, recv_bytes;
     struct gpu_mem_info scalar_mem;
@@ -459,13 +561,13 @@ cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     memset(d, 0, sizeof(*d));
     cipc_desc_fill(team, op, seq, group_last, d);
     cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-    SHIM_CHECK(cipc_describe(team, op->send, &op->send_mem, send_bytes, seq, &d->send,
-                             &staged_out[0]));
-    SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, &d->recv,
-                             &staged_out[1]));
+    SHIM_CHECK(cipc_describe(team, op->send, &op->send_mem, send_bytes, seq, kept, &d->send,
+                             &via_out[0]));
+    SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, kept, &d->recv,
+                             &via_out[1]));
     gpu_mem_query(op->scalar_dev, &scalar_mem);
     return cipc_describe(team, op->scalar_dev, &scalar_mem, kr_type_size(op->redop.type), seq,
-                         &d->scalar_buf, &staged_out[2]);
+                         kept, &d->scalar_buf, &via_out[2]);
 }
 
 /* The last match numbers this rank's posts used, which stream posting goes on from. */
@@ -575,39 +677,42 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         const struct cipc_op *op = &ops[i];
         struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
         size_t send_bytes, recv_bytes;
-        bool staged_bufs[3];
+        uint8_t via[3];
 
-        SHIM_CHECK_GOTO(cipc_desc_make(team, op, first + (uint32_t)i, last, d, staged_bufs),
-                        res, out);
+        SHIM_CHECK_GOTO(cipc_desc_make(team, op, first + (uint32_t)i, last, false, d, via), res,
+                        out);
         d->by_event = team->arrived != NULL;
         cipc_match_note(team, op);
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-        if ((staged_bufs[0] || staged_bufs[1] || staged_bufs[2]) && staged == NULL) {
+        if ((via[0] || via[1] || via[2]) && staged == NULL) {
             SHIM_CHECK_GOTO(shim_calloc(&staged, 3 * (size_t)nops), res, out);
         }
-        if (staged_bufs[0]) {
-            cipc_stage_add(staged, &nstaged, &d->send, (uintptr_t)op->send, send_bytes, true,
-                           false);
+        if (via[0]) {
+            cipc_stage_add(staged, &nstaged, &d->send, via[0], (uintptr_t)op->send, send_bytes,
+                           true, false);
         }
-        if (staged_bufs[1]) {
-            cipc_stage_add(staged, &nstaged, &d->recv, (uintptr_t)op->recv, recv_bytes, false,
-                           true);
+        if (via[1]) {
+            cipc_stage_add(staged, &nstaged, &d->recv, via[1], (uintptr_t)op->recv, recv_bytes,
+                           false, true);
         }
-        if (staged_bufs[2]) {
-            cipc_stage_add(staged, &nstaged, &d->scalar_buf, (uintptr_t)op->scalar_dev,
+        if (via[2]) {
+            cipc_stage_add(staged, &nstaged, &d->scalar_buf, via[2], (uintptr_t)op->scalar_dev,
                            kr_type_size(op->redop.type), true, false);
         }
     }
     if (nstaged > 0) {
-        SHIM_CHECK_GOTO(cipc_stage_group(team, staged, nstaged, last, stream), res, out);
-        team->stage->pending = true;
+        SHIM_CHECK_GOTO(cipc_stage_group(team, team->stage, staged, nstaged, last, stream), res,
+                        out);
+        SHIM_CHECK_GOTO(cipc_stage_group(team, team->dev_stage, staged, nstaged, last, stream),
+                        res, out);
         /* Buffers that share a region (in place) point into it at their own place. */
         for (int i = 0; i < nops; i++) {
             struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
             struct cipc_buf *bufs[3] = {&d->send, &d->recv, &d->scalar_buf};
             for (int b = 0; b < 3; b++) {
-                if (bufs[b]->how == CIPC_BUF_STAGED) {
+                if (bufs[b]->region != 0) {
                     const struct cipc_staged *s = &staged[bufs[b]->region - 1];
+                    bufs[b]->how = s->buf->how;
                     bufs[b]->key = s->buf->key;
                     bufs[b]->size = s->buf->size;
                     bufs[b]->offset = s->offset + (bufs[b]->ptr - s->user);
@@ -708,12 +813,8 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
         const struct cipc_copy *c = &team->copies[i];
         GPU_CU_CHECK_GOTO(cuMemcpyAsync(c->dst, c->src, c->bytes, stream), res, out);
     }
-    if (team->stage->pending) {
-        /* The staging segment is free for the next group once this stream got here. */
-        GPU_CU_CHECK_GOTO(cuEventRecord(team->stage->free_event, stream), res, out);
-        team->stage->recorded = true;
-        team->stage->pending = false;
-    }
+    SHIM_CHECK_GOTO(cipc_stage_mark_free(team->stage, stream), res, out);
+    SHIM_CHECK_GOTO(cipc_stage_mark_free(team->dev_stage, stream), res, out);
     team->ncopies = 0;
     res = ncclSuccess;
 out:
@@ -727,8 +828,11 @@ cipc_post_quiesce(struct cipc_team *team)
     for (int i = 0; i < team->ngates; i++) {
         gpu_cu.cuEventSynchronize(team->gates[i].event);
     }
-    if (team->stage != NULL && team->stage->free_event != NULL) {
-        gpu_cu.cuEventSynchronize(team->stage->free_event);
+    struct cipc_stage *stages[2] = {team->stage, team->dev_stage};
+    for (int i = 0; i < 2; i++) {
+        if (stages[i] != NULL && stages[i]->free_event != NULL) {
+            gpu_cu.cuEventSynchronize(stages[i]->free_event);
+        }
     }
 }
 
@@ -742,17 +846,14 @@ cipc_post_free(struct cipc_team *team)
         gpu_cu.cuEventDestroy(team->gates[i].event);
     }
     free(team->gates);
-    if (team->stage != NULL) {
-        if (team->stage->free_event != NULL) {
-            gpu_cu.cuEventDestroy(team->stage->free_event);
-        }
-        while (team->stage->segs != NULL) {
-            struct cipc_stage_seg *seg = team->stage->segs;
-            team->stage->segs = seg->next;
-            cipc_stage_seg_free(seg);
-        }
-        free(team->stage);
+    /* Device staging is freed in its context; without a device there is none. */
+    bool pushed = team->gpu != NULL && gpu_ctx_push(team->gpu->ctx) == ncclSuccess;
+    cipc_stage_destroy(team, team->stage);
+    cipc_stage_destroy(team, team->dev_stage);
+    if (pushed) {
+        gpu_ctx_pop();
     }
+    team->stage = team->dev_stage = NULL;
     cipc_exports_free(team);
     free(team->copies);
     if (team->channel_fd >= 0) {

@@ -80,6 +80,8 @@ struct cipc_ctrl {
     int32_t left;
     int32_t device;        /* the rank's device, in its own process's numbering */
     uint32_t forgets;
+    uint32_t forgets_closed; /* the leader's word: it closed what this rank's first
+                                forgets_closed forgets named (exports.c) */
     char channel[CIPC_CHANNEL_NAME_MAX];
     _Alignas(64) struct cipc_desc ring[CIPC_RING];
 };
@@ -140,8 +142,10 @@ struct cipc_team {
     int ngates, gates_cap;
     struct cipc_copy *copies;      /* the staged outputs of those */
     int ncopies, copies_cap;
-    struct cipc_stage *stage;
+    struct cipc_stage *stage;      /* through pinned host memory */
+    struct cipc_stage *dev_stage;  /* through device memory (post.c) */
     struct cipc_exports *exports;
+    uint32_t forgets_sent;         /* forgets sent on the channel */
     int channel_fd;                /* to the leader, once needed; -1 */
     uint32_t coll_match;           /* the last numbers posted: collectives, and per peer; */
     uint32_t sent_match[CIPC_MAX_RANKS];     /* stream posting goes on from them */
@@ -180,10 +184,20 @@ ncclResult_t cipc_leader_activate(struct cipc_team *team);
 
 /* post.c: the connection to the leader's socket, opened on first need. */
 ncclResult_t cipc_channel_open(struct cipc_team *team);
+/* Where a buffer the leader cannot map is copied through (post.c). */
+enum cipc_stage_via {
+    CIPC_STAGE_NONE,
+    CIPC_STAGE_HOST,    /* pinned shared host memory */
+    CIPC_STAGE_DEVICE,  /* a cuMem allocation of the rank's device */
+};
+
 /* Fills d for op (numbered seq, in a group ending at group_last) and describes its buffers;
- * staged_out: whether its send, receive and scalar buffers only a staging copy reaches. */
+ * via_out: whether its send, receive and scalar buffers only a staging copy reaches, and
+ * through what (enum cipc_stage_via). kept: the caller pins the exports for as long as the
+ * buffers may be used (a capture), so cudaMalloc memory may be mapped. */
 ncclResult_t cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
-                            uint32_t group_last, struct cipc_desc *d, bool staged_out[3]);
+                            uint32_t group_last, bool kept, struct cipc_desc *d,
+                            uint8_t via_out[3]);
 /* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leader. */
 void cipc_post_publish(struct cipc_team *team, uint32_t last);
 /* Sleeps until the leader took this rank's descriptors up to seq (for the ring: enough for a
@@ -215,10 +229,15 @@ ncclResult_t cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_inf
  * lies in, once. */
 ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id,
                                uintptr_t base, size_t size, uint32_t seq);
-/* Adds delta (+1 or -1) to the registrations pinning export (id, base); an unpinned export
- * that no operation in flight uses is forgotten at once. Nothing if it is not exported (its
- * allocation was freed and forgotten). */
+/* Whether export (id, base) is pinned by a registration: its owner promised to keep it. */
+bool cipc_export_pinned(struct cipc_team *team, uint64_t id, uintptr_t base);
+/* Adds delta (+1 or -1) to the registrations pinning export (id, base). Unpinned, a cudaMalloc
+ * allocation's export waits for the operations using it and is forgotten, and the call returns
+ * once the leader closed its mapping (its owner may free it then); a cuMem one is forgotten at
+ * once if no operation in flight uses it. Nothing if it is not exported. */
 ncclResult_t cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta);
+/* Forgets export (id, base), which no operation in flight uses, pinned or not. */
+ncclResult_t cipc_export_release(struct cipc_team *team, uint64_t id, uintptr_t base);
 /* Pins the export buf (as cipc_desc_make described it) names, if it names one; pin says which. */
 ncclResult_t cipc_export_pin_buf(struct cipc_team *team, const struct cipc_buf *buf,
                                  struct cipc_pin *pin);

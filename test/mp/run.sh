@@ -163,7 +163,7 @@ device_cases() {
             FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D device
     fi
     # Stream semantics, groups, several devices from one thread, refusals, the memory API.
-    for part in returns order group refuse memapi churn; do
+    for part in returns order group refuse memapi register churn; do
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group

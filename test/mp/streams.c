@@ -31,6 +31,12 @@
  *   memapi    an ncclMemAlloc'd buffer registered (ncclCommRegister) in three all-reduces;
  *             deregistered, the leader unmaps it (counted by the double), a second
  *             deregistration is refused, and the buffer still works unregistered;
+ *   register  cudaMalloc memory (legacy IPC), whose owner may free it at any time unless it
+ *             registered it: unregistered, the leader maps nothing of it (a staging copy on
+ *             the owner's device instead), and freeing it after the call is no fault (the
+ *             double complains where another process still maps memory freed); registered,
+ *             the leader maps it (counted by the double), and ncclCommDeregister returns
+ *             only once the leader closed that mapping, so the buffer is freed at once;
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -454,6 +460,60 @@ part_memapi(const struct mp_world *w)
     MP_CHECK(ncclMemFree(x));
 }
 
+/* The leader's mappings of other ranks' memory (the double's count; rank 0 only, -1 else). */
+static int
+st_leader_maps(const struct mp_world *w)
+{
+    struct mp_fake_stats stats = {0};
+
+    if (w->rank != 0 || st_cu.fake_stats == NULL) {
+        return -1;
+    }
+    st_cu.fake_stats(&stats);
+    return stats.ipc_mappings;
+}
+
+static void
+part_register(const struct mp_world *w)
+{
+    const int n = w->nranks;
+    const float sum = (float)(n * (n - 1) / 2);
+    const size_t bytes = ST_COUNT * sizeof(float);
+    CUstream s = st_stream();
+    void *handle = NULL;
+
+    for (int round = 0; round < 3; round++) {
+        float *u = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+        MP_CHECK_COMM(w->comm, ncclAllReduce(u, u, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        MP_EXPECT(st_check(u, ST_COUNT, sum, (float)n, s, "unregistered cudaMalloc") == 0,
+                  "round %d: wrong all-reduce on unregistered cudaMalloc memory", round);
+        mp_cuda_free(&st_cu, st_kind, u); /* at once: nothing of it may be mapped */
+    }
+    int staged = st_leader_maps(w);
+    float *y = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, bytes);
+    MP_CHECK_COMM(w->comm, ncclCommRegister(w->comm, y, bytes, &handle));
+    float *init = st_buffer(ST_COUNT, (float)w->rank, 2, s);
+    for (int round = 0; round < 3; round++) {
+        mp_cuda_copy(&st_cu, y, init, bytes, s);
+        MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        MP_EXPECT(st_check(y, ST_COUNT, sum, 2 * (float)n, s, "registered cudaMalloc") == 0,
+                  "round %d: wrong all-reduce on registered cudaMalloc memory", round);
+    }
+    /* Each other rank's registered buffer, mapped beside its staging memory. */
+    int mapped = st_leader_maps(w);
+    MP_EXPECT(mapped == (staged < 0 ? -1 : staged + n - 1),
+              "the leader maps %d allocations with the others' buffers registered, %d without",
+              mapped, staged);
+    MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+    mp_cuda_free(&st_cu, MP_MEM_DEVICE, y); /* at once: deregistration closed the mapping */
+    int seen = 0;
+    MP_EXPECT(st_leader_maps_at_most(w, staged, &seen), /* once the others deregistered */
+              "the leader maps %d allocations once every buffer was deregistered", seen);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(init, init, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_EXPECT(st_check(init, ST_COUNT, sum, 2 * (float)n, s, "after deregistration") == 0,
+              "wrong all-reduce after deregistration");
+}
+
 static void
 part_churn(const struct mp_world *w)
 {
@@ -857,6 +917,8 @@ main(int argc, char **argv)
         part_group(&world);
     } else if (strcmp(part, "refuse") == 0) {
         part_refuse(&world);
+    } else if (strcmp(part, "register") == 0) {
+        part_register(&world);
     } else if (strcmp(part, "memapi") == 0) {
         part_memapi(&world);
     } else if (strcmp(part, "churn") == 0) {

@@ -1,18 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ipc_probe: what a GPU machine must tell before the device team's mapping policy is decided
- * (issue 20, item 7). cuIpcOpenMemHandle's documentation makes freeing an exported
- * allocation while another process maps it undefined, and PyTorch's empty_cache() does just
- * that to buffers it never registered. The leader may keep a mapping only where that is safe;
- * the other buffers get either a mapping opened and closed around each operation, or a copy
- * through pinned host memory. Which costs less, at which size, only the hardware can say:
+ * ipc_probe: the figures behind the device team's mapping policy (issue 20, item 7).
+ * cuIpcOpenMemHandle's documentation makes freeing an exported allocation while another
+ * process maps it undefined, and PyTorch's empty_cache() does just that to buffers it never
+ * registered. So the leader maps cudaMalloc memory only where it is registered; the rest is
+ * copied by its owner's stream into device memory of the owner's that the leader maps safely
+ * (post.c). The alternatives were a mapping opened and closed around each operation, or a
+ * copy through pinned host memory. What each costs, at which size, only the hardware can say:
  *
  *   open, close    cuIpcOpenMemHandle and cuIpcCloseMemHandle of another process's
  *                  allocation, median of 20, per size;
  *   read mapped    a device-to-device copy of the whole allocation through the mapping
  *                  (what the leader's kernel reads), GB/s;
- *   staged         the same bytes device -> pinned host -> device on one stream (what the
- *                  owner's stream does to stage a buffer), GB/s;
+ *   staged through the host   the same bytes device -> pinned host -> device on one stream
+ *                  (how the owner's stream stages managed and registered host memory), GB/s;
+ *   staged on the device   the same bytes copied to another allocation of the device and back
+ *                  (what staging adds to an unregistered cudaMalloc buffer), GB/s, and the
+ *                  same for 8 bytes, in us;
  *   buffer id      whether CU_POINTER_ATTRIBUTE_BUFFER_ID changes when cuMem memory is
  *                  unmapped and another allocation mapped at the same address (PyTorch's
  *                  expandable segments do so; the leader tells allocations apart by it), and
@@ -180,6 +184,42 @@ probe_staged(CUdeviceptr buf, size_t bytes, double *gbps_out)
     return CUDA_SUCCESS;
 }
 
+/* The device team's staging of unregistered cudaMalloc memory: copied into another allocation
+ * of the owner's device and back, on one stream. *gbps_out: bytes per second of each buffer so
+ * staged, in and out; *small_us_out: the same for 8 bytes, the cost staging adds to a small
+ * call. */
+static CUresult
+probe_staged_device(CUdeviceptr buf, size_t bytes, double *gbps_out, double *small_us_out)
+{
+    CUdeviceptr other;
+    CUstream stream;
+    const int small_reps = 1000;
+
+    PROBE_CU(cuMemAlloc(&other, bytes));
+    PROBE_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    double t0 = 0;
+    for (int i = 0; i < 6; i++) {
+        if (i == 1) {
+            PROBE_CU(cuStreamSynchronize(stream));
+            t0 = probe_now();
+        }
+        PROBE_CU(cuMemcpyAsync(other, buf, bytes, stream));
+        PROBE_CU(cuMemcpyAsync(buf, other, bytes, stream));
+    }
+    PROBE_CU(cuStreamSynchronize(stream));
+    *gbps_out = 5.0 * (double)bytes / (probe_now() - t0) / 1e9;
+    t0 = probe_now();
+    for (int i = 0; i < small_reps; i++) {
+        PROBE_CU(cuMemcpyAsync(other, buf, 8, stream));
+        PROBE_CU(cuMemcpyAsync(buf, other, 8, stream));
+    }
+    PROBE_CU(cuStreamSynchronize(stream));
+    *small_us_out = (probe_now() - t0) / small_reps * 1e6;
+    PROBE_CU(cuStreamDestroy(stream));
+    PROBE_CU(cuMemFree(other));
+    return CUDA_SUCCESS;
+}
+
 /* Whether BUFFER_ID tells apart two cuMem allocations mapped in turn at one address, and two
  * cuMemAlloc allocations at one address. */
 static CUresult
@@ -236,7 +276,7 @@ probe_sizes(const size_t *sizes, int nsizes, int to_child, int from_child)
         struct probe_request rq = {.bytes = sizes[s]};
         struct probe_reply rp;
         CUdeviceptr buf;
-        double staged_gbps = 0;
+        double staged_gbps = 0, device_gbps = 0, small_us = 0;
 
         PROBE_CU(cuMemAlloc(&buf, sizes[s]));
         PROBE_CU(cuIpcGetMemHandle(&rq.handle, buf));
@@ -250,13 +290,17 @@ probe_sizes(const size_t *sizes, int nsizes, int to_child, int from_child)
             return (CUresult)rp.failed;
         }
         CUresult res = probe_staged(buf, sizes[s], &staged_gbps);
+        if (res == CUDA_SUCCESS) {
+            res = probe_staged_device(buf, sizes[s], &device_gbps, &small_us);
+        }
         if (res != CUDA_SUCCESS) {
             return res;
         }
         PROBE_CU(cuMemFree(buf));
         printf("ipc-probe: %zu MiB: open %.1f us, close %.1f us, read mapped %.1f GB/s, "
-               "staged %.1f GB/s\n", sizes[s] >> 20, rp.open_us, rp.close_us, rp.read_gbps,
-               staged_gbps);
+               "staged through the host %.1f GB/s, staged on the device %.1f GB/s (8 B: "
+               "%.1f us)\n", sizes[s] >> 20, rp.open_us, rp.close_us, rp.read_gbps,
+               staged_gbps, device_gbps, small_us);
     }
     return CUDA_SUCCESS;
 }

@@ -41,6 +41,7 @@ struct fake_range {
     bool mapped;                 /* we mmap'd it (cuMemAlloc, managed, host alloc, IPC) */
     int ipc_refs;                /* a cuIpcOpenMemHandle mapping: opens not yet closed */
     int ipc_pid, ipc_fd;         /* ... of the owner's pid and memfd */
+    int ipc_lock_fd;             /* ... the owner's memfd opened again, read-locked (below) */
     uintptr_t alias;             /* registered host memory: its device address (see below) */
     uintptr_t shadow;            /* device memory: where the double itself reaches it */
     bool exported;               /* cuIpcGetMemHandle gave a handle of it */
@@ -233,6 +234,19 @@ fake_memfd_map(size_t size, uintptr_t *app_out, uintptr_t *shadow_out)
 
 /* --- allocations ---------------------------------------------------------------------------- */
 
+/* cuIpcOpenMemHandle: "Calling cuMemFree on an exported memory region before calling
+ * cuIpcCloseMemHandle in the importing context will result in undefined behavior." So that
+ * the owner's cuMemFree can tell, an importer holds a read lock (an open file description's
+ * lock, so one per opening) on the allocation's memfd for as long as it maps it; the owner
+ * asks for a write lock at free. Locks go with the importer's process, as mappings do. */
+static bool
+fake_ipc_lock(int fd, short type)
+{
+    struct flock lock = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+
+    return fcntl(fd, F_OFD_SETLK, &lock) == 0;
+}
+
 FAKE_API CUresult
 cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
 {
@@ -278,9 +292,13 @@ cuMemFree(CUdeviceptr dptr)
         munmap((void *)r->shadow, r->size ? r->size : 1);
     }
     if (r->memfd >= 0) {
-        /* cuIpcOpenMemHandle: "Calling cuMemFree on an exported memory region before calling
-         * cuIpcCloseMemHandle in the importing context will result in undefined behavior."
-         * Poisoned: an importer that still touches it dies of SIGBUS. */
+        /* Undefined where another process still maps it (fake_ipc_lock): said loudly, and
+         * poisoned: an importer that still touches it dies of SIGBUS. */
+        if (r->exported && !fake_ipc_lock(r->memfd, F_WRLCK)) {
+            fake_complain("cuMemFree(0x%llx): another process still maps this allocation "
+                          "(cuIpcOpenMemHandle: undefined behavior before its "
+                          "cuIpcCloseMemHandle)", (unsigned long long)dptr);
+        }
         if (r->exported && ftruncate(r->memfd, 0) != 0) {
             fake_complain("cuMemFree: could not poison an exported allocation");
         }
@@ -609,9 +627,13 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
     }
     uintptr_t addr, shadow;
     bool mapped = fake_shadow_map(fd, 0, h.size, 0, &addr, &shadow);
-    close(fd);
-    if (!mapped) {
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!mapped || !fake_ipc_lock(fd, F_RDLCK)) {
+        if (mapped) {
+            munmap((void *)addr, h.size ? h.size : 1);
+            munmap((void *)shadow, h.size ? h.size : 1);
+        }
+        close(fd);
+        return mapped ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_add(addr, h.size, FAKE_MEM_DEVICE, h.device);
@@ -621,7 +643,10 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
         r->ipc_refs = 1;
         r->ipc_pid = h.pid;
         r->ipc_fd = h.fd;
+        r->ipc_lock_fd = fd;
         r->id = h.id;
+    } else {
+        close(fd);
     }
     pthread_mutex_unlock(&fake_mem_lock);
     FAKE_STAT_ADD(ipc_mappings, 1);
@@ -643,6 +668,7 @@ cuIpcCloseMemHandle(CUdeviceptr dptr)
     if (last) {
         munmap((void *)r->base, r->size ? r->size : 1);
         munmap((void *)r->shadow, r->size ? r->size : 1);
+        close(r->ipc_lock_fd); /* its read lock with it */
         fake_range_remove(r);
     }
     pthread_mutex_unlock(&fake_mem_lock);
