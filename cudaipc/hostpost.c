@@ -413,18 +413,21 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
         goto err_free;
     }
     SHIM_CHECK_GOTO(gpu_ctx_push(team->gpu->ctx), res, err_slot);
+    struct cipc_desc *descs[CIPC_RING / 2];
+    uint8_t via[CIPC_RING / 2][3];
+    bool staging = false;
     for (int i = 0; i < nops; i++) {
-        uint8_t via[3];
         /* Numbered as the last posted: the exports it makes stay until it is posted and done
-         * (hostposts_queued holds them) or, captured, for good (pinned). So cudaMalloc memory
-         * is mapped here, not staged: a graph replays the copies' addresses, and a host
+         * (hostposts_queued holds them) or, captured, for good (pinned). Captured, cudaMalloc
+         * memory is mapped, not staged: a graph replays its copies' addresses, and a host
          * function may not wait for room in a staging area. */
-        res = cipc_desc_make(team, &ops[i], team->seq, team->seq, true, &hp->descs[i], via);
-        if (res == ncclSuccess && (via[0] || via[1] || via[2])) {
+        descs[i] = &hp->descs[i];
+        res = cipc_desc_make(team, &ops[i], team->seq, team->seq, capturing, descs[i], via[i]);
+        staging |= via[i][0] || via[i][1] || via[i][2];
+        if (res == ncclSuccess && capturing && staging) {
             WARN("rank %d: a buffer that reaches the device team's leader only through a "
                  "staging copy (managed or registered host memory, or a device the leader "
-                 "cannot reach) on a communicator posting from its streams since a CUDA graph "
-                 "capture: use device memory", team->rank);
+                 "cannot reach) captured into a CUDA graph: use device memory", team->rank);
             res = ncclInvalidUsage;
         }
         const struct cipc_buf *bufs[3] = {&hp->descs[i].send, &hp->descs[i].recv,
@@ -433,6 +436,14 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
             struct cipc_pin pin;
             res = cipc_export_pin_buf(team, bufs[b], &pin);
         }
+        if (res != ncclSuccess) {
+            goto err_pop;
+        }
+    }
+    if (staging) {
+        /* Copied in before the host function posts and writes arrive; out after the wait. */
+        res = cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, team->seq,
+                               stream);
         if (res != ncclSuccess) {
             goto err_pop;
         }
@@ -465,6 +476,9 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     if (res == ncclSuccess) {
         res = gpu_stream_post_flag(stream, &release, CIPC_RELEASE_PASSED);
     }
+    if (res == ncclSuccess) {
+        res = cipc_stage_copy_out(team, stream);
+    }
     gpu_ctx_pop();
     if (res != ncclSuccess) {
         cipc_team_set_error(team, res);
@@ -474,6 +488,7 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     return ncclSuccess;
 
 err_pop:
+    team->ncopies = 0; /* staged copies out of a group that never posts */
     gpu_ctx_pop();
 err_slot:
     cipc_release_set(hp->slot, CIPC_RELEASE_PASSED);

@@ -292,9 +292,13 @@ cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
     if (*link == NULL) {
         return ncclSuccess;
     }
+    /* Posting from streams (hostpost.c), a group's numbers are picked when its stream gets
+     * there: an area is idle once nothing is queued and all that was posted is done. */
+    bool all_done = __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) == 0 &&
+                    gpu_flag_reached(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
     for (link = &(*link)->next; *link != NULL;) {
         struct cipc_stage_seg *seg = *link;
-        if (gpu_flag_reached(&team->done, seg->last_seq)) {
+        if (team->stream_posting ? all_done : gpu_flag_reached(&team->done, seg->last_seq)) {
             *link = seg->next;
             SHIM_CHECK(cipc_stage_seg_free(team, seg, true));
         } else {
@@ -570,6 +574,68 @@ cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
                          kept, &d->scalar_buf, &via_out[2]);
 }
 
+ncclResult_t
+cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops, struct cipc_desc *const *descs,
+                 const uint8_t (*via)[3], int nops, uint32_t last_seq, CUstream stream)
+{
+    struct cipc_staged *staged; /* up to three buffers an operation */
+    int nstaged = 0;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&staged, 3 * (size_t)nops));
+    for (int i = 0; i < nops; i++) {
+        const struct cipc_op *op = &ops[i];
+        struct cipc_desc *d = descs[i];
+        size_t send_bytes, recv_bytes;
+
+        cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
+        if (via[i][0]) {
+            cipc_stage_add(staged, &nstaged, &d->send, via[i][0], (uintptr_t)op->send,
+                           send_bytes, true, false);
+        }
+        if (via[i][1]) {
+            cipc_stage_add(staged, &nstaged, &d->recv, via[i][1], (uintptr_t)op->recv,
+                           recv_bytes, false, true);
+        }
+        if (via[i][2]) {
+            cipc_stage_add(staged, &nstaged, &d->scalar_buf, via[i][2],
+                           (uintptr_t)op->scalar_dev, kr_type_size(op->redop.type), true, false);
+        }
+    }
+    res = cipc_stage_group(team, team->stage, staged, nstaged, last_seq, stream);
+    if (res == ncclSuccess) {
+        res = cipc_stage_group(team, team->dev_stage, staged, nstaged, last_seq, stream);
+    }
+    /* Buffers that share a region (in place) point into it at their own place. */
+    for (int i = 0; i < nops && res == ncclSuccess; i++) {
+        struct cipc_buf *bufs[3] = {&descs[i]->send, &descs[i]->recv, &descs[i]->scalar_buf};
+        for (int b = 0; b < 3; b++) {
+            if (bufs[b]->region != 0) {
+                const struct cipc_staged *s = &staged[bufs[b]->region - 1];
+                bufs[b]->how = s->buf->how;
+                bufs[b]->key = s->buf->key;
+                bufs[b]->size = s->buf->size;
+                bufs[b]->offset = s->offset + (bufs[b]->ptr - s->user);
+                bufs[b]->region = 0;
+            }
+        }
+    }
+    free(staged);
+    return res;
+}
+
+ncclResult_t
+cipc_stage_copy_out(struct cipc_team *team, CUstream stream)
+{
+    for (int i = 0; i < team->ncopies; i++) {
+        const struct cipc_copy *c = &team->copies[i];
+        GPU_CU_CHECK(cuMemcpyAsync(c->dst, c->src, c->bytes, stream));
+    }
+    team->ncopies = 0;
+    SHIM_CHECK(cipc_stage_mark_free(team->stage, stream));
+    return cipc_stage_mark_free(team->dev_stage, stream);
+}
+
 /* The last match numbers this rank's posts used, which stream posting goes on from. */
 static void
 cipc_match_note(struct cipc_team *team, const struct cipc_op *op)
@@ -632,8 +698,9 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
                  bool capturing)
 {
     struct cipc_ctrl *own = team->ctrls[team->rank];
-    struct cipc_staged *staged = NULL; /* up to three buffers an operation, made on need */
-    int nstaged = 0;
+    struct cipc_desc *descs[CIPC_RING / 2];
+    uint8_t via[CIPC_RING / 2][3];
+    bool staging = false;
     ncclResult_t res = cipc_team_error(team);
 
     if (res != ncclSuccess) {
@@ -674,52 +741,18 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
     }
     team->last_stream = stream;
     for (int i = 0; i < nops; i++) {
-        const struct cipc_op *op = &ops[i];
         struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
-        size_t send_bytes, recv_bytes;
-        uint8_t via[3];
 
-        SHIM_CHECK_GOTO(cipc_desc_make(team, op, first + (uint32_t)i, last, false, d, via), res,
-                        out);
+        descs[i] = d;
+        SHIM_CHECK_GOTO(cipc_desc_make(team, &ops[i], first + (uint32_t)i, last, false, d,
+                                       via[i]), res, out);
         d->by_event = team->arrived != NULL;
-        cipc_match_note(team, op);
-        cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-        if ((via[0] || via[1] || via[2]) && staged == NULL) {
-            SHIM_CHECK_GOTO(shim_calloc(&staged, 3 * (size_t)nops), res, out);
-        }
-        if (via[0]) {
-            cipc_stage_add(staged, &nstaged, &d->send, via[0], (uintptr_t)op->send, send_bytes,
-                           true, false);
-        }
-        if (via[1]) {
-            cipc_stage_add(staged, &nstaged, &d->recv, via[1], (uintptr_t)op->recv, recv_bytes,
-                           false, true);
-        }
-        if (via[2]) {
-            cipc_stage_add(staged, &nstaged, &d->scalar_buf, via[2], (uintptr_t)op->scalar_dev,
-                           kr_type_size(op->redop.type), true, false);
-        }
+        cipc_match_note(team, &ops[i]);
+        staging |= via[i][0] || via[i][1] || via[i][2];
     }
-    if (nstaged > 0) {
-        SHIM_CHECK_GOTO(cipc_stage_group(team, team->stage, staged, nstaged, last, stream), res,
-                        out);
-        SHIM_CHECK_GOTO(cipc_stage_group(team, team->dev_stage, staged, nstaged, last, stream),
-                        res, out);
-        /* Buffers that share a region (in place) point into it at their own place. */
-        for (int i = 0; i < nops; i++) {
-            struct cipc_desc *d = &own->ring[(first + (uint32_t)i) % CIPC_RING];
-            struct cipc_buf *bufs[3] = {&d->send, &d->recv, &d->scalar_buf};
-            for (int b = 0; b < 3; b++) {
-                if (bufs[b]->region != 0) {
-                    const struct cipc_staged *s = &staged[bufs[b]->region - 1];
-                    bufs[b]->how = s->buf->how;
-                    bufs[b]->key = s->buf->key;
-                    bufs[b]->size = s->buf->size;
-                    bufs[b]->offset = s->offset + (bufs[b]->ptr - s->user);
-                    bufs[b]->region = 0;
-                }
-            }
-        }
+    if (staging) {
+        SHIM_CHECK_GOTO(cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, last,
+                                         stream), res, out);
     }
     /* Enqueued before the leader can see the group: in its context, the leader's stream must
      * only wait for what is enqueued already. */
@@ -732,7 +765,6 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
     res = ncclSuccess;
 out:
     gpu_ctx_pop();
-    free(staged);
     return res;
 }
 
@@ -809,14 +841,7 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
     }
     SHIM_CHECK_GOTO(cipc_gate_of(team, stream, &gate), res, out);
     GPU_CU_CHECK_GOTO(cuEventRecord(gate->event, stream), res, out);
-    for (int i = 0; i < team->ncopies; i++) {
-        const struct cipc_copy *c = &team->copies[i];
-        GPU_CU_CHECK_GOTO(cuMemcpyAsync(c->dst, c->src, c->bytes, stream), res, out);
-    }
-    SHIM_CHECK_GOTO(cipc_stage_mark_free(team->stage, stream), res, out);
-    SHIM_CHECK_GOTO(cipc_stage_mark_free(team->dev_stage, stream), res, out);
-    team->ncopies = 0;
-    res = ncclSuccess;
+    res = cipc_stage_copy_out(team, stream);
 out:
     gpu_ctx_pop();
     return res;

@@ -198,6 +198,15 @@ enum cipc_stage_via {
 ncclResult_t cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
                             uint32_t group_last, bool kept, struct cipc_desc *d,
                             uint8_t via_out[3]);
+/* Stages what only a copy reaches of a group's nops operations (descs[i] describes ops[i],
+ * via[i] as cipc_desc_make said): lays the buffers out per staging area, enqueues the copies
+ * in on stream, keeps the copies out, and points the descriptors at the areas. last_seq: the
+ * group's last number (posting from streams: not known yet, the areas wait for everything). */
+ncclResult_t cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops,
+                              struct cipc_desc *const *descs, const uint8_t (*via)[3], int nops,
+                              uint32_t last_seq, CUstream stream);
+/* Enqueues on stream, which is past done, the kept copies out; the areas are free after. */
+ncclResult_t cipc_stage_copy_out(struct cipc_team *team, CUstream stream);
 /* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leader. */
 void cipc_post_publish(struct cipc_team *team, uint32_t last);
 /* Sleeps until the leader took this rank's descriptors up to seq (for the ring: enough for a

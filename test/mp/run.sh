@@ -167,6 +167,7 @@ device_cases() {
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
+    run_case device-streams-register-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p register -g
     run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
     run_case device-streams-hostonly-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p hostonly
     run_case device-streams-hostonly-n2-memalloc 2 60 "${dev[@]}" -- \

@@ -36,7 +36,9 @@
  *             the owner's device instead), and freeing it after the call is no fault (the
  *             double complains where another process still maps memory freed); registered,
  *             the leader maps it (counted by the double), and ncclCommDeregister returns
- *             only once the leader closed that mapping, so the buffer is freed at once;
+ *             only once the leader closed that mapping, so the buffer is freed at once
+ *             (-g: after every rank captured an all-reduce into a CUDA graph and launched it,
+ *             so that its later calls, too, are posted from its stream);
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -474,13 +476,30 @@ st_leader_maps(const struct mp_world *w)
 }
 
 static void
-part_register(const struct mp_world *w)
+part_register(const struct mp_world *w, bool graph)
 {
     const int n = w->nranks;
     const float sum = (float)(n * (n - 1) / 2);
     const size_t bytes = ST_COUNT * sizeof(float);
     CUstream s = st_stream();
     void *handle = NULL;
+
+    if (graph) {
+        /* Its buffer stays mapped while the team lives: the graph may run at any time. */
+        float *g = st_buffer(ST_COUNT, 1, 0, s);
+        CUgraph captured = NULL;
+        CUgraphExec exec = NULL;
+        MP_ASSERT(st_cu.graph_instantiate != NULL, "the CUDA driver has no graphs");
+        MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        MP_CHECK_COMM(w->comm, ncclAllReduce(g, g, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        MP_CU(&st_cu, stream_end_capture(s, &captured));
+        MP_CU(&st_cu, graph_instantiate(&exec, captured, 0));
+        MP_CU(&st_cu, graph_launch(exec, s));
+        MP_EXPECT(st_check(g, ST_COUNT, (float)n, 0, s, "the graph") == 0,
+                  "the captured all-reduce went wrong");
+        MP_CU(&st_cu, graph_exec_destroy(exec));
+        MP_CU(&st_cu, graph_destroy(captured));
+    }
 
     for (int round = 0; round < 3; round++) {
         float *u = st_buffer(ST_COUNT, (float)w->rank, 1, s);
@@ -499,11 +518,13 @@ part_register(const struct mp_world *w)
         MP_EXPECT(st_check(y, ST_COUNT, sum, 2 * (float)n, s, "registered cudaMalloc") == 0,
                   "round %d: wrong all-reduce on registered cudaMalloc memory", round);
     }
-    /* Each other rank's registered buffer, mapped beside its staging memory. */
+    /* Each other rank's registered buffer, mapped beside its staging memory (counted before
+     * any rank deregisters). */
     int mapped = st_leader_maps(w);
     MP_EXPECT(mapped == (staged < 0 ? -1 : staged + n - 1),
               "the leader maps %d allocations with the others' buffers registered, %d without",
               mapped, staged);
+    mp_barrier(w->comm, n);
     MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
     mp_cuda_free(&st_cu, MP_MEM_DEVICE, y); /* at once: deregistration closed the mapping */
     int seen = 0;
@@ -918,7 +939,7 @@ main(int argc, char **argv)
     } else if (strcmp(part, "refuse") == 0) {
         part_refuse(&world);
     } else if (strcmp(part, "register") == 0) {
-        part_register(&world);
+        part_register(&world, graph);
     } else if (strcmp(part, "memapi") == 0) {
         part_memapi(&world);
     } else if (strcmp(part, "churn") == 0) {
