@@ -3,11 +3,17 @@
 # `make run` runs the benchmark on 4 local ranks. Each target names what is missing.
 
 CUDA_HOME ?= /usr/local/cuda
-NCCL_HOME ?=
-# The genuine nccl.h: NCCL_HOME first, else the CUDA toolkit's.
-NCCL_INC := $(firstword $(foreach d,$(if $(NCCL_HOME),$(NCCL_HOME)/include) $(CUDA_HOME)/include,\
-              $(if $(wildcard $(d)/nccl.h),$(d))))
-NCCL_LIBDIR := $(firstword $(foreach d,$(if $(NCCL_HOME),$(NCCL_HOME)/lib) $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib,\
+# The NCCL ABI ncclshim implements: its genuine nccl.h is what the library compiles against,
+# and its genuine libnccl.so.2 what the ABI check holds ours against. Both come from NVIDIA's
+# PyPI package (tools/fetch_nccl.sh, into the ignored .deps/), unless NCCL_HOME has them.
+NCCL_ABI ?= 2.32.3
+NCCL_HOME ?= $(CURDIR)/.deps/nccl-$(NCCL_ABI)
+NCCL_INC := $(NCCL_HOME)/include
+NCCL_LIBDIR := $(NCCL_HOME)/lib
+# The CUDA toolkit's older NCCL, where it has one: nothing of its ABI may be lost, and the
+# tests compile against its header too.
+NCCL_OLD_INC := $(if $(wildcard $(CUDA_HOME)/include/nccl.h),$(CUDA_HOME)/include)
+NCCL_OLD_LIBDIR := $(firstword $(foreach d,$(CUDA_HOME)/lib64 $(CUDA_HOME)/lib,\
               $(if $(wildcard $(d)/libnccl.so.2),$(d))))
 PREFIX ?= /usr/local
 BUILD ?= build
@@ -21,7 +27,8 @@ CFLAGS := -std=gnu11 -O2 -g -fPIC -Wall -Wextra -Werror -Wno-deprecated-declarat
 # TLS descriptors: a thread-local access is a couple of instructions instead of a call to
 # __tls_get_addr (about 10 a collective call), in whatever way the library is loaded.
 TLS_DIALECT := $(if $(filter x86_64,$(shell uname -m)),-mtls-dialect=gnu2)
-LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden $(TLS_DIALECT)
+# NCCL_OS_LINUX: as NCCL's own build, so nccl.h declares the Linux-only functions it exports.
+LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden $(TLS_DIALECT) -DNCCL_OS_LINUX
 LDFLAGS := $(SAN_FLAGS)
 LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
 
@@ -47,16 +54,18 @@ LAUNCHER := $(BUILD)/bin/ncclshim-launch
 CONSUMER_LDFLAGS := $(LDFLAGS) -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,'$$ORIGIN/../../lib'
 
 .PHONY: all lib tools check-deps deps test test-unit test-layers test-kernels test-mp test-abi \
+        test-headers \
         test-dropin test-asan run install clean
 all: lib tools
 
 # --- dependencies ---------------------------------------------------------------------------
 check-deps:
-	@test -n "$(NCCL_INC)" || { echo "nccl.h not found: set NCCL_HOME or CUDA_HOME (default /usr/local/cuda)"; exit 1; }
+	@tools/fetch_nccl.sh $(NCCL_ABI) $(NCCL_HOME)
 	@test -f /usr/include/ucp/api/ucp.h || { echo "UCX headers missing: apt-get install libucx-dev"; exit 1; }
 
 deps:
 	@tools/deps.sh $(DEPS_FOR)
+	@tools/fetch_nccl.sh $(NCCL_ABI) $(NCCL_HOME)
 
 # --- the library ----------------------------------------------------------------------------
 lib: check-deps $(LIB)
@@ -192,7 +201,8 @@ $(BUILD)/test/dropin/dropin: test/mp/dropin.c
 
 test: DEPS_FOR = test
 test: deps
-	@$(MAKE) --no-print-directory test-layers test-kernels test-unit test-abi test-mp test-dropin \
+	@$(MAKE) --no-print-directory test-layers test-kernels test-unit test-abi test-headers \
+	    test-mp test-dropin \
 	    test-asan test-fuzz test-netns
 
 # Every unit test sees the driver's double: the device layers' tests need it, and the others
@@ -210,6 +220,16 @@ test-kernels: $(LIB)
 
 test-abi: $(LIB)
 	@test/abi_check.sh $(NCCL_LIBDIR)/libnccl.so.2 $(LIB)
+	@$(if $(NCCL_OLD_LIBDIR),test/abi_check.sh $(NCCL_OLD_LIBDIR)/libnccl.so.2 $(LIB))
+	@test/abi_needed.sh $(LIB) test/abi/torch-*-nccl-symbols.txt
+
+# The multi-process tests are programs any NCCL user could write: they compile against the
+# older NCCL's nccl.h too (what it lacks, they leave out).
+test-headers:
+	@$(if $(NCCL_OLD_INC),for f in $(MP_SRCS) test/mp/dropin.c; do \
+	    $(CC) -I. -I$(NCCL_OLD_INC) -I$(CUDA_HOME)/include -D_GNU_SOURCE $(CFLAGS) -Itest \
+	        -fsyntax-only $$f || exit 1; done; \
+	    echo "headers: $(words $(MP_SRCS) dropin) programs compile against $(NCCL_OLD_INC)/nccl.h")
 
 test-mp: $(MP_BINS) $(LAUNCHER) tools $(FAKE_CUDA)
 	@BUILD=$(BUILD) test/mp/run.sh

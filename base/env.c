@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "debug.h"
 
@@ -95,6 +96,23 @@ const char *
 shim_env_name(enum shim_env_id id)
 {
     return shim_env_table[id].name;
+}
+
+const char *
+shim_env_meaning(enum shim_env_id id)
+{
+    return shim_env_table[id].meaning;
+}
+
+int
+shim_env_find(const char *name)
+{
+    for (int id = 0; id < SHIM_ENV_COUNT; id++) {
+        if (strcmp(shim_env_table[id].name, name) == 0) {
+            return id;
+        }
+    }
+    return -1;
 }
 
 /* Parsed once: the executor reads its tunables on every call. */

@@ -42,6 +42,10 @@ const char *shim_env_str(enum shim_env_id id);
 /* Integer variables; a malformed value WARNs once and falls back to the default. */
 int64_t shim_env_int(enum shim_env_id id);
 const char *shim_env_name(enum shim_env_id id);
+/* What the variable does, one line. */
+const char *shim_env_meaning(enum shim_env_id id);
+/* The variable named `name` exactly, or -1. */
+int shim_env_find(const char *name);
 /* Floating-point variables; unset or malformed (WARNed once) gives `fallback`. */
 double shim_env_double(enum shim_env_id id, double fallback);
 

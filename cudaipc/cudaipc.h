@@ -143,6 +143,11 @@ void cipc_team_interrupt(struct cipc_team *team);
 /* Waits until every operation this rank posted is done (a host operation on the same
  * communicator comes after them). An error if the team failed or fails meanwhile. */
 ncclResult_t cipc_team_drain(struct cipc_team *team);
+/* After a drain: frees the staging areas (the leader lets its mappings go first); they are
+ * made again when an operation needs them. */
+ncclResult_t cipc_team_release_memory(struct cipc_team *team);
+/* The device memory the team holds: its staging areas on the device. */
+uint64_t cipc_team_device_bytes(const struct cipc_team *team);
 /* ncclSuccess, or the error that failed the team (a dead rank, a timeout, a CUDA error, an
  * operation the ranks disagree on). */
 ncclResult_t cipc_team_error(const struct cipc_team *team);

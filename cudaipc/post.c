@@ -847,6 +847,46 @@ out:
     return res;
 }
 
+ncclResult_t
+cipc_team_release_memory(struct cipc_team *team)
+{
+    ncclResult_t res = ncclSuccess;
+
+    if (team->gpu == NULL) {
+        return ncclSuccess; /* never posted: nothing made */
+    }
+    if (__atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) != 0) {
+        WARN("rank %d: device operations are still queued on streams, not yet posted: their "
+             "staging memory cannot be freed", team->rank);
+        return ncclInvalidUsage;
+    }
+    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    struct cipc_stage *stages[2] = {team->stage, team->dev_stage};
+    for (int i = 0; i < 2 && res == ncclSuccess; i++) {
+        while (stages[i]->segs != NULL && res == ncclSuccess) {
+            struct cipc_stage_seg *seg = stages[i]->segs;
+            stages[i]->segs = seg->next;
+            res = cipc_stage_seg_free(team, seg, true);
+        }
+    }
+    gpu_ctx_pop();
+    return res;
+}
+
+uint64_t
+cipc_team_device_bytes(const struct cipc_team *team)
+{
+    uint64_t bytes = 0;
+
+    if (team->dev_stage != NULL) {
+        for (const struct cipc_stage_seg *seg = team->dev_stage->segs; seg != NULL;
+             seg = seg->next) {
+            bytes += seg->size;
+        }
+    }
+    return bytes;
+}
+
 void
 cipc_post_quiesce(struct cipc_team *team)
 {

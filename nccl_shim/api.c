@@ -77,6 +77,8 @@ ncclGetErrorString(ncclResult_t result)
         return "remote process exited or there was a network error";
     case ncclInProgress:
         return "NCCL operation in progress";
+    case ncclTimeout:
+        return "timeout";
     default:
         return "unknown result code";
     }
@@ -437,6 +439,116 @@ out:
 SHIM_ALIAS(ncclCommShrink)
 
 SHIM_API ncclResult_t
+ncclCommSuspend(ncclComm_t comm, int flags)
+{
+    ncclResult_t res;
+
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommSuspend"));
+    if (flags != NCCL_SUSPEND_MEM) {
+        WARN("ncclCommSuspend: flags 0x%x: NCCL_SUSPEND_MEM (0x%x) is the one suspension",
+             flags, NCCL_SUSPEND_MEM);
+        return ncclInvalidArgument;
+    }
+    shim_comm_bind(comm);
+    res = shim_comm_suspend(comm);
+    shim_comm_bind(NULL);
+    return res;
+}
+SHIM_ALIAS(ncclCommSuspend)
+
+SHIM_API ncclResult_t
+ncclCommResume(ncclComm_t comm)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommResume"));
+    return shim_comm_resume(comm);
+}
+SHIM_ALIAS(ncclCommResume)
+
+SHIM_API ncclResult_t
+ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value)
+{
+    uint64_t releasable, persistent;
+
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommMemStats"));
+    if (value == NULL) {
+        WARN("ncclCommMemStats: value is NULL");
+        return ncclInvalidArgument;
+    }
+    shim_comm_gpu_bytes(comm, &releasable, &persistent);
+    switch (stat) {
+    case ncclStatGpuMemSuspend:
+        *value = releasable;
+        return ncclSuccess;
+    case ncclStatGpuMemSuspended:
+        *value = comm->suspended ? 1 : 0;
+        return ncclSuccess;
+    case ncclStatGpuMemPersist:
+        *value = persistent;
+        return ncclSuccess;
+    case ncclStatGpuMemTotal:
+        *value = releasable + persistent;
+        return ncclSuccess;
+    }
+    WARN("ncclCommMemStats: %d is not an ncclCommMemStat_t", (int)stat);
+    return ncclInvalidArgument;
+}
+SHIM_ALIAS(ncclCommMemStats)
+
+SHIM_API ncclResult_t
+ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId)
+{
+    (void)uniqueId;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommGetUniqueId"));
+    return shim_api_unsupported("ncclCommGetUniqueId (growing a communicator)");
+}
+SHIM_ALIAS(ncclCommGetUniqueId)
+
+SHIM_API ncclResult_t
+ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+             ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    (void)nRanks, (void)uniqueId, (void)rank, (void)newcomm, (void)config;
+    shim_error_clear();
+    if (comm != NULL) {
+        SHIM_CHECK(shim_comm_check(comm, "ncclCommGrow"));
+    }
+    return shim_api_unsupported("ncclCommGrow");
+}
+SHIM_ALIAS(ncclCommGrow)
+
+SHIM_API ncclResult_t
+ncclSetEncryption(const ncclEncryptionConfig_t *config)
+{
+    shim_error_clear();
+    if (config == NULL) {
+        WARN("ncclSetEncryption: config is NULL");
+        return ncclInvalidArgument;
+    }
+    if (config->magic != NCCL_CONFIG_MAGIC || config->size < sizeof(ncclEncryptionConfig_t)) {
+        WARN("ncclSetEncryption: ncclEncryptionConfig_t has magic 0x%x and size %zu: initialize "
+             "it with NCCL_ENCRYPTION_CONFIG_INITIALIZER", config->magic, config->size);
+        return ncclInvalidArgument;
+    }
+    switch (config->mode) {
+    case NCCL_ENCRYPTION_MODE_NONE:
+        return ncclSuccess; /* what ncclshim's sockets and UCX carry anyway */
+    case NCCL_ENCRYPTION_MODE_PSK:
+        /* Accepting a key while every byte goes in the clear would be a lie. */
+        WARN("ncclSetEncryption: NCCL_ENCRYPTION_MODE_PSK is not supported: ncclshim's "
+             "bootstrap sockets and UCX transfers are not encrypted");
+        return ncclInvalidUsage;
+    default:
+        WARN("ncclSetEncryption: mode %d is not an ncclEncryptionMode_t", config->mode);
+        return ncclInvalidArgument;
+    }
+}
+SHIM_ALIAS(ncclSetEncryption)
+
+SHIM_API ncclResult_t
 ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
                        int winFlags)
 {
@@ -456,6 +568,60 @@ ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
     return shim_api_unsupported("ncclCommWindowDeregister (symmetric memory)");
 }
 SHIM_ALIAS(ncclCommWindowDeregister)
+
+/* ncclCommWindowRegister is refused, so no window exists: every window handle is wrong. */
+static ncclResult_t
+shim_api_no_window(const char *api)
+{
+    WARN("%s: not a window: ncclshim has none (ncclCommWindowRegister, symmetric memory, is "
+         "not supported yet)", api);
+    return ncclInvalidArgument;
+}
+
+SHIM_API ncclResult_t
+ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr)
+{
+    (void)win, (void)outUserPtr;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclWinGetUserPtr"));
+    return shim_api_no_window("ncclWinGetUserPtr");
+}
+SHIM_ALIAS(ncclWinGetUserPtr)
+
+SHIM_API ncclResult_t
+ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
+              ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+              unsigned int flags, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin;
+    (void)peerWinOffset, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclPutSignal"));
+    return shim_api_no_window("ncclPutSignal");
+}
+SHIM_ALIAS(ncclPutSignal)
+
+SHIM_API ncclResult_t
+ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+           cudaStream_t stream)
+{
+    (void)peer, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclSignal"));
+    return shim_api_unsupported("ncclSignal (one-sided signals)");
+}
+SHIM_ALIAS(ncclSignal)
+
+SHIM_API ncclResult_t
+ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+               cudaStream_t stream)
+{
+    (void)nDesc, (void)signalDescs, (void)stream;
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclWaitSignal"));
+    return shim_api_unsupported("ncclWaitSignal (one-sided signals)");
+}
+SHIM_ALIAS(ncclWaitSignal)
 
 SHIM_API ncclResult_t
 ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)

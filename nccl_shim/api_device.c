@@ -13,6 +13,10 @@
  * everyone.
  */
 #include <nccl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "api.h"
 #include "base/check.h"
@@ -22,8 +26,42 @@ typedef struct ncclTeam {
     int nRanks, rank, stride;
 } ncclTeam_t;
 
+/* nccl_device/core.h's enums, restated (C ints, as there). */
+typedef int shim_gin_type_t;            /* ncclGinType_t: NCCL_GIN_TYPE_NONE is 0 */
+typedef int shim_gin_connection_type_t; /* ncclGinConnectionType_t */
+typedef int shim_cft_team_mode_t;       /* ncclCftTeamMode_t */
+
+/* nccl_device/host.h's ncclCommProperties_t of 2.29-2.32, member for member. */
+typedef struct ncclCommProperties {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int rank;
+    int nRanks;
+    int cudaDev;
+    int nvmlDev;
+    bool deviceApiSupport;
+    bool multimemSupport;
+    shim_gin_type_t ginType;
+    int nLsaTeams;
+    bool hostRmaSupport;
+    shim_gin_type_t railedGinType;
+    uint64_t commHash;
+    int ginMinStride;
+    shim_gin_connection_type_t ginConnectionType;
+    bool ginSupport[64];
+    size_t devCommRuntimeVersionSize;
+    bool cftSupport;
+    bool cftMulticastSupport;
+    bool cftCountedSupport;
+} ncclCommProperties_t;
+
 struct ncclDevComm;
 struct ncclDevCommRequirements;
+struct ncclGinOutboxHandle;
+struct ncclGinInboxA2AHandle;
+struct ncclMultimemHandle;
+struct ncclCftLeId;
 struct ncclDevResourceRequirements;
 struct ncclLsaBarrierHandle;
 struct ncclGinBarrierHandle;
@@ -49,6 +87,33 @@ SHIM_API ncclTeam_t ncclTeamLsa(ncclComm_t comm);
 SHIM_API ncclTeam_t ncclTeamRail(ncclComm_t comm);
 SHIM_API int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank);
 SHIM_API int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank);
+SHIM_API ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props);
+SHIM_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                                      void **out_ptr);
+SHIM_API ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                                   struct ncclMultimemHandle *multimem,
+                                                   void **out_ptr);
+SHIM_API ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsa_rank,
+                                              void **out_ptr);
+SHIM_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                               void **out_ptr);
+SHIM_API ncclResult_t ncclGetMultimemDeviceLeInfo(ncclWindow_t window, size_t offset,
+                                                  struct ncclCftLeId *le_id, size_t *le_offset);
+SHIM_API ncclResult_t ncclGetCftDeviceLeInfo(ncclWindow_t window, size_t offset, int peer_cft,
+                                             ncclTeam_t cft_team, struct ncclCftLeId *le_id,
+                                             size_t *le_offset);
+SHIM_API ncclResult_t ncclGetPeerDeviceLeInfo(ncclWindow_t window, size_t offset,
+                                              int peer_world, struct ncclCftLeId *le_id,
+                                              size_t *le_offset);
+SHIM_API ncclTeam_t ncclTeamCft(ncclComm_t comm, shim_cft_team_mode_t mode);
+SHIM_API ncclTeam_t ncclTeamCftMultimem(ncclComm_t comm);
+SHIM_API ncclResult_t ncclGinOutboxCreateRequirement(int nblocks, int size_log2,
+                                                     struct ncclGinOutboxHandle *out_handle,
+                                                     struct ncclDevResourceRequirements *out_req);
+SHIM_API ncclResult_t ncclGinInboxA2ACreateRequirement(ncclTeam_t peers, int nblocks,
+                                                       int size_log2,
+                                                       struct ncclGinInboxA2AHandle *out_handle,
+                                                       struct ncclDevResourceRequirements *out_req);
 
 static ncclResult_t
 shim_device_api_unsupported(const char *api)
@@ -170,3 +235,141 @@ ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank)
     return world >= 0 && world == comm->rank ? 0 : -1;
 }
 SHIM_ALIAS(ncclTeamRankToLsa)
+
+/* What is true of a ncclshim communicator: no device API, no multimem, no GIN, no CFT, and
+ * LSA teams of one rank each. */
+SHIM_API ncclResult_t
+ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props)
+{
+    shim_error_clear();
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommQueryProperties"));
+    if (props == NULL) {
+        WARN("ncclCommQueryProperties: props is NULL");
+        return ncclInvalidArgument;
+    }
+    if (props->magic != 0xcafebeef || props->size < offsetof(ncclCommProperties_t, nvmlDev)) {
+        WARN("ncclCommQueryProperties: ncclCommProperties_t has magic 0x%x and size %zu: "
+             "initialize it with NCCL_COMM_PROPERTIES_INITIALIZER", props->magic, props->size);
+        return ncclInvalidArgument;
+    }
+    ncclCommProperties_t ours = {
+        .rank = comm->rank,
+        .nRanks = comm->nranks,
+        .cudaDev = comm->cuda_dev,
+        .nvmlDev = -1, /* ncclshim does not load NVML */
+        .nLsaTeams = comm->nranks,
+        .commHash = comm->id_hash,
+        .ginMinStride = 1,
+    };
+    /* Only what the caller's (perhaps older, shorter) struct holds. */
+    size_t head = offsetof(ncclCommProperties_t, rank);
+    size_t bytes = props->size < sizeof(ours) ? props->size : sizeof(ours);
+    memcpy((char *)props + head, (const char *)&ours + head, bytes - head);
+    return ncclSuccess;
+}
+SHIM_ALIAS(ncclCommQueryProperties)
+
+/* Windows (symmetric memory) are not supported, so no window handle is one. */
+static ncclResult_t
+shim_device_api_no_window(const char *api)
+{
+    shim_error_clear();
+    WARN("%s: not a window: ncclshim has none (ncclCommWindowRegister, symmetric memory, is "
+         "not supported yet)", api);
+    return ncclInvalidArgument;
+}
+
+SHIM_API ncclResult_t
+ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **out_ptr)
+{
+    (void)window, (void)offset, (void)out_ptr;
+    return shim_device_api_no_window("ncclGetLsaMultimemDevicePointer");
+}
+SHIM_ALIAS(ncclGetLsaMultimemDevicePointer)
+
+SHIM_API ncclResult_t
+ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                             struct ncclMultimemHandle *multimem, void **out_ptr)
+{
+    (void)window, (void)offset, (void)multimem, (void)out_ptr;
+    return shim_device_api_no_window("ncclGetMultimemDevicePointer");
+}
+SHIM_ALIAS(ncclGetMultimemDevicePointer)
+
+SHIM_API ncclResult_t
+ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsa_rank, void **out_ptr)
+{
+    (void)window, (void)offset, (void)lsa_rank, (void)out_ptr;
+    return shim_device_api_no_window("ncclGetLsaDevicePointer");
+}
+SHIM_ALIAS(ncclGetLsaDevicePointer)
+
+SHIM_API ncclResult_t
+ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **out_ptr)
+{
+    (void)window, (void)offset, (void)peer, (void)out_ptr;
+    return shim_device_api_no_window("ncclGetPeerDevicePointer");
+}
+SHIM_ALIAS(ncclGetPeerDevicePointer)
+
+SHIM_API ncclResult_t
+ncclGetMultimemDeviceLeInfo(ncclWindow_t window, size_t offset, struct ncclCftLeId *le_id,
+                            size_t *le_offset)
+{
+    (void)window, (void)offset, (void)le_id, (void)le_offset;
+    return shim_device_api_no_window("ncclGetMultimemDeviceLeInfo");
+}
+SHIM_ALIAS(ncclGetMultimemDeviceLeInfo)
+
+SHIM_API ncclResult_t
+ncclGetCftDeviceLeInfo(ncclWindow_t window, size_t offset, int peer_cft, ncclTeam_t cft_team,
+                       struct ncclCftLeId *le_id, size_t *le_offset)
+{
+    (void)window, (void)offset, (void)peer_cft, (void)cft_team, (void)le_id, (void)le_offset;
+    return shim_device_api_no_window("ncclGetCftDeviceLeInfo");
+}
+SHIM_ALIAS(ncclGetCftDeviceLeInfo)
+
+SHIM_API ncclResult_t
+ncclGetPeerDeviceLeInfo(ncclWindow_t window, size_t offset, int peer_world,
+                        struct ncclCftLeId *le_id, size_t *le_offset)
+{
+    (void)window, (void)offset, (void)peer_world, (void)le_id, (void)le_offset;
+    return shim_device_api_no_window("ncclGetPeerDeviceLeInfo");
+}
+SHIM_ALIAS(ncclGetPeerDeviceLeInfo)
+
+/* CFT teams: with no CFT, the rank alone, as the LSA team. */
+SHIM_API ncclTeam_t
+ncclTeamCft(ncclComm_t comm, shim_cft_team_mode_t mode)
+{
+    (void)mode;
+    return ncclTeamLsa(comm);
+}
+SHIM_ALIAS(ncclTeamCft)
+
+SHIM_API ncclTeam_t
+ncclTeamCftMultimem(ncclComm_t comm)
+{
+    return ncclTeamLsa(comm);
+}
+SHIM_ALIAS(ncclTeamCftMultimem)
+
+SHIM_API ncclResult_t
+ncclGinOutboxCreateRequirement(int nblocks, int size_log2, struct ncclGinOutboxHandle *out_handle,
+                               struct ncclDevResourceRequirements *out_req)
+{
+    (void)nblocks, (void)size_log2, (void)out_handle, (void)out_req;
+    return shim_device_api_unsupported("ncclGinOutboxCreateRequirement");
+}
+SHIM_ALIAS(ncclGinOutboxCreateRequirement)
+
+SHIM_API ncclResult_t
+ncclGinInboxA2ACreateRequirement(ncclTeam_t peers, int nblocks, int size_log2,
+                                 struct ncclGinInboxA2AHandle *out_handle,
+                                 struct ncclDevResourceRequirements *out_req)
+{
+    (void)peers, (void)nblocks, (void)size_log2, (void)out_handle, (void)out_req;
+    return shim_device_api_unsupported("ncclGinInboxA2ACreateRequirement");
+}
+SHIM_ALIAS(ncclGinInboxA2ACreateRequirement)

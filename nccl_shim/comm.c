@@ -131,6 +131,11 @@ shim_comm_check_ready(struct ncclComm *comm, const char *api)
              api, (void *)comm);
         return ncclInvalidUsage;
     }
+    if (comm->suspended) {
+        WARN("%s: communicator %p is suspended (ncclCommSuspend): ncclCommResume it first",
+             api, (void *)comm);
+        return ncclInvalidUsage;
+    }
     switch (state) {
     case SHIM_COMM_READY:
         return ncclSuccess;
@@ -169,6 +174,48 @@ shim_comm_revoke(struct ncclComm *comm)
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Revoked", (void *)comm, comm->rank,
          comm->nranks);
     return ncclSuccess;
+}
+
+ncclResult_t
+shim_comm_suspend(struct ncclComm *comm)
+{
+    SHIM_CHECK(shim_comm_check_ready(comm, "ncclCommSuspend"));
+    /* The device work already enqueued still uses what goes: it finishes first. */
+    SHIM_CHECK(shim_devexec_drain(comm));
+    if (comm->dev != NULL) {
+        SHIM_CHECK(cipc_team_release_memory(comm->dev));
+    }
+    free(comm->scratch);
+    comm->scratch = NULL;
+    comm->scratch_bytes = 0;
+    comm->suspended = true;
+    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Suspended", (void *)comm, comm->rank,
+         comm->nranks);
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_comm_resume(struct ncclComm *comm)
+{
+    SHIM_CHECK(shim_comm_check(comm, "ncclCommResume"));
+    if (!comm->suspended) {
+        WARN("ncclCommResume: communicator %p is not suspended", (void *)comm);
+        return ncclInvalidUsage;
+    }
+    comm->suspended = false; /* what went is made again when an operation needs it */
+    INFO(SHIM_INIT, "comm %p rank %d nranks %d - Resumed", (void *)comm, comm->rank,
+         comm->nranks);
+    return ncclSuccess;
+}
+
+void
+shim_comm_gpu_bytes(const struct ncclComm *comm, uint64_t *releasable_out,
+                    uint64_t *persistent_out)
+{
+    /* The device team's staging areas are the only GPU memory a communicator allocates; the
+     * kernels' code belongs to the process, other ranks' memory to its owners. */
+    *releasable_out = comm->dev != NULL ? cipc_team_device_bytes(comm->dev) : 0;
+    *persistent_out = 0;
 }
 
 ncclResult_t

@@ -77,6 +77,7 @@ struct ncclComm {
                                     which may wait there for the other ranks: abort from
                                     another thread waits them out before it frees */
     int revoked;                 /* atomic: ncclCommRevoke was called; management ops only */
+    bool suspended;              /* ncclCommSuspend: no operation until ncclCommResume */
     pthread_t init_thread;
     bool init_thread_live;
     struct shim_user_op user_ops[SHIM_MAX_USER_OPS];
@@ -116,6 +117,14 @@ ncclResult_t shim_comm_check_parent(struct ncclComm *comm, bool allow_failed, co
 /* ncclCommRevoke: operations in flight on other threads stop within NCCLSHIM_WAIT_MS with an
  * error, later ones are refused; destroy, abort, split and shrink remain. */
 ncclResult_t shim_comm_revoke(struct ncclComm *comm);
+/* ncclCommSuspend(NCCL_SUSPEND_MEM): once its device work is done, frees the memory the
+ * communicator makes again on demand (device staging, scratch); operations are refused until
+ * shim_comm_resume. */
+ncclResult_t shim_comm_suspend(struct ncclComm *comm);
+ncclResult_t shim_comm_resume(struct ncclComm *comm);
+/* GPU memory the communicator holds: what suspension frees, and what it keeps. */
+void shim_comm_gpu_bytes(const struct ncclComm *comm, uint64_t *releasable_out,
+                         uint64_t *persistent_out);
 ncclResult_t shim_comm_async_error(struct ncclComm *comm);
 /* Blocks until a non-blocking init finished; returns its result. */
 ncclResult_t shim_comm_wait_init(struct ncclComm *comm);

@@ -20,7 +20,7 @@
 
 #include <unistd.h>
 
-/* The texts NVIDIA's libnccl.so.2 2.28 returns, which programs may print or match: ours must
+/* The texts NVIDIA's libnccl.so.2 2.28 (2.32 for ncclTimeout) returns, which programs may print or match: ours must
  * say the same up to its advice (" (run with ...", " - please report ..."), which may differ. */
 static const char *const api_error_texts[ncclNumResults] = {
     [ncclSuccess] = "no error",
@@ -31,6 +31,9 @@ static const char *const api_error_texts[ncclNumResults] = {
     [ncclInvalidUsage] = "invalid usage (run with NCCL_DEBUG=WARN for details)",
     [ncclRemoteError] = "remote process exited or there was a network error",
     [ncclInProgress] = "NCCL operation in progress",
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+    [ncclTimeout] = "timeout",
+#endif
 };
 
 /* Rank 0 names each step as it starts, so that a run killed by its timeout shows where. */

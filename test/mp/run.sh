@@ -46,7 +46,8 @@ launch=$BUILD/bin/ncclshim-launch
 bindir=$BUILD/test/mp
 logdir=$BUILD/test/mp/logs
 
-needed=("$launch" "$bindir/allreduce" "$bindir/api" "$bindir/badinput" "$bindir/collectives"
+needed=("$launch" "$bindir/allreduce" "$bindir/api" "$bindir/api_new" "$bindir/badinput"
+    "$bindir/collectives"
     "$bindir/fault" "$bindir/hang" "$bindir/soak" "$bindir/streams")
 if ((gpu == 0)); then
     needed+=("$BUILD/test/doubles/libcuda.so.1")
@@ -163,7 +164,7 @@ device_cases() {
             FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D device
     fi
     # Stream semantics, groups, several devices from one thread, refusals, the memory API.
-    for part in returns order group refuse memapi register churn; do
+    for part in returns order group refuse memapi register suspend churn; do
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
@@ -293,6 +294,8 @@ elif [[ $quick == 1 ]]; then
     done
     run_case api-n2 2 60 -- "$bindir/api"
     run_case api-n3 3 60 -- "$bindir/api"
+    run_case api-new-n1 1 60 -- "$bindir/api_new"
+    run_case api-new-n3 3 60 -- "$bindir/api_new"
     run_case badinput-n2 2 60 -- "$bindir/badinput"
     run_case allreduce-quick-n2-tcp 2 240 "${tcp[@]}" -- "$bindir/allreduce" -q
     for n in 1 2 3 5; do
@@ -325,6 +328,9 @@ else
         fi
         run_case "allreduce-n$n" "$n" 300 -- "$bindir/allreduce"
     done
+    # The functions NCCL 2.29-2.32 added.
+    run_case api-new-n1 1 60 -- "$bindir/api_new"
+    run_case api-new-n3 3 60 -- "$bindir/api_new"
     for n in 2 3; do
         run_case "api-n$n-tcp" "$n" 60 "${tcp[@]}" -- "$bindir/api"
         # Bad arguments to every entry point (a table; each row then checks the communicator).

@@ -39,6 +39,10 @@
  *             only once the leader closed that mapping, so the buffer is freed at once
  *             (-g: after every rank captured an all-reduce into a CUDA graph and launched it,
  *             so that its later calls, too, are posted from its stream);
+ *   suspend   ncclCommSuspend(NCCL_SUSPEND_MEM) after device all-reduces on cudaMalloc memory:
+ *             the staging memory on the device (ncclCommMemStats, which counts it) is freed
+ *             and the leader lets its mappings go (counted by the double); a collective
+ *             while suspended is refused; resumed, all-reduces are right again;
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -535,6 +539,45 @@ part_register(const struct mp_world *w, bool graph)
               "wrong all-reduce after deregistration");
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+static void
+part_suspend(const struct mp_world *w)
+{
+    const int n = w->nranks;
+    const float sum = (float)(n * (n - 1) / 2);
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    uint64_t held = 0, suspendable = 0;
+    int seen = 0;
+
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_EXPECT(st_check(x, ST_COUNT, sum, (float)n, s, "before suspension") == 0,
+              "wrong all-reduce before suspension");
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemSuspend, &suspendable));
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
+    /* Rank 0, the leader, uses its own buffers as they are; the others stage on the device. */
+    MP_EXPECT(w->rank == 0 ? held == 0 : held > 0 && suspendable == held,
+              "ncclCommMemStats: %llu bytes held, %llu suspendable", (unsigned long long)held,
+              (unsigned long long)suspendable);
+    mp_barrier(w->comm, n);
+    MP_CHECK_COMM(w->comm, ncclCommSuspend(w->comm, NCCL_SUSPEND_MEM));
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
+    MP_EXPECT(held == 0, "%llu bytes of GPU memory held while suspended",
+              (unsigned long long)held);
+    MP_EXPECT(st_leader_maps_at_most(w, 0, &seen),
+              "the leader still maps %d allocations once every rank suspended", seen);
+    MP_EXPECT(ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s) == ncclInvalidUsage,
+              "an all-reduce while suspended was not refused");
+    MP_CHECK_COMM(w->comm, ncclCommResume(w->comm));
+    float *y = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_EXPECT(st_check(y, ST_COUNT, sum, (float)n, s, "after resumption") == 0,
+              "wrong all-reduce after ncclCommResume");
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
+    MP_EXPECT(w->rank == 0 ? held == 0 : held > 0, "staging not made again after resumption");
+}
+#endif
+
 static void
 part_churn(const struct mp_world *w)
 {
@@ -938,6 +981,10 @@ main(int argc, char **argv)
         part_group(&world);
     } else if (strcmp(part, "refuse") == 0) {
         part_refuse(&world);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+    } else if (strcmp(part, "suspend") == 0) {
+        part_suspend(&world);
+#endif
     } else if (strcmp(part, "register") == 0) {
         part_register(&world, graph);
     } else if (strcmp(part, "memapi") == 0) {

@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The functions NCCL 2.29-2.32 added, through the real libnccl.so.2 on N ranks, host memory:
+ *   - the per-collective variants (ncclAllReduceConfig ...): a NULL config and an initialized
+ *     one give the plain call's results; a bad magic, minCTAs above maxCTAs, a forced
+ *     algSelection (not supported yet) and a launchCompletionEvent inside a group are refused
+ *     with a message; an unforced algSelection falls back to the automatic choice;
+ *   - the parameter API over ncclshim's environment table: a variable set for this program
+ *     reads back through every typed getter that holds it, and is refused by those that do
+ *     not; keys with and without the NCCL_ prefix; unknown keys, short buffers and non-numbers
+ *     are refused;
+ *   - ncclSetEncryption: NONE accepted, a pre-shared key refused (nothing would be encrypted);
+ *   - ncclCommSuspend / ncclCommResume / ncclCommMemStats: a collective while suspended is
+ *     refused with a message, the statistics say so, resumed it works again;
+ *   - what ncclshim does not do yet (windows and one-sided signals, growing a communicator):
+ *     each a clear error, after which the communicator still works.
+ * Built against an older nccl.h (2.28), it has nothing to test and says so.
+ */
+#include "common.h"
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
+
+#define AN_COUNT 1031
+
+/* From nccl_device/host.h, which is C++ only. */
+ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                      void **outPtr);
+ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr);
+
+#define AN_EXPECT_REFUSED(comm, want, call)                                                   \
+    an_expect_refused(__FILE__, __LINE__, #call, (call), (want), (comm))
+
+/* call gave `want` (ncclInvalidArgument or ncclInvalidUsage) and left a message. */
+static void
+an_expect_refused(const char *file, int line, const char *expr, ncclResult_t res,
+                  ncclResult_t want, ncclComm_t comm)
+{
+    const char *text = ncclGetLastError(comm);
+
+    if (res != want) {
+        mp_report(file, line, "%s gave %s (%d), expected %s", expr, ncclGetErrorString(res),
+                  (int)res, ncclGetErrorString(want));
+        mp_failures++;
+    } else if (text == NULL || text[0] == '\0') {
+        mp_report(file, line, "%s gave %s but ncclGetLastError is empty", expr,
+                  ncclGetErrorString(res));
+        mp_failures++;
+    }
+}
+
+/* Rank r's input element i; the sum over n ranks is an_sum(i, n). */
+static float
+an_input(int rank, size_t i)
+{
+    return (float)((rank + 1) * (int)(i % 7));
+}
+
+static float
+an_sum(size_t i, int n)
+{
+    return (float)(n * (n + 1) / 2 * (int)(i % 7));
+}
+
+static long
+an_allreduce_wrong(const float *x, int n)
+{
+    long wrong = 0;
+    for (size_t i = 0; i < AN_COUNT; i++) {
+        wrong += x[i] != an_sum(i, n);
+    }
+    return wrong;
+}
+
+static void
+an_test_coll_config(const struct mp_world *w)
+{
+    float *x = malloc(AN_COUNT * sizeof(float)), *y = malloc(AN_COUNT * sizeof(float));
+    float *all = malloc((size_t)w->nranks * AN_COUNT * sizeof(float));
+    ncclCollConfig_t config = NCCL_COLLCONFIG_INITIALIZER;
+
+    MP_ASSERT(x != NULL && y != NULL && all != NULL, "out of memory");
+    for (int round = 0; round < 2; round++) {
+        const ncclCollConfig_t *c = round == 0 ? NULL : &config;
+        for (size_t i = 0; i < AN_COUNT; i++) {
+            x[i] = an_input(w->rank, i);
+        }
+        MP_CHECK_COMM(w->comm, ncclAllReduceConfig(x, y, AN_COUNT, ncclFloat32, ncclSum,
+                                                   w->comm, NULL, c));
+        MP_EXPECT(an_allreduce_wrong(y, w->nranks) == 0, "ncclAllReduceConfig (%s config): "
+                  "wrong result", c == NULL ? "NULL" : "an initialized");
+        MP_CHECK_COMM(w->comm, ncclAllGatherConfig(x, all, AN_COUNT, ncclFloat32, w->comm, NULL,
+                                                   c));
+        long wrong = 0;
+        for (int r = 0; r < w->nranks; r++) {
+            for (size_t i = 0; i < AN_COUNT; i++) {
+                wrong += all[(size_t)r * AN_COUNT + i] != an_input(r, i);
+            }
+        }
+        MP_EXPECT(wrong == 0, "ncclAllGatherConfig: %ld wrong elements", wrong);
+        float root_value = (float)(w->rank == w->nranks - 1 ? 42 : -1);
+        MP_CHECK_COMM(w->comm, ncclBroadcastConfig(&root_value, &root_value, 1, ncclFloat32,
+                                                   w->nranks - 1, w->comm, NULL, c));
+        MP_EXPECT(root_value == 42, "ncclBroadcastConfig gave %g", root_value);
+    }
+    /* A forced selection that cannot be honoured must not run as if it were. */
+    config.algSelection = "ring";
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage,
+                      ncclAllReduceConfig(x, y, AN_COUNT, ncclFloat32, ncclSum, w->comm, NULL,
+                                          &config));
+    MP_EXPECT(strstr(ncclGetLastError(w->comm), "algSelection") != NULL,
+              "no clear message: \"%s\"", ncclGetLastError(w->comm));
+    config.forceAlgSelection = 0;
+    MP_CHECK_COMM(w->comm, ncclAllReduceConfig(x, y, AN_COUNT, ncclFloat32, ncclSum, w->comm,
+                                               NULL, &config));
+    MP_EXPECT(an_allreduce_wrong(y, w->nranks) == 0, "unforced algSelection: wrong result");
+    ncclCollConfig_t bad = NCCL_COLLCONFIG_INITIALIZER;
+    bad.magic = 0x1234;
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclAllReduceConfig(x, y, AN_COUNT, ncclFloat32, ncclSum, w->comm, NULL,
+                                          &bad));
+    ncclCollConfig_t ctas = NCCL_COLLCONFIG_INITIALIZER;
+    ctas.minCTAs = 8;
+    ctas.maxCTAs = 2;
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclReduceConfig(x, y, AN_COUNT, ncclFloat32, ncclSum, 0, w->comm, NULL,
+                                       &ctas));
+    ncclCollConfig_t event = NCCL_COLLCONFIG_INITIALIZER;
+    event.launchCompletionEvent = (cudaEvent_t)(uintptr_t)0x1; /* refused before it is used */
+    MP_CHECK(ncclGroupStart());
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage,
+                      ncclAllReduceConfig(x, y, AN_COUNT, ncclFloat32, ncclSum, w->comm, NULL,
+                                          &event));
+    MP_EXPECT(ncclGroupEnd() != ncclSuccess, "a group with a refused call ended well");
+    free(x);
+    free(y);
+    free(all);
+}
+
+static void
+an_test_params(void)
+{
+    ncclParamHandle_t h = NULL, other = NULL;
+    int8_t i8;
+    int32_t i32;
+    int64_t i64;
+    uint8_t u8;
+    uint64_t u64;
+    const char *text = NULL;
+    char buf[64];
+    int len = 0;
+
+    /* NCCLSHIM_TIMEOUT=300 is set by main, before the library read anything. */
+    MP_CHECK(ncclParamBind(&h, "NCCLSHIM_TIMEOUT"));
+    MP_CHECK(ncclParamGetI32(h, &i32));
+    MP_EXPECT(i32 == 300, "ncclParamGetI32 gave %d, the environment says 300", (int)i32);
+    MP_CHECK(ncclParamGetI64(h, &i64));
+    MP_CHECK(ncclParamGetU64(h, &u64));
+    MP_EXPECT(i64 == 300 && u64 == 300, "64-bit getters gave %lld and %llu", (long long)i64,
+              (unsigned long long)u64);
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument, ncclParamGetI8(h, &i8));
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument, ncclParamGetU8(h, &u8));
+    MP_CHECK(ncclParamGetStr(h, &text));
+    MP_EXPECT(text != NULL && strcmp(text, "300") == 0, "ncclParamGetStr gave \"%s\"", text);
+    MP_CHECK(ncclParamGet(h, buf, (int)sizeof(buf), &len));
+    MP_EXPECT(len == 4 && strcmp(buf, "300") == 0, "ncclParamGet gave %d bytes, \"%s\"", len,
+              buf);
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument, ncclParamGet(h, buf, 2, &len));
+    /* NCCL's keys may leave out the NCCL_ prefix. */
+    MP_CHECK(ncclParamBind(&other, "DEBUG_SUBSYS"));
+    MP_CHECK(ncclParamGetStr(other, &text));
+    MP_EXPECT(text != NULL && text[0] != '\0', "NCCL_DEBUG_SUBSYS has no default");
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument, ncclParamGetI32(other, &i32));
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument, ncclParamBind(&other, "NO_SUCH_PARAMETER"));
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument, ncclParamGetI32(NULL, &i32));
+    int valueLen = -1;
+    MP_CHECK(ncclParamGetParameter("NCCLSHIM_TIMEOUT", &text, &valueLen));
+    MP_EXPECT(valueLen == 3 && strcmp(text, "300") == 0, "ncclParamGetParameter gave \"%s\"",
+              text);
+    const char **keys = NULL;
+    int nkeys = 0;
+    bool found = false;
+    MP_CHECK(ncclParamGetAllParameterKeys(&keys, &nkeys));
+    for (int i = 0; i < nkeys; i++) {
+        found |= strcmp(keys[i], "NCCLSHIM_TIMEOUT") == 0;
+    }
+    MP_EXPECT(nkeys > 10 && found, "ncclParamGetAllParameterKeys: %d keys, ours %s", nkeys,
+              found ? "among them" : "missing");
+    ncclParamDumpAll();
+}
+
+static void
+an_test_encryption(void)
+{
+    ncclEncryptionConfig_t config = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
+
+    MP_CHECK(ncclSetEncryption(&config));
+    config.mode = NCCL_ENCRYPTION_MODE_PSK;
+    config.psk = "a key nobody would use";
+    AN_EXPECT_REFUSED(NULL, ncclInvalidUsage, ncclSetEncryption(&config));
+    MP_EXPECT(strstr(ncclGetLastError(NULL), "encrypted") != NULL, "no clear message: \"%s\"",
+              ncclGetLastError(NULL));
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument, ncclSetEncryption(NULL));
+}
+
+static void
+an_test_suspend(const struct mp_world *w)
+{
+    float x[AN_COUNT];
+    uint64_t value = 99;
+
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemSuspended, &value));
+    MP_EXPECT(value == 0, "ncclStatGpuMemSuspended is %llu before suspension",
+              (unsigned long long)value);
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument, ncclCommSuspend(w->comm, 0x4));
+    MP_CHECK_COMM(w->comm, ncclCommSuspend(w->comm, NCCL_SUSPEND_MEM));
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemSuspended, &value));
+    MP_EXPECT(value == 1, "ncclStatGpuMemSuspended is %llu while suspended",
+              (unsigned long long)value);
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &value));
+    MP_EXPECT(value == 0, "a host-memory communicator holds %llu bytes of GPU memory",
+              (unsigned long long)value);
+    for (size_t i = 0; i < AN_COUNT; i++) {
+        x[i] = an_input(w->rank, i);
+    }
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage,
+                      ncclAllReduce(x, x, AN_COUNT, ncclFloat32, ncclSum, w->comm, NULL));
+    MP_EXPECT(strstr(ncclGetLastError(w->comm), "suspended") != NULL, "no clear message: \"%s\"",
+              ncclGetLastError(w->comm));
+    MP_CHECK_COMM(w->comm, ncclCommResume(w->comm));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclCommResume(w->comm));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, AN_COUNT, ncclFloat32, ncclSum, w->comm, NULL));
+    MP_EXPECT(an_allreduce_wrong(x, w->nranks) == 0, "wrong all-reduce after ncclCommResume");
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclCommMemStats(w->comm, (ncclCommMemStat_t)17, &value));
+}
+
+static void
+an_test_not_yet(const struct mp_world *w)
+{
+    void *ptr = NULL;
+    ncclUniqueId id;
+    ncclComm_t grown = NULL;
+    float x = 1;
+    ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = 0, .sigIdx = 0, .ctx = 0};
+
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclWinGetUserPtr(w->comm, (ncclWindow_t)(uintptr_t)0x10, &ptr));
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument,
+                      ncclGetPeerDevicePointer((ncclWindow_t)(uintptr_t)0x10, 0, 0, &ptr));
+    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument,
+                      ncclGetLsaMultimemDevicePointer((ncclWindow_t)(uintptr_t)0x10, 0, &ptr));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclPutSignal(&x, 1, ncclFloat32, 0, (ncclWindow_t)(uintptr_t)0x10, 0, 0,
+                                    0, 0, w->comm, NULL));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclSignal(0, 0, 0, 0, w->comm, NULL));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclWaitSignal(1, &desc, w->comm, NULL));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclCommGetUniqueId(w->comm, &id));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage,
+                      ncclCommGrow(w->comm, w->nranks + 1, NULL, -1, &grown, NULL));
+}
+
+int
+main(void)
+{
+    struct mp_world world;
+    int total;
+
+    setenv("NCCLSHIM_TIMEOUT", "300", 1); /* read back through the parameter API */
+    mp_world_init(&world);
+    an_test_coll_config(&world);
+    an_test_params();
+    an_test_encryption();
+    an_test_suspend(&world);
+    an_test_not_yet(&world);
+    long wrong = mp_allreduce_check(world.comm, world.rank, world.nranks, ncclFloat32, 1000,
+                                    false, 21);
+    MP_EXPECT(wrong == 0, "the communicator no longer works at the end (%ld)", wrong);
+
+    total = mp_failures;
+    MP_CHECK_COMM(world.comm, ncclAllReduce(&total, &total, 1, ncclInt32, ncclSum, world.comm,
+                                            NULL));
+    MP_CHECK(ncclCommDestroy(world.comm));
+    if (world.rank == 0) {
+        printf("api_new: %d ranks, %d failed checks on all ranks\n", world.nranks, total);
+    }
+    return mp_failures == 0 && total == 0 ? 0 : 1;
+}
+
+#else
+
+int
+main(void)
+{
+    printf("api_new: built against NCCL %d's nccl.h, which has none of these functions\n",
+           NCCL_VERSION_CODE);
+    return 0;
+}
+
+#endif
