@@ -569,8 +569,7 @@ ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 }
 SHIM_ALIAS(ncclCommWindowDeregister)
 
-/* ncclCommWindowRegister is refused, so no window exists: every window handle is wrong. */
-static ncclResult_t
+ncclResult_t
 shim_api_no_window(const char *api)
 {
     WARN("%s: not a window: ncclshim has none (ncclCommWindowRegister, symmetric memory, is "

@@ -8,4 +8,10 @@
 #define SHIM_ALIAS(name)                                                                     \
     extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")));
 
+#include <nccl.h>
+
+/* ncclCommWindowRegister is refused, so no window exists: every window handle given to api is
+ * wrong (ncclInvalidArgument, with a message). */
+ncclResult_t shim_api_no_window(const char *api);
+
 #endif

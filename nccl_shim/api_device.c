@@ -269,21 +269,12 @@ ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props)
 }
 SHIM_ALIAS(ncclCommQueryProperties)
 
-/* Windows (symmetric memory) are not supported, so no window handle is one. */
-static ncclResult_t
-shim_device_api_no_window(const char *api)
-{
-    shim_error_clear();
-    WARN("%s: not a window: ncclshim has none (ncclCommWindowRegister, symmetric memory, is "
-         "not supported yet)", api);
-    return ncclInvalidArgument;
-}
-
 SHIM_API ncclResult_t
 ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **out_ptr)
 {
     (void)window, (void)offset, (void)out_ptr;
-    return shim_device_api_no_window("ncclGetLsaMultimemDevicePointer");
+    shim_error_clear();
+    return shim_api_no_window("ncclGetLsaMultimemDevicePointer");
 }
 SHIM_ALIAS(ncclGetLsaMultimemDevicePointer)
 
@@ -292,7 +283,8 @@ ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
                              struct ncclMultimemHandle *multimem, void **out_ptr)
 {
     (void)window, (void)offset, (void)multimem, (void)out_ptr;
-    return shim_device_api_no_window("ncclGetMultimemDevicePointer");
+    shim_error_clear();
+    return shim_api_no_window("ncclGetMultimemDevicePointer");
 }
 SHIM_ALIAS(ncclGetMultimemDevicePointer)
 
@@ -300,7 +292,8 @@ SHIM_API ncclResult_t
 ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsa_rank, void **out_ptr)
 {
     (void)window, (void)offset, (void)lsa_rank, (void)out_ptr;
-    return shim_device_api_no_window("ncclGetLsaDevicePointer");
+    shim_error_clear();
+    return shim_api_no_window("ncclGetLsaDevicePointer");
 }
 SHIM_ALIAS(ncclGetLsaDevicePointer)
 
@@ -308,7 +301,8 @@ SHIM_API ncclResult_t
 ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **out_ptr)
 {
     (void)window, (void)offset, (void)peer, (void)out_ptr;
-    return shim_device_api_no_window("ncclGetPeerDevicePointer");
+    shim_error_clear();
+    return shim_api_no_window("ncclGetPeerDevicePointer");
 }
 SHIM_ALIAS(ncclGetPeerDevicePointer)
 
@@ -317,7 +311,8 @@ ncclGetMultimemDeviceLeInfo(ncclWindow_t window, size_t offset, struct ncclCftLe
                             size_t *le_offset)
 {
     (void)window, (void)offset, (void)le_id, (void)le_offset;
-    return shim_device_api_no_window("ncclGetMultimemDeviceLeInfo");
+    shim_error_clear();
+    return shim_api_no_window("ncclGetMultimemDeviceLeInfo");
 }
 SHIM_ALIAS(ncclGetMultimemDeviceLeInfo)
 
@@ -326,7 +321,8 @@ ncclGetCftDeviceLeInfo(ncclWindow_t window, size_t offset, int peer_cft, ncclTea
                        struct ncclCftLeId *le_id, size_t *le_offset)
 {
     (void)window, (void)offset, (void)peer_cft, (void)cft_team, (void)le_id, (void)le_offset;
-    return shim_device_api_no_window("ncclGetCftDeviceLeInfo");
+    shim_error_clear();
+    return shim_api_no_window("ncclGetCftDeviceLeInfo");
 }
 SHIM_ALIAS(ncclGetCftDeviceLeInfo)
 
@@ -335,7 +331,8 @@ ncclGetPeerDeviceLeInfo(ncclWindow_t window, size_t offset, int peer_world,
                         struct ncclCftLeId *le_id, size_t *le_offset)
 {
     (void)window, (void)offset, (void)peer_world, (void)le_id, (void)le_offset;
-    return shim_device_api_no_window("ncclGetPeerDeviceLeInfo");
+    shim_error_clear();
+    return shim_api_no_window("ncclGetPeerDeviceLeInfo");
 }
 SHIM_ALIAS(ncclGetPeerDeviceLeInfo)
 
