@@ -111,6 +111,12 @@ shim_bootstrap_get_unique_id(ncclUniqueId *id)
 }
 
 ncclResult_t
+shim_bootstrap_fresh_id(ncclUniqueId *id)
+{
+    return shim_bootstrap_serve_on_interface(id);
+}
+
+ncclResult_t
 shim_bootstrap_private_id(ncclUniqueId *id)
 {
     union shim_sockaddr addr, bound;

@@ -27,6 +27,11 @@
  * thread cannot be made. Layout: wire.h. */
 ncclResult_t shim_bootstrap_get_unique_id(ncclUniqueId *id);
 
+/* A fresh root in this process on the interface NCCL_SOCKET_IFNAME picks, whatever
+ * NCCL_COMM_ID says (that address serves the world's communicator): ncclCommGetUniqueId's,
+ * for ranks that join a communicator growing. */
+ncclResult_t shim_bootstrap_fresh_id(ncclUniqueId *id);
+
 /* As shim_bootstrap_get_unique_id, but always a fresh root in this process, whatever
  * NCCL_COMM_ID says: ncclCommInitAll's ranks all live here. The root listens on 127.0.0.1
  * (NCCL_SOCKET_IFNAME's choice only if loopback cannot be bound). */

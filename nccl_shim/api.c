@@ -500,10 +500,13 @@ SHIM_ALIAS(ncclCommMemStats)
 SHIM_API ncclResult_t
 ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId)
 {
-    (void)uniqueId;
     shim_error_clear();
-    SHIM_CHECK(shim_comm_check(comm, "ncclCommGetUniqueId"));
-    return shim_api_unsupported("ncclCommGetUniqueId (growing a communicator)");
+    SHIM_CHECK(shim_comm_check_ready(comm, "ncclCommGetUniqueId"));
+    if (uniqueId == NULL) {
+        WARN("ncclCommGetUniqueId: uniqueId is NULL");
+        return ncclInvalidArgument;
+    }
+    return shim_comm_grow_id(comm, uniqueId);
 }
 SHIM_ALIAS(ncclCommGetUniqueId)
 
@@ -511,12 +514,33 @@ SHIM_API ncclResult_t
 ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
              ncclComm_t *newcomm, ncclConfig_t *config)
 {
-    (void)nRanks, (void)uniqueId, (void)rank, (void)newcomm, (void)config;
+    bool blocking;
+    ncclResult_t res;
+
     shim_error_clear();
-    if (comm != NULL) {
-        SHIM_CHECK(shim_comm_check(comm, "ncclCommGrow"));
+    if (comm == NULL) {
+        /* A new rank: it joins as ncclCommInitRankConfig would. */
+        if (uniqueId == NULL) {
+            WARN("ncclCommGrow: a new rank (comm NULL) needs the unique id");
+            return ncclInvalidArgument;
+        }
+        return shim_api_init_rank(newcomm, nRanks, uniqueId, rank, config, "ncclCommGrow");
     }
-    return shim_api_unsupported("ncclCommGrow");
+    SHIM_CHECK(shim_api_child_checks(comm, newcomm, config, false, &blocking, "ncclCommGrow"));
+    if (rank != -1) {
+        WARN("ncclCommGrow: rank %d: a rank of the communicator passes -1 (it keeps its rank "
+             "%d)", rank, comm->rank);
+        return ncclInvalidArgument;
+    }
+    if (nRanks <= comm->nranks || nRanks > SHIM_TAG_MAX_RANKS) {
+        WARN("ncclCommGrow: nRanks %d must be above the communicator's %d (and at most %d)",
+             nRanks, comm->nranks, SHIM_TAG_MAX_RANKS);
+        return ncclInvalidArgument;
+    }
+    shim_comm_bind(comm);
+    res = shim_comm_grow(comm, nRanks, uniqueId, blocking, newcomm);
+    shim_comm_bind(NULL);
+    return res;
 }
 SHIM_ALIAS(ncclCommGrow)
 

@@ -78,6 +78,8 @@ struct ncclComm {
                                     another thread waits them out before it frees */
     int revoked;                 /* atomic: ncclCommRevoke was called; management ops only */
     bool suspended;              /* ncclCommSuspend: no operation until ncclCommResume */
+    bool grow_id_pending;        /* ncclCommGetUniqueId gave grow_id; no grow used it yet */
+    ncclUniqueId grow_id;
     pthread_t init_thread;
     bool init_thread_live;
     struct shim_user_op user_ops[SHIM_MAX_USER_OPS];

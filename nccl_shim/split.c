@@ -7,6 +7,11 @@
  * Every member then connects its new worker to the others'. The child's identity mixes the
  * parent's with the parent's sequence number and the color, so it is equal on its members
  * and differs from every other communicator's.
+ *
+ * ncclCommGrow is the other way round: new ranks have no parent to talk through, so every rank
+ * joins a bootstrap root, as ncclCommInitRank does. One parent rank starts it
+ * (ncclCommGetUniqueId) and hands its id to the new ranks itself; the parent's other ranks
+ * learn it in one exchange over the parent, and keep their ranks.
  */
 #include "split.h"
 
@@ -14,6 +19,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "bootstrap/bootstrap.h"
 #include "comm.h"
 #include "exec.h"
 #include "exec_device.h"
@@ -250,5 +256,85 @@ shim_comm_shrink(struct ncclComm *parent, const int *exclude, int nexclude, bool
     free(members);
 out_gone:
     free(gone);
+    return res;
+}
+
+/* --- grow ----------------------------------------------------------------------------------- */
+
+ncclResult_t
+shim_comm_grow_id(struct ncclComm *parent, ncclUniqueId *id_out)
+{
+    if (parent->grow_id_pending) {
+        WARN("ncclCommGetUniqueId: the id this rank made before has not grown the communicator "
+             "yet (one id at a time)");
+        return ncclInvalidUsage;
+    }
+    SHIM_CHECK(shim_bootstrap_fresh_id(&parent->grow_id));
+    parent->grow_id_pending = true;
+    *id_out = parent->grow_id;
+    return ncclSuccess;
+}
+
+/* What each parent rank says before growing: whether it holds the id, and the id. */
+struct shim_grow_entry {
+    uint8_t has_id;
+    ncclUniqueId id;
+};
+
+ncclResult_t
+shim_comm_grow(struct ncclComm *parent, int nranks, const ncclUniqueId *id, bool blocking,
+               struct ncclComm **newcomm_out)
+{
+    const int n = parent->nranks;
+    struct shim_grow_entry mine = {0};
+    struct shim_split_blobs blobs;
+    int *members = NULL, holder = -1, holders = 0;
+    ncclResult_t res;
+
+    if (id != NULL && (!parent->grow_id_pending ||
+                       memcmp(id, &parent->grow_id, sizeof(*id)) != 0)) {
+        WARN("ncclCommGrow: the id is not the one ncclCommGetUniqueId gave this rank last, or "
+             "it grew the communicator already (each id serves one grow)");
+        return ncclInvalidUsage;
+    }
+    if (id != NULL) {
+        mine.has_id = 1;
+        mine.id = *id;
+    }
+    SHIM_CHECK(shim_calloc(&members, (size_t)n));
+    for (int r = 0; r < n; r++) {
+        members[r] = r;
+    }
+    SHIM_CHECK_GOTO(shim_split_exchange(parent, members, n, parent->rank, &mine, sizeof(mine),
+                                        &blobs),
+                    res, out);
+    for (int r = 0; r < n; r++) {
+        const struct shim_grow_entry *e = (const void *)(blobs.data + blobs.offsets[r]);
+        if (blobs.lens[r] == sizeof(*e) && e->has_id) {
+            holder = holders++ == 0 ? r : holder;
+        }
+    }
+    if (holders != 1) {
+        WARN("ncclCommGrow: %d ranks of the communicator passed a unique id; exactly one must "
+             "(the one that called ncclCommGetUniqueId)", holders);
+        res = ncclInvalidUsage;
+        goto out_blobs;
+    }
+    const struct shim_grow_entry *chosen = (const void *)(blobs.data + blobs.offsets[holder]);
+    struct shim_comm_args args = {.nranks = nranks, .rank = parent->rank, .id = chosen->id,
+                                  .blocking = blocking, .cuda_dev = parent->cuda_dev,
+                                  .cuda_dev_chosen = parent->cuda_dev_chosen};
+    res = shim_comm_init(&args, newcomm_out);
+    if (res == ncclSuccess || res == ncclInProgress) {
+        if (id != NULL) {
+            parent->grow_id_pending = false; /* consumed */
+        }
+        INFO(SHIM_INIT, "comm %p rank %d: grown from %d to %d ranks -> comm %p", (void *)parent,
+             parent->rank, n, nranks, (void *)*newcomm_out);
+    }
+out_blobs:
+    shim_split_blobs_free(&blobs);
+out:
+    free(members);
     return res;
 }

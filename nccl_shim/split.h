@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Communicators made from a parent's ranks: ncclCommSplit and ncclCommShrink. Both are
- * collective over the ranks that take part, and talk only over the parent's transport.
+ * Communicators made from a parent's ranks: ncclCommSplit and ncclCommShrink, collective over
+ * the ranks that take part, which talk only over the parent's transport; and ncclCommGrow,
+ * where the parent's ranks and new ones meet at a bootstrap root one parent rank started.
  */
 #ifndef SHIM_SPLIT_H
 #define SHIM_SPLIT_H
@@ -19,5 +20,14 @@ ncclResult_t shim_comm_split(struct ncclComm *parent, int color, int key, bool b
  * call it (an excluded rank may be gone). */
 ncclResult_t shim_comm_shrink(struct ncclComm *parent, const int *exclude, int nexclude,
                               bool blocking, struct ncclComm **newcomm_out);
+/* ncclCommGetUniqueId: an id for growing parent, with a root in this process; one at a time,
+ * each for one grow. */
+ncclResult_t shim_comm_grow_id(struct ncclComm *parent, ncclUniqueId *id_out);
+/* ncclCommGrow on a parent rank: the parent's ranks keep theirs in a communicator of nranks,
+ * whose other ranks join with the id (ncclCommInitRank's way). Exactly one parent rank passes
+ * the id ncclCommGetUniqueId gave it; the others pass NULL and learn it from that one. Every
+ * parent rank must call it. */
+ncclResult_t shim_comm_grow(struct ncclComm *parent, int nranks, const ncclUniqueId *id,
+                            bool blocking, struct ncclComm **newcomm_out);
 
 #endif

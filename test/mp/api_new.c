@@ -12,8 +12,12 @@
  *   - ncclSetEncryption: NONE accepted, a pre-shared key refused (nothing would be encrypted);
  *   - ncclCommSuspend / ncclCommResume / ncclCommMemStats: a collective while suspended is
  *     refused with a message, the statistics say so, resumed it works again;
- *   - what ncclshim does not do yet (windows and one-sided signals, growing a communicator):
- *     each a clear error, after which the communicator still works.
+ *   - ncclCommGetUniqueId / ncclCommGrow: all ranks but the last split off, rank 0 makes an
+ *     id (a second one while the first is unused is refused) and hands it to the last rank,
+ *     which joins: the grown communicator keeps the old ranks' numbers and is right; the used
+ *     id is refused, and a new id may then be made;
+ *   - what ncclshim does not do yet (windows and one-sided signals): each a clear error, after
+ *     which the communicator still works.
  * Built against an older nccl.h (2.28), it has nothing to test and says so.
  */
 #include "common.h"
@@ -238,8 +242,6 @@ static void
 an_test_not_yet(const struct mp_world *w)
 {
     void *ptr = NULL;
-    ncclUniqueId id;
-    ncclComm_t grown = NULL;
     float x = 1;
     ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = 0, .sigIdx = 0, .ctx = 0};
 
@@ -254,9 +256,44 @@ an_test_not_yet(const struct mp_world *w)
                                     0, 0, w->comm, NULL));
     AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclSignal(0, 0, 0, 0, w->comm, NULL));
     AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclWaitSignal(1, &desc, w->comm, NULL));
-    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclCommGetUniqueId(w->comm, &id));
-    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage,
-                      ncclCommGrow(w->comm, w->nranks + 1, NULL, -1, &grown, NULL));
+}
+
+static void
+an_test_grow(const struct mp_world *w)
+{
+    const int n = w->nranks, newcomer = n - 1;
+    ncclComm_t old = NULL, grown = NULL;
+    ncclUniqueId id, again;
+    int count = 0, rank = -1;
+
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, w->rank < newcomer ? 0 : NCCL_SPLIT_NOCOLOR,
+                                         w->rank, &old, NULL));
+    memset(&id, 0, sizeof(id));
+    if (w->rank == 0) {
+        MP_CHECK_COMM(old, ncclCommGetUniqueId(old, &id));
+        AN_EXPECT_REFUSED(old, ncclInvalidUsage, ncclCommGetUniqueId(old, &again));
+    }
+    MP_CHECK_COMM(w->comm, ncclBroadcast(&id, &id, sizeof(id), ncclUint8, 0, w->comm, NULL));
+    if (w->rank == newcomer) {
+        MP_EXPECT(old == NULL, "the newcomer is in the old communicator");
+        MP_CHECK(ncclCommGrow(NULL, n, &id, newcomer, &grown, NULL));
+    } else {
+        AN_EXPECT_REFUSED(old, ncclInvalidArgument, ncclCommGrow(old, n, NULL, 0, &grown, NULL));
+        MP_CHECK_COMM(old, ncclCommGrow(old, n, w->rank == 0 ? &id : NULL, -1, &grown, NULL));
+    }
+    MP_CHECK_COMM(grown, ncclCommCount(grown, &count));
+    MP_CHECK_COMM(grown, ncclCommUserRank(grown, &rank));
+    MP_EXPECT(count == n && rank == w->rank, "grown communicator: rank %d of %d", rank, count);
+    long wrong = mp_allreduce_check(grown, w->rank, n, ncclFloat32, 4099, false, 23);
+    MP_EXPECT(wrong == 0, "all-reduce on the grown communicator: %ld wrong", wrong);
+    if (w->rank == 0) {
+        AN_EXPECT_REFUSED(old, ncclInvalidUsage, ncclCommGrow(old, n, &id, -1, &grown, NULL));
+        MP_CHECK_COMM(old, ncclCommGetUniqueId(old, &again)); /* the last one was used */
+    }
+    MP_CHECK(ncclCommDestroy(grown));
+    if (old != NULL) {
+        MP_CHECK(ncclCommDestroy(old));
+    }
 }
 
 int
@@ -272,6 +309,9 @@ main(void)
     an_test_encryption();
     an_test_suspend(&world);
     an_test_not_yet(&world);
+    if (world.nranks > 1) {
+        an_test_grow(&world);
+    }
     long wrong = mp_allreduce_check(world.comm, world.rank, world.nranks, ncclFloat32, 1000,
                                     false, 21);
     MP_EXPECT(wrong == 0, "the communicator no longer works at the end (%ld)", wrong);

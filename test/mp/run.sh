@@ -164,7 +164,7 @@ device_cases() {
             FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D device
     fi
     # Stream semantics, groups, several devices from one thread, refusals, the memory API.
-    for part in returns order group refuse memapi register suspend churn; do
+    for part in returns order group refuse memapi register suspend grow churn; do
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
@@ -331,6 +331,7 @@ else
     # The functions NCCL 2.29-2.32 added.
     run_case api-new-n1 1 60 -- "$bindir/api_new"
     run_case api-new-n3 3 60 -- "$bindir/api_new"
+    run_case api-new-n4-tcp 4 60 "${tcp[@]}" -- "$bindir/api_new"
     for n in 2 3; do
         run_case "api-n$n-tcp" "$n" 60 "${tcp[@]}" -- "$bindir/api"
         # Bad arguments to every entry point (a table; each row then checks the communicator).

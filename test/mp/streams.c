@@ -43,6 +43,8 @@
  *             the staging memory on the device (ncclCommMemStats, which counts it) is freed
  *             and the leader lets its mappings go (counted by the double); a collective
  *             while suspended is refused; resumed, all-reduces are right again;
+ *   grow      all ranks but the last split off and grow back to all through ncclCommGrow;
+ *             all-reduces on device buffers of the grown communicator are right;
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -576,6 +578,38 @@ part_suspend(const struct mp_world *w)
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
     MP_EXPECT(w->rank == 0 ? held == 0 : held > 0, "staging not made again after resumption");
 }
+
+static void
+part_grow(const struct mp_world *w)
+{
+    const int n = w->nranks, newcomer = n - 1;
+    CUstream s = st_stream();
+    ncclComm_t old = NULL, grown = NULL;
+    ncclUniqueId id;
+
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, w->rank < newcomer ? 0 : NCCL_SPLIT_NOCOLOR,
+                                         w->rank, &old, NULL));
+    memset(&id, 0, sizeof(id));
+    if (w->rank == 0) {
+        MP_CHECK_COMM(old, ncclCommGetUniqueId(old, &id));
+    }
+    MP_CHECK_COMM(w->comm, ncclBroadcast(&id, &id, sizeof(id), ncclUint8, 0, w->comm, NULL));
+    if (w->rank == newcomer) {
+        MP_CHECK(ncclCommGrow(NULL, n, &id, newcomer, &grown, NULL));
+    } else {
+        MP_CHECK_COMM(old, ncclCommGrow(old, n, w->rank == 0 ? &id : NULL, -1, &grown, NULL));
+    }
+    for (int round = 0; round < 2; round++) {
+        float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+        MP_CHECK_COMM(grown, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, grown, s));
+        MP_EXPECT(st_check(x, ST_COUNT, (float)(n * (n - 1) / 2), (float)n, s, "grown") == 0,
+                  "round %d: wrong all-reduce on the grown communicator", round);
+    }
+    MP_CHECK(ncclCommDestroy(grown));
+    if (old != NULL) {
+        MP_CHECK(ncclCommDestroy(old));
+    }
+}
 #endif
 
 static void
@@ -984,6 +1018,8 @@ main(int argc, char **argv)
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
     } else if (strcmp(part, "suspend") == 0) {
         part_suspend(&world);
+    } else if (strcmp(part, "grow") == 0) {
+        part_grow(&world);
 #endif
     } else if (strcmp(part, "register") == 0) {
         part_register(&world, graph);
