@@ -26,7 +26,7 @@
 
 #include "api.h"
 
-#define NCCL_CONFIG_MAGIC 0xcafebeef
+#define NCCL_CONFIG_MAGIC 0xcafebeef /* ncclEncryptionConfig_t's */
 
 /* --- version, ids, errors -------------------------------------------------------------------*/
 
@@ -111,42 +111,12 @@ ncclResetDebugInitInternal(void)
 
 /* --- communicators --------------------------------------------------------------------------*/
 
-/* Reads a user's ncclConfig_t as NCCL does: size, magic and version say which fields exist;
- * fields newer than the version are ignored; values we have no use for are accepted. */
-static ncclResult_t
-shim_api_read_config(const ncclConfig_t *config, bool *blocking_out)
-{
-    *blocking_out = true;
-    if (config == NULL) {
-        return ncclSuccess;
-    }
-    if (config->magic != NCCL_CONFIG_MAGIC) {
-        WARN("ncclConfig_t has magic 0x%x, not 0x%x: initialize it with NCCL_CONFIG_INITIALIZER",
-             config->magic, NCCL_CONFIG_MAGIC);
-        return ncclInvalidArgument;
-    }
-    if (config->version < NCCL_VERSION(2, 14, 0) ||
-        config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
-        WARN("ncclConfig_t version %u / size %zu is older than any NCCL that had configs",
-             config->version, config->size);
-        return ncclInvalidArgument;
-    }
-    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 &&
-        config->blocking != 1) {
-        WARN("ncclConfig_t blocking is %d: it must be 0 or 1", config->blocking);
-        return ncclInvalidArgument;
-    }
-    if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
-        *blocking_out = config->blocking != 0;
-    }
-    return ncclSuccess;
-}
-
 static ncclResult_t
 shim_api_init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *id, int rank,
                    const ncclConfig_t *config, const char *api)
 {
     struct shim_comm_args args = {.nranks = nranks, .rank = rank, .id = *id};
+    struct shim_config cfg;
     ncclResult_t res;
 
     if (comm == NULL) {
@@ -161,7 +131,9 @@ shim_api_init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *id, int ran
         WARN("%s: rank %d is out of range for nranks %d", api, rank, nranks);
         return ncclInvalidArgument;
     }
-    SHIM_CHECK(shim_api_read_config(config, &args.blocking));
+    SHIM_CHECK(shim_config_read(config, api, &cfg));
+    args.blocking = cfg.blocking_set ? cfg.blocking : true;
+    memcpy(args.name, cfg.name, sizeof(args.name));
     /* The current device, as NCCL takes it; with none current, device 0, as the runtime's
      * cudaGetDevice says. */
     args.cuda_dev = gpu_device_current();
@@ -372,10 +344,9 @@ shim_api_child_checks(ncclComm_t comm, ncclComm_t *newcomm, const ncclConfig_t *
         WARN("%s: newcomm is NULL", api);
         return ncclInvalidArgument;
     }
-    *blocking_out = comm->blocking;
-    if (config != NULL) {
-        SHIM_CHECK(shim_api_read_config(config, blocking_out));
-    }
+    struct shim_config cfg;
+    SHIM_CHECK(shim_config_read(config, api, &cfg));
+    *blocking_out = cfg.blocking_set ? cfg.blocking : comm->blocking;
     return ncclSuccess;
 }
 

@@ -287,8 +287,9 @@ shim_comm_init_body(struct ncclComm *comm, const ncclUniqueId *id)
     ncclResult_t res = shim_comm_connect(comm, id);
     if (res == ncclSuccess) {
         __atomic_store_n(&comm->state, SHIM_COMM_READY, __ATOMIC_RELEASE);
-        INFO(SHIM_INIT, "comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)comm,
-             comm->rank, comm->nranks, comm->cuda_dev);
+        INFO(SHIM_INIT, "comm %p rank %d nranks %d cudaDev %d%s%s - Init COMPLETE",
+             (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
+             comm->name[0] != '\0' ? " name " : "", comm->name);
     } else {
         shim_comm_set_async_error(comm, res);
     }
@@ -349,6 +350,7 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
     comm->cuda_dev = args->cuda_dev;
     comm->cuda_dev_chosen = args->cuda_dev_chosen;
     comm->blocking = args->blocking;
+    memcpy(comm->name, args->name, sizeof(comm->name));
     comm->state = SHIM_COMM_INITIALIZING;
     comm->chunk_bytes = (size_t)shim_env_int(SHIM_ENV_CHUNK_BYTES);
     comm->ring_slots = (int)shim_env_int(SHIM_ENV_RING_SLOTS);

@@ -7,6 +7,7 @@
 #ifndef SHIM_COMM_H
 #define SHIM_COMM_H
 
+#include "config.h"
 #include <nccl.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -78,6 +79,7 @@ struct ncclComm {
                                     another thread waits them out before it frees */
     int revoked;                 /* atomic: ncclCommRevoke was called; management ops only */
     bool suspended;              /* ncclCommSuspend: no operation until ncclCommResume */
+    char name[SHIM_CONFIG_NAME_MAX]; /* ncclConfig_t commName; "" without one */
     bool grow_id_pending;        /* ncclCommGetUniqueId gave grow_id; no grow used it yet */
     ncclUniqueId grow_id;
     pthread_t init_thread;
@@ -96,6 +98,7 @@ struct shim_comm_args {
     bool blocking;
     int cuda_dev;
     bool cuda_dev_chosen; /* current at init, or named: not device 0 for want of one */
+    char name[SHIM_CONFIG_NAME_MAX]; /* ncclConfig_t commName, for the logs */
 };
 
 /* Creates a communicator. Blocking: returns once every rank joined. Non-blocking: returns

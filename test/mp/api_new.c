@@ -12,6 +12,9 @@
  *   - ncclSetEncryption: NONE accepted, a pre-shared key refused (nothing would be encrypted);
  *   - ncclCommSuspend / ncclCommResume / ncclCommMemStats: a collective while suspended is
  *     refused with a message, the statistics say so, resumed it works again;
+ *   - ncclConfig_t of 2.32 (120 bytes) and of older, shorter sizes: a struct the size of
+ *     2.14's, with garbage past its end, is read as 2.14's; values NCCL refuses are refused
+ *     with a message; commName and the fields without effect are accepted;
  *   - ncclCommGetUniqueId / ncclCommGrow: all ranks but the last split off, rank 0 makes an
  *     id (a second one while the first is unused is refused) and hands it to the last rank,
  *     which joins: the grown communicator keeps the old ranks' numbers and is right; the used
@@ -258,6 +261,57 @@ an_test_not_yet(const struct mp_world *w)
     AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclWaitSignal(1, &desc, w->comm, NULL));
 }
 
+/* A communicator split off the world with config (every rank the same color): it works. */
+static void
+an_split_works(const struct mp_world *w, ncclConfig_t *config, const char *what)
+{
+    ncclComm_t child = NULL;
+
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &child, config));
+    long wrong = mp_allreduce_check(child, w->rank, w->nranks, ncclInt32, 513, true, 31);
+    MP_EXPECT(wrong == 0, "%s: the all-reduce check failed (%ld)", what, wrong);
+    MP_CHECK(ncclCommDestroy(child));
+}
+
+static void
+an_test_config(const struct mp_world *w)
+{
+    ncclComm_t child = NULL;
+
+    /* A program built against NCCL 2.14's nccl.h: its struct ends after blocking. */
+    ncclConfig_t old = NCCL_CONFIG_INITIALIZER;
+    old.size = offsetof(ncclConfig_t, blocking) + sizeof(int);
+    old.version = NCCL_VERSION(2, 14, 3);
+    old.cgaClusterSize = 12345;                 /* past its end: never read */
+    old.commName = (const char *)(uintptr_t)1;  /* would crash if read */
+    old.hostCftMode = 77;
+    an_split_works(w, &old, "a 2.14-sized config");
+
+    ncclConfig_t named = NCCL_CONFIG_INITIALIZER;
+    named.commName = "api_new's child";
+    named.minCTAs = 2;
+    named.maxCTAs = 16;
+    named.netName = "Socket";
+    named.launchOrderImplicit = 1;
+    an_split_works(w, &named, "a 2.32 config with commName and tuning fields");
+
+    ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+    bad.cgaClusterSize = 99;
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclCommSplit(w->comm, 0, w->rank, &child, &bad));
+    MP_EXPECT(strstr(ncclGetLastError(w->comm), "cgaClusterSize") != NULL,
+              "no clear message: \"%s\"", ncclGetLastError(w->comm));
+    ncclConfig_t cft = NCCL_CONFIG_INITIALIZER;
+    cft.hostCftMode = 77;
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclCommSplit(w->comm, 0, w->rank, &child, &cft));
+    ncclConfig_t ctas = NCCL_CONFIG_INITIALIZER;
+    ctas.minCTAs = 8;
+    ctas.maxCTAs = 2;
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclCommSplit(w->comm, 0, w->rank, &child, &ctas));
+}
+
 static void
 an_test_grow(const struct mp_world *w)
 {
@@ -305,6 +359,7 @@ main(void)
     setenv("NCCLSHIM_TIMEOUT", "300", 1); /* read back through the parameter API */
     mp_world_init(&world);
     an_test_coll_config(&world);
+    an_test_config(&world);
     an_test_params();
     an_test_encryption();
     an_test_suspend(&world);
