@@ -23,6 +23,7 @@
 #include "register.h"
 #include "split.h"
 #include "tag.h"
+#include "window.h"
 
 #include "api.h"
 
@@ -543,42 +544,71 @@ ncclSetEncryption(const ncclEncryptionConfig_t *config)
 }
 SHIM_ALIAS(ncclSetEncryption)
 
+/* One-sided calls and windows drive the communicator's worker on the caller's thread: device
+ * work that drives it from the communicator's own thread (the network path) finishes first,
+ * and ncclCommAbort from another thread waits until the call left (calls_inside). */
+static ncclResult_t
+shim_api_one_sided_enter(ncclComm_t comm, const char *api)
+{
+    SHIM_CHECK(shim_comm_check_ready(comm, api));
+    __atomic_add_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
+    shim_comm_bind(comm);
+    ncclResult_t res = comm->staged != NULL ? shim_devexec_drain(comm) : ncclSuccess;
+    if (res != ncclSuccess) {
+        shim_comm_bind(NULL);
+        __atomic_sub_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
+    }
+    return res;
+}
+
+static ncclResult_t
+shim_api_one_sided_leave(ncclComm_t comm, ncclResult_t res)
+{
+    shim_comm_bind(NULL);
+    __atomic_sub_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
+    return res;
+}
+
 SHIM_API ncclResult_t
 ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
                        int winFlags)
 {
-    (void)buff, (void)size, (void)win, (void)winFlags;
+    const int known = NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING | NCCL_WIN_GIN_ONLY |
+                      NCCL_WIN_CFT_COUNTED;
+
     shim_error_clear();
-    SHIM_CHECK(shim_comm_check(comm, "ncclCommWindowRegister"));
-    return shim_api_unsupported("ncclCommWindowRegister (symmetric memory)");
+    if ((winFlags & ~known) != 0) {
+        WARN("ncclCommWindowRegister: winFlags 0x%x has unknown bits", winFlags);
+        return ncclInvalidArgument;
+    }
+    SHIM_CHECK(shim_api_one_sided_enter(comm, "ncclCommWindowRegister"));
+    return shim_api_one_sided_leave(comm, shim_window_register(comm, buff, size, win));
 }
 SHIM_ALIAS(ncclCommWindowRegister)
 
 SHIM_API ncclResult_t
 ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 {
-    (void)win;
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclCommWindowDeregister"));
-    return shim_api_unsupported("ncclCommWindowDeregister (symmetric memory)");
+    return shim_window_deregister(comm, win);
 }
 SHIM_ALIAS(ncclCommWindowDeregister)
 
 ncclResult_t
-shim_api_no_window(const char *api)
+shim_api_no_device_window(const char *api)
 {
-    WARN("%s: not a window: ncclshim has none (ncclCommWindowRegister, symmetric memory, is "
-         "not supported yet)", api);
-    return ncclInvalidArgument;
+    WARN("%s: ncclshim's windows are host memory: they have no device pointers, multimem or "
+         "CFT handles", api);
+    return ncclInvalidUsage;
 }
 
 SHIM_API ncclResult_t
 ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr)
 {
-    (void)win, (void)outUserPtr;
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclWinGetUserPtr"));
-    return shim_api_no_window("ncclWinGetUserPtr");
+    return shim_window_user_ptr(comm, win, outUserPtr);
 }
 SHIM_ALIAS(ncclWinGetUserPtr)
 
@@ -587,11 +617,21 @@ ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int 
               ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
               unsigned int flags, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin;
-    (void)peerWinOffset, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+    (void)stream; /* host memory: done in the call, as a collective on host memory is */
     shim_error_clear();
-    SHIM_CHECK(shim_comm_check(comm, "ncclPutSignal"));
-    return shim_api_no_window("ncclPutSignal");
+    if (datatype < 0 || datatype >= ncclNumTypes || kr_type_size(datatype) == 0) {
+        WARN("ncclPutSignal: datatype %d is not an ncclDataType_t", (int)datatype);
+        return ncclInvalidArgument;
+    }
+    if (flags != 0) {
+        WARN("ncclPutSignal: flags 0x%x: they are reserved and must be 0", flags);
+        return ncclInvalidArgument;
+    }
+    SHIM_CHECK(shim_api_one_sided_enter(comm, "ncclPutSignal"));
+    size_t bytes = count * kr_type_size(datatype);
+    return shim_api_one_sided_leave(comm, shim_put_signal(comm, localbuff, bytes, peer,
+                                                          peerWin, peerWinOffset, sigIdx,
+                                                          ctx));
 }
 SHIM_ALIAS(ncclPutSignal)
 
@@ -599,10 +639,15 @@ SHIM_API ncclResult_t
 ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
            cudaStream_t stream)
 {
-    (void)peer, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+    (void)stream;
     shim_error_clear();
-    SHIM_CHECK(shim_comm_check(comm, "ncclSignal"));
-    return shim_api_unsupported("ncclSignal (one-sided signals)");
+    if (flags != 0) {
+        WARN("ncclSignal: flags 0x%x: they are reserved and must be 0", flags);
+        return ncclInvalidArgument;
+    }
+    SHIM_CHECK(shim_api_one_sided_enter(comm, "ncclSignal"));
+    return shim_api_one_sided_leave(comm,
+                                    shim_put_signal(comm, NULL, 0, peer, NULL, 0, sigIdx, ctx));
 }
 SHIM_ALIAS(ncclSignal)
 
@@ -610,10 +655,10 @@ SHIM_API ncclResult_t
 ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
                cudaStream_t stream)
 {
-    (void)nDesc, (void)signalDescs, (void)stream;
+    (void)stream;
     shim_error_clear();
-    SHIM_CHECK(shim_comm_check(comm, "ncclWaitSignal"));
-    return shim_api_unsupported("ncclWaitSignal (one-sided signals)");
+    SHIM_CHECK(shim_api_one_sided_enter(comm, "ncclWaitSignal"));
+    return shim_api_one_sided_leave(comm, shim_wait_signal(comm, signalDescs, nDesc));
 }
 SHIM_ALIAS(ncclWaitSignal)
 

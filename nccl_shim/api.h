@@ -10,8 +10,8 @@
 
 #include <nccl.h>
 
-/* ncclCommWindowRegister is refused, so no window exists: every window handle given to api is
- * wrong (ncclInvalidArgument, with a message). */
-ncclResult_t shim_api_no_window(const char *api);
+/* ncclshim's windows are host memory: what asks a window for device pointers, multimem or
+ * CFT handles gets ncclInvalidUsage, with a message. */
+ncclResult_t shim_api_no_device_window(const char *api);
 
 #endif

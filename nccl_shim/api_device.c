@@ -274,7 +274,7 @@ ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **out_p
 {
     (void)window, (void)offset, (void)out_ptr;
     shim_error_clear();
-    return shim_api_no_window("ncclGetLsaMultimemDevicePointer");
+    return shim_api_no_device_window("ncclGetLsaMultimemDevicePointer");
 }
 SHIM_ALIAS(ncclGetLsaMultimemDevicePointer)
 
@@ -284,7 +284,7 @@ ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
 {
     (void)window, (void)offset, (void)multimem, (void)out_ptr;
     shim_error_clear();
-    return shim_api_no_window("ncclGetMultimemDevicePointer");
+    return shim_api_no_device_window("ncclGetMultimemDevicePointer");
 }
 SHIM_ALIAS(ncclGetMultimemDevicePointer)
 
@@ -293,7 +293,7 @@ ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsa_rank, void *
 {
     (void)window, (void)offset, (void)lsa_rank, (void)out_ptr;
     shim_error_clear();
-    return shim_api_no_window("ncclGetLsaDevicePointer");
+    return shim_api_no_device_window("ncclGetLsaDevicePointer");
 }
 SHIM_ALIAS(ncclGetLsaDevicePointer)
 
@@ -302,7 +302,7 @@ ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **ou
 {
     (void)window, (void)offset, (void)peer, (void)out_ptr;
     shim_error_clear();
-    return shim_api_no_window("ncclGetPeerDevicePointer");
+    return shim_api_no_device_window("ncclGetPeerDevicePointer");
 }
 SHIM_ALIAS(ncclGetPeerDevicePointer)
 
@@ -312,7 +312,7 @@ ncclGetMultimemDeviceLeInfo(ncclWindow_t window, size_t offset, struct ncclCftLe
 {
     (void)window, (void)offset, (void)le_id, (void)le_offset;
     shim_error_clear();
-    return shim_api_no_window("ncclGetMultimemDeviceLeInfo");
+    return shim_api_no_device_window("ncclGetMultimemDeviceLeInfo");
 }
 SHIM_ALIAS(ncclGetMultimemDeviceLeInfo)
 
@@ -322,7 +322,7 @@ ncclGetCftDeviceLeInfo(ncclWindow_t window, size_t offset, int peer_cft, ncclTea
 {
     (void)window, (void)offset, (void)peer_cft, (void)cft_team, (void)le_id, (void)le_offset;
     shim_error_clear();
-    return shim_api_no_window("ncclGetCftDeviceLeInfo");
+    return shim_api_no_device_window("ncclGetCftDeviceLeInfo");
 }
 SHIM_ALIAS(ncclGetCftDeviceLeInfo)
 
@@ -332,7 +332,7 @@ ncclGetPeerDeviceLeInfo(ncclWindow_t window, size_t offset, int peer_world,
 {
     (void)window, (void)offset, (void)peer_world, (void)le_id, (void)le_offset;
     shim_error_clear();
-    return shim_api_no_window("ncclGetPeerDeviceLeInfo");
+    return shim_api_no_device_window("ncclGetPeerDeviceLeInfo");
 }
 SHIM_ALIAS(ncclGetPeerDeviceLeInfo)
 

@@ -26,6 +26,7 @@
 #include "group.h"
 #include "shm/shm.h"
 #include "transports/transport.h"
+#include "window.h"
 
 /* Live communicators, so a destroyed or made-up handle is an error and not a crash. */
 static pthread_mutex_t shim_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -387,6 +388,7 @@ shim_comm_free(struct ncclComm *comm, bool abort)
     if (comm->tp != NULL) {
         tp_worker_destroy(comm->tp);
     }
+    shim_windows_free(comm); /* after the worker: sends in flight may read their copies */
     free(comm->scratch);
     free(comm->p2p_sent);
     pthread_mutex_destroy(&comm->lock);

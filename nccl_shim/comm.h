@@ -43,6 +43,8 @@ struct shim_user_op {
     bool scalar_device; /* scalar_ptr is device memory: read by the kernel, not the host */
 };
 
+struct shim_windows;
+
 struct ncclComm {
     uint64_t magic;
     int rank;
@@ -80,6 +82,7 @@ struct ncclComm {
     int revoked;                 /* atomic: ncclCommRevoke was called; management ops only */
     bool suspended;              /* ncclCommSuspend: no operation until ncclCommResume */
     char name[SHIM_CONFIG_NAME_MAX]; /* ncclConfig_t commName; "" without one */
+    struct shim_windows *windows; /* its windows and one-sided signals (window.c), on need */
     bool grow_id_pending;        /* ncclCommGetUniqueId gave grow_id; no grow used it yet */
     ncclUniqueId grow_id;
     pthread_t init_thread;

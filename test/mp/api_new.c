@@ -19,8 +19,10 @@
  *     id (a second one while the first is unused is refused) and hands it to the last rank,
  *     which joins: the grown communicator keeps the old ranks' numbers and is right; the used
  *     id is refused, and a new id may then be made;
- *   - what ncclshim does not do yet (windows and one-sided signals): each a clear error, after
- *     which the communicator still works.
+ *   - windows on host memory and one-sided operations: every rank puts a block into every
+ *     rank's window (itself too) and waits for each signal, twice; signals alone, counted in
+ *     twos; a 1 MiB put around the ring; bad peers, indices and windows, and the device
+ *     pointer queries of a host window, refused with a message.
  * Built against an older nccl.h (2.28), it has nothing to test and says so.
  */
 #include "common.h"
@@ -241,24 +243,89 @@ an_test_suspend(const struct mp_world *w)
                       ncclCommMemStats(w->comm, (ncclCommMemStat_t)17, &value));
 }
 
-static void
-an_test_not_yet(const struct mp_world *w)
-{
-    void *ptr = NULL;
-    float x = 1;
-    ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = 0, .sigIdx = 0, .ctx = 0};
+/* Every rank puts its block into every rank's window (itself too), twice, then signals its
+ * right neighbour alone; a large put goes round the ring (past UCX's eager size). */
+#define AN_BLOCK 257
+#define AN_LARGE ((size_t)1 << 20)
 
+static void
+an_test_windows(const struct mp_world *w)
+{
+    const int n = w->nranks, right = (w->rank + 1) % n, left = (w->rank + n - 1) % n;
+    float *part = calloc((size_t)n * AN_BLOCK, sizeof(float));
+    float mine[AN_BLOCK];
+    char *large = malloc(AN_LARGE), *landing = calloc(1, AN_LARGE);
+    ncclWindow_t win = NULL, big = NULL;
+    ncclWaitSignalDesc_t *descs = calloc((size_t)n, sizeof(*descs));
+    void *ptr = NULL;
+
+    MP_ASSERT(part != NULL && large != NULL && landing != NULL && descs != NULL, "out of memory");
+    MP_CHECK_COMM(w->comm, ncclCommWindowRegister(w->comm, part, (size_t)n * AN_BLOCK *
+                                                  sizeof(float), &win, NCCL_WIN_DEFAULT));
+    MP_CHECK_COMM(w->comm, ncclCommWindowRegister(w->comm, landing, AN_LARGE, &big,
+                                                  NCCL_WIN_DEFAULT));
+    MP_CHECK_COMM(w->comm, ncclWinGetUserPtr(w->comm, win, &ptr));
+    MP_EXPECT(ptr == part, "ncclWinGetUserPtr gave %p, registered %p", ptr, (void *)part);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < AN_BLOCK; i++) {
+            mine[i] = (float)(round * 100000 + w->rank * 1000 + i);
+        }
+        for (int p = 0; p < n; p++) {
+            MP_CHECK_COMM(w->comm, ncclPutSignal(mine, AN_BLOCK, ncclFloat32, p, win,
+                                                 (size_t)w->rank * AN_BLOCK * sizeof(float), 0,
+                                                 0, 0, w->comm, NULL));
+        }
+        memset(mine, 0, sizeof(mine)); /* the puts' data left with the calls */
+        for (int p = 0; p < n; p++) {
+            descs[p] = (ncclWaitSignalDesc_t){.opCnt = 1, .peer = p, .sigIdx = 0, .ctx = 0};
+        }
+        MP_CHECK_COMM(w->comm, ncclWaitSignal(n, descs, w->comm, NULL));
+        long wrong = 0;
+        for (int p = 0; p < n; p++) {
+            for (int i = 0; i < AN_BLOCK; i++) {
+                wrong += part[p * AN_BLOCK + i] != (float)(round * 100000 + p * 1000 + i);
+            }
+        }
+        MP_EXPECT(wrong == 0, "round %d: %ld wrong elements in the window after the waits",
+                  round, wrong);
+    }
+    /* A signal alone, on another index and context, and two at once. */
+    MP_CHECK_COMM(w->comm, ncclSignal(right, 5, 3, 0, w->comm, NULL));
+    MP_CHECK_COMM(w->comm, ncclSignal(right, 5, 3, 0, w->comm, NULL));
+    ncclWaitSignalDesc_t two = {.opCnt = 2, .peer = left, .sigIdx = 5, .ctx = 3};
+    MP_CHECK_COMM(w->comm, ncclWaitSignal(1, &two, w->comm, NULL));
+    for (size_t i = 0; i < AN_LARGE; i++) {
+        large[i] = (char)(w->rank * 7 + (int)(i % 251));
+    }
+    MP_CHECK_COMM(w->comm, ncclPutSignal(large, AN_LARGE, ncclUint8, right, big, 0, 1, 0, 0,
+                                         w->comm, NULL));
+    ncclWaitSignalDesc_t one = {.opCnt = 1, .peer = left, .sigIdx = 1, .ctx = 0};
+    MP_CHECK_COMM(w->comm, ncclWaitSignal(1, &one, w->comm, NULL));
+    long wrong = 0;
+    for (size_t i = 0; i < AN_LARGE; i++) {
+        wrong += landing[i] != (char)(left * 7 + (int)(i % 251));
+    }
+    MP_EXPECT(wrong == 0, "the large put from the left: %ld wrong bytes", wrong);
+    /* Refusals, each with a message. */
     AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
-                      ncclWinGetUserPtr(w->comm, (ncclWindow_t)(uintptr_t)0x10, &ptr));
-    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument,
-                      ncclGetPeerDevicePointer((ncclWindow_t)(uintptr_t)0x10, 0, 0, &ptr));
-    AN_EXPECT_REFUSED(NULL, ncclInvalidArgument,
-                      ncclGetLsaMultimemDevicePointer((ncclWindow_t)(uintptr_t)0x10, 0, &ptr));
+                      ncclSignal(n, 0, 0, 0, w->comm, NULL));
     AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
-                      ncclPutSignal(&x, 1, ncclFloat32, 0, (ncclWindow_t)(uintptr_t)0x10, 0, 0,
-                                    0, 0, w->comm, NULL));
-    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclSignal(0, 0, 0, 0, w->comm, NULL));
-    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclWaitSignal(1, &desc, w->comm, NULL));
+                      ncclSignal(right, 1 << 20, 0, 0, w->comm, NULL));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclPutSignal(mine, 1, ncclFloat32, right, NULL, 0, 0, 0, 0, w->comm,
+                                    NULL));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclGetPeerDevicePointer(win, 0, right, &ptr));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage,
+                      ncclGetLsaMultimemDevicePointer(win, 0, &ptr));
+    ncclWaitSignalDesc_t never = {.opCnt = 1, .peer = w->rank, .sigIdx = 9, .ctx = 0};
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclWaitSignal(1, &never, w->comm, NULL));
+    mp_barrier(w->comm, n); /* every wait done before the windows go */
+    MP_CHECK_COMM(w->comm, ncclCommWindowDeregister(w->comm, big));
+    MP_CHECK_COMM(w->comm, ncclCommWindowDeregister(w->comm, win));
+    free(descs);
+    free(landing);
+    free(large);
+    free(part);
 }
 
 /* A communicator split off the world with config (every rank the same color): it works. */
@@ -363,7 +430,7 @@ main(void)
     an_test_params();
     an_test_encryption();
     an_test_suspend(&world);
-    an_test_not_yet(&world);
+    an_test_windows(&world);
     if (world.nranks > 1) {
         an_test_grow(&world);
     }
