@@ -27,7 +27,6 @@
 
 #include "api.h"
 
-#define NCCL_CONFIG_MAGIC 0xcafebeef /* ncclEncryptionConfig_t's */
 
 /* --- version, ids, errors -------------------------------------------------------------------*/
 
@@ -524,7 +523,7 @@ ncclSetEncryption(const ncclEncryptionConfig_t *config)
         WARN("ncclSetEncryption: config is NULL");
         return ncclInvalidArgument;
     }
-    if (config->magic != NCCL_CONFIG_MAGIC || config->size < sizeof(ncclEncryptionConfig_t)) {
+    if (config->magic != NCCL_API_MAGIC || config->size < sizeof(ncclEncryptionConfig_t)) {
         WARN("ncclSetEncryption: ncclEncryptionConfig_t has magic 0x%x and size %zu: initialize "
              "it with NCCL_ENCRYPTION_CONFIG_INITIALIZER", config->magic, config->size);
         return ncclInvalidArgument;
@@ -619,7 +618,7 @@ ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int 
 {
     (void)stream; /* host memory: done in the call, as a collective on host memory is */
     shim_error_clear();
-    if (datatype < 0 || datatype >= ncclNumTypes || kr_type_size(datatype) == 0) {
+    if (kr_type_size(datatype) == 0) {
         WARN("ncclPutSignal: datatype %d is not an ncclDataType_t", (int)datatype);
         return ncclInvalidArgument;
     }

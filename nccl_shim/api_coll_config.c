@@ -23,8 +23,6 @@
 #include "gpu/driver.h"
 #include "group.h"
 
-#define SHIM_COLL_CONFIG_MAGIC 0xcafebeef
-
 /* Whether the user's config holds field (it may come from an older, shorter struct). */
 #define SHIM_CONFIG_HAS(config, field)                                                        \
     ((config)->size >= offsetof(ncclCollConfig_t, field) + sizeof((config)->field))
@@ -32,9 +30,9 @@
 static ncclResult_t
 shim_coll_config_check(const ncclCollConfig_t *config, const char *api)
 {
-    if (config->magic != SHIM_COLL_CONFIG_MAGIC) {
+    if (config->magic != NCCL_API_MAGIC) {
         WARN("%s: ncclCollConfig_t has magic 0x%x, not 0x%x: initialize it with "
-             "NCCL_COLLCONFIG_INITIALIZER", api, config->magic, SHIM_COLL_CONFIG_MAGIC);
+             "NCCL_COLLCONFIG_INITIALIZER", api, config->magic, NCCL_API_MAGIC);
         return ncclInvalidArgument;
     }
     if (config->version < NCCL_VERSION(2, 31, 0) || !SHIM_CONFIG_HAS(config, ext)) {

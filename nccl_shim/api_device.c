@@ -247,7 +247,7 @@ ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props)
         WARN("ncclCommQueryProperties: props is NULL");
         return ncclInvalidArgument;
     }
-    if (props->magic != 0xcafebeef || props->size < offsetof(ncclCommProperties_t, nvmlDev)) {
+    if (props->magic != NCCL_API_MAGIC || props->size < offsetof(ncclCommProperties_t, nvmlDev)) {
         WARN("ncclCommQueryProperties: ncclCommProperties_t has magic 0x%x and size %zu: "
              "initialize it with NCCL_COMM_PROPERTIES_INITIALIZER", props->magic, props->size);
         return ncclInvalidArgument;

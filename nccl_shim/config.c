@@ -22,8 +22,6 @@
 
 #include "base/check.h"
 
-#define SHIM_CONFIG_MAGIC 0xcafebeef
-
 /* Whether the user's struct holds field. */
 #define SHIM_CONFIG_HAS(config, field)                                                        \
     ((config)->size >= offsetof(ncclConfig_t, field) + sizeof((config)->field))
@@ -72,9 +70,9 @@ shim_config_read(const ncclConfig_t *config, const char *api, struct shim_config
     if (config == NULL) {
         return ncclSuccess;
     }
-    if (config->magic != SHIM_CONFIG_MAGIC) {
+    if (config->magic != NCCL_API_MAGIC) {
         WARN("%s: ncclConfig_t has magic 0x%x, not 0x%x: initialize it with "
-             "NCCL_CONFIG_INITIALIZER", api, config->magic, SHIM_CONFIG_MAGIC);
+             "NCCL_CONFIG_INITIALIZER", api, config->magic, NCCL_API_MAGIC);
         return ncclInvalidArgument;
     }
     if (config->version < NCCL_VERSION(2, 14, 0) || !SHIM_CONFIG_HAS(config, blocking)) {

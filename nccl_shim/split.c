@@ -43,6 +43,17 @@ shim_split_blobs_free(struct shim_split_blobs *blobs)
     free(blobs->lens);
 }
 
+/* Every parent rank, in parent order: the members of a split's or a grow's exchange. */
+static ncclResult_t
+shim_split_everyone(const struct ncclComm *parent, int **members_out)
+{
+    SHIM_CHECK(shim_calloc(members_out, (size_t)parent->nranks));
+    for (int r = 0; r < parent->nranks; r++) {
+        (*members_out)[r] = r;
+    }
+    return ncclSuccess;
+}
+
 /* Sends `blob` to every other member and receives theirs; members are parent ranks, ours is
  * members[me]. Lengths travel first, so blobs may differ in size. */
 static ncclResult_t
@@ -181,10 +192,7 @@ shim_comm_split(struct ncclComm *parent, int color, int key, bool blocking,
     int *members = NULL, *group = NULL, ngroup = 0, new_rank = -1;
     ncclResult_t res;
 
-    SHIM_CHECK(shim_calloc(&members, (size_t)n));
-    for (int r = 0; r < n; r++) {
-        members[r] = r;
-    }
+    SHIM_CHECK(shim_split_everyone(parent, &members));
     SHIM_CHECK_GOTO(shim_split_exchange(parent, members, n, parent->rank, &mine, sizeof(mine),
                                         &blobs),
                     res, out);
@@ -301,10 +309,7 @@ shim_comm_grow(struct ncclComm *parent, int nranks, const ncclUniqueId *id, bool
         mine.has_id = 1;
         mine.id = *id;
     }
-    SHIM_CHECK(shim_calloc(&members, (size_t)n));
-    for (int r = 0; r < n; r++) {
-        members[r] = r;
-    }
+    SHIM_CHECK(shim_split_everyone(parent, &members));
     SHIM_CHECK_GOTO(shim_split_exchange(parent, members, n, parent->rank, &mine, sizeof(mine),
                                         &blobs),
                     res, out);
