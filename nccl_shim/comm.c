@@ -388,7 +388,7 @@ shim_comm_free(struct ncclComm *comm, bool abort)
     if (comm->tp != NULL) {
         tp_worker_destroy(comm->tp);
     }
-    shim_windows_free(comm); /* after the worker: sends in flight may read their copies */
+    shim_windows_free(comm); /* after the worker: puts in flight may read their copies */
     free(comm->scratch);
     free(comm->p2p_sent);
     pthread_mutex_destroy(&comm->lock);

@@ -764,7 +764,9 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     }
     for (int i = 0; i < nexecs; i++) {
         struct tp_worker *tp = execs[i]->op.comm->tp;
-        transport_ops |= !execs[i]->shm;
+        /* A communicator with windows serves its peers' emulated puts (window.c) while it
+         * waits, whatever it waits for. */
+        transport_ops |= !execs[i]->shm || execs[i]->op.comm->windows != NULL;
         int w = 0;
         while (w < nworkers && workers[w] != tp) {
             w++;
@@ -786,7 +788,8 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     while (remaining > 0) {
         bool progressed = false;
         bool stepped = false;
-        /* Shared-memory ops alone leave UCX be: nothing of theirs moves there. */
+        /* Shared-memory ops alone leave UCX be: nothing of theirs moves there (unless the
+         * communicator has windows). */
         for (int w = 0; transport_ops && w < nworkers; w++) {
             progressed |= tp_worker_progress(workers[w]);
         }

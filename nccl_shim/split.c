@@ -22,97 +22,10 @@
 #include "bootstrap/bootstrap.h"
 #include "comm.h"
 #include "exec.h"
+#include "exchange.h"
 #include "exec_device.h"
 #include "transports/transport.h"
 
-/* A worker address is a few hundred bytes; anything far beyond is a broken peer. */
-#define SHIM_SPLIT_MAX_BLOB (1u << 20)
-
-/* What an exchange returns: member i's blob is data + offsets[i], lens[i] bytes long. */
-struct shim_split_blobs {
-    uint8_t *data;
-    size_t *offsets;
-    size_t *lens;
-};
-
-static void
-shim_split_blobs_free(struct shim_split_blobs *blobs)
-{
-    free(blobs->data);
-    free(blobs->offsets);
-    free(blobs->lens);
-}
-
-/* Every parent rank, in parent order: the members of a split's or a grow's exchange. */
-static ncclResult_t
-shim_split_everyone(const struct ncclComm *parent, int **members_out)
-{
-    SHIM_CHECK(shim_calloc(members_out, (size_t)parent->nranks));
-    for (int r = 0; r < parent->nranks; r++) {
-        (*members_out)[r] = r;
-    }
-    return ncclSuccess;
-}
-
-/* Sends `blob` to every other member and receives theirs; members are parent ranks, ours is
- * members[me]. Lengths travel first, so blobs may differ in size. */
-static ncclResult_t
-shim_split_exchange(struct ncclComm *parent, const int *members, int nmembers, int me,
-                    const void *blob, size_t len, struct shim_split_blobs *blobs_out)
-{
-    /* Device operations still running on the parent's thread drive its worker: let them
-     * end first. Their failure does not stop a split or a shrink. */
-    (void)shim_devexec_drain(parent);
-    struct shim_split_blobs blobs = {0};
-    uint64_t *lens64 = NULL;
-    struct alg_sched sched;
-    ncclResult_t res;
-
-    SHIM_CHECK_GOTO(shim_calloc(&lens64, (size_t)nmembers), res, out);
-    SHIM_CHECK_GOTO(shim_calloc(&blobs.offsets, (size_t)nmembers), res, out);
-    SHIM_CHECK_GOTO(shim_calloc(&blobs.lens, (size_t)nmembers), res, out);
-    lens64[me] = len;
-    alg_sched_init(&sched);
-    alg_exchange_all(&sched, members, nmembers, me, 8);
-    SHIM_CHECK_GOTO(alg_sched_finish(&sched), res, out_sched);
-    SHIM_CHECK_GOTO(shim_exec_run_schedule(parent, &sched, &lens64[me], lens64), res, out);
-
-    size_t total = 0;
-    for (int i = 0; i < nmembers; i++) {
-        if (lens64[i] > SHIM_SPLIT_MAX_BLOB) {
-            WARN("rank %d: parent rank %d announced a %llu-byte blob while splitting",
-                 parent->rank, members[i], (unsigned long long)lens64[i]);
-            res = ncclRemoteError;
-            goto out;
-        }
-        blobs.offsets[i] = total;
-        blobs.lens[i] = (size_t)lens64[i];
-        total += blobs.lens[i];
-    }
-    SHIM_CHECK_GOTO(shim_calloc(&blobs.data, total), res, out);
-    if (len > 0) {
-        memcpy(blobs.data + blobs.offsets[me], blob, len);
-    }
-    for (int i = 0; i < nmembers; i++) {
-        if (i != me) {
-            alg_send(&sched, members[i], alg_range_make(ALG_BUF_SEND, 0, len), -1, -1);
-            alg_recv(&sched, members[i],
-                     alg_range_make(ALG_BUF_RECV, blobs.offsets[i], blobs.lens[i]), -1, -1);
-        }
-    }
-    SHIM_CHECK_GOTO(alg_sched_finish(&sched), res, out_sched);
-    SHIM_CHECK_GOTO(shim_exec_run_schedule(parent, &sched, blob, blobs.data), res, out);
-    *blobs_out = blobs;
-    free(lens64);
-    return ncclSuccess;
-
-out_sched:
-    alg_sched_free(&sched);
-out:
-    shim_split_blobs_free(&blobs);
-    free(lens64);
-    return res;
-}
 
 /* splitmix64's finalizer: spreads a few changed bits over the whole identity. */
 static uint64_t
@@ -131,7 +44,7 @@ shim_split_build(struct ncclComm *parent, const int *members, int nmembers, int 
                  struct ncclComm **newcomm_out)
 {
     struct ncclComm *child = NULL;
-    struct shim_split_blobs blobs;
+    struct shim_blobs blobs;
     const void *addr = NULL, **addrs = NULL;
     size_t len = 0, *lens = NULL;
     ncclResult_t res;
@@ -142,10 +55,10 @@ shim_split_build(struct ncclComm *parent, const int *members, int nmembers, int 
         SHIM_CHECK_GOTO(tp_worker_address(child->tp, &addr, &len), res, err_child);
     }
     /* Everyone takes part in the exchange, those without a new communicator with nothing. */
-    SHIM_CHECK_GOTO(shim_split_exchange(parent, members, nmembers, me, addr, len, &blobs), res,
+    SHIM_CHECK_GOTO(shim_exchange_blobs(parent, members, nmembers, me, addr, len, &blobs), res,
                     err_child);
     if (group == NULL) {
-        shim_split_blobs_free(&blobs);
+        shim_blobs_free(&blobs);
         *newcomm_out = NULL;
         return ncclSuccess;
     }
@@ -162,14 +75,14 @@ shim_split_build(struct ncclComm *parent, const int *members, int nmembers, int 
     SHIM_CHECK_GOTO(shim_comm_child_connect(child, addrs, lens), res, err_blobs);
     free(addrs);
     free(lens);
-    shim_split_blobs_free(&blobs);
+    shim_blobs_free(&blobs);
     *newcomm_out = child;
     return ncclSuccess;
 
 err_blobs:
     free(addrs);
     free(lens);
-    shim_split_blobs_free(&blobs);
+    shim_blobs_free(&blobs);
 err_child:
     if (child != NULL) {
         shim_comm_child_discard(child);
@@ -188,12 +101,12 @@ shim_comm_split(struct ncclComm *parent, int color, int key, bool blocking,
 {
     const int n = parent->nranks;
     struct shim_split_entry mine = {color, key};
-    struct shim_split_blobs blobs;
+    struct shim_blobs blobs;
     int *members = NULL, *group = NULL, ngroup = 0, new_rank = -1;
     ncclResult_t res;
 
-    SHIM_CHECK(shim_split_everyone(parent, &members));
-    SHIM_CHECK_GOTO(shim_split_exchange(parent, members, n, parent->rank, &mine, sizeof(mine),
+    SHIM_CHECK(shim_everyone(parent, &members));
+    SHIM_CHECK_GOTO(shim_exchange_blobs(parent, members, n, parent->rank, &mine, sizeof(mine),
                                         &blobs),
                     res, out);
     const struct shim_split_entry *all = (const void *)blobs.data;
@@ -222,7 +135,7 @@ shim_comm_split(struct ncclComm *parent, int color, int key, bool blocking,
              (void *)parent, parent->rank, color, key, (void *)*newcomm_out, new_rank, ngroup);
     }
 out_blobs:
-    shim_split_blobs_free(&blobs);
+    shim_blobs_free(&blobs);
 out:
     free(group);
     free(members);
@@ -295,7 +208,7 @@ shim_comm_grow(struct ncclComm *parent, int nranks, const ncclUniqueId *id, bool
 {
     const int n = parent->nranks;
     struct shim_grow_entry mine = {0};
-    struct shim_split_blobs blobs;
+    struct shim_blobs blobs;
     int *members = NULL, holder = -1, holders = 0;
     ncclResult_t res;
 
@@ -309,8 +222,8 @@ shim_comm_grow(struct ncclComm *parent, int nranks, const ncclUniqueId *id, bool
         mine.has_id = 1;
         mine.id = *id;
     }
-    SHIM_CHECK(shim_split_everyone(parent, &members));
-    SHIM_CHECK_GOTO(shim_split_exchange(parent, members, n, parent->rank, &mine, sizeof(mine),
+    SHIM_CHECK(shim_everyone(parent, &members));
+    SHIM_CHECK_GOTO(shim_exchange_blobs(parent, members, n, parent->rank, &mine, sizeof(mine),
                                         &blobs),
                     res, out);
     for (int r = 0; r < n; r++) {
@@ -338,7 +251,7 @@ shim_comm_grow(struct ncclComm *parent, int nranks, const ncclUniqueId *id, bool
              parent->rank, n, nranks, (void *)*newcomm_out);
     }
 out_blobs:
-    shim_split_blobs_free(&blobs);
+    shim_blobs_free(&blobs);
 out:
     free(members);
     return res;

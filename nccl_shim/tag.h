@@ -30,7 +30,6 @@ enum shim_tag_kind {
     SHIM_TAG_COLLECTIVE = 0,
     SHIM_TAG_P2P = 1,
     SHIM_TAG_MANAGEMENT = 2,
-    SHIM_TAG_SIGNAL = 3,     /* one-sided signals and puts (window.c): k-th per channel */
 };
 
 static inline uint64_t

@@ -1,24 +1,33 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Windows and one-sided operations on host memory (window.h), over the communicator's tagged
- * messages rather than UCX's remote memory access (which would need its RMA and atomics
- * features in every worker): a put is a header (window, offset, length) and the data, sent to
- * the peer under the signal's own tag, and the peer's ncclWaitSignal, which must count that
- * signal before it may look at the data, receives the header and lands the data straight in
- * its window part. So the target takes part only where NCCL's target does anyway: in its wait.
+ * Windows and one-sided operations on host memory (window.h), over UCX's remote memory access
+ * and atomics. Registering a window is collective: every rank registers its part with the
+ * transport and the ranks trade base, size and packed key (exchange.h); the first window also
+ * registers this rank's signal words and trades their keys. Then
  *
- *   tag: comm | SIGNAL | source rank | k (the k-th signal on this channel) | payload, sig, ctx
+ *   ncclPutSignal:  put the bytes into the peer's part | flush to that peer | atomic add 1
+ *                   to the peer's signal word (this rank, sigIdx, ctx)
+ *   ncclSignal:     the atomic add alone
+ *   ncclWaitSignal: until each word counts opCnt more than the waits before counted
  *
- * A channel is (peer, sigIdx, ctx); signals on one channel are counted in order on both sides.
- * The sender copies its data before it sends, so ncclPutSignal returns at once and its buffer
- * is free again. With no progress thread, a put larger than the transport takes at once
- * (UCX's rendezvous) moves only while its sender is in a one-sided call and its target waits:
- * so ncclWaitSignal also waits until this rank's own puts went. A program that never waits
- * for a signal sent to it leaves its sender waiting there (NCCL's proxy would not). Sends still
- * in flight at teardown go with the communicator. Device memory is refused with a message.
+ * The flush makes the data land before the signal (UCX 1.13's fence does not order a put
+ * and an atomic that go over different transports, CMA and shared memory say), so a rank
+ * that counted a signal may read what came with it; it costs ncclPutSignal a round trip to
+ * its peer, after which the source buffer is free again. The target takes no part where a
+ * transport does these in hardware; where UCX emulates them (TCP, or memory its
+ * shared-memory transports cannot share) the target's worker serves them while it
+ * progresses, which its ncclWaitSignal does, and so does any call of it that talks over UCX.
+ * A signal's atomic add may still be on its way when the call returns; this rank's later
+ * one-sided calls look at it, and ncclWaitSignal waits for it. Deregistering is collective
+ * too: each rank first flushes its own operations, so no peer's put is still on its way into
+ * a part that goes.
+ *
+ * The stream argument of these calls has nothing to order on host memory: they run in the
+ * call. Device memory is refused with a message.
  */
 #include "window.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,59 +35,73 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "comm.h"
-#include "exec_device.h"
+#include "exchange.h"
 #include "gpu/memory.h"
-#include "tag.h"
 #include "transports/transport.h"
 
 #define SHIM_WINDOW_MAGIC 0x77696e646f77ull /* "window" */
-#define SHIM_SIGNAL_CTX_BITS 7
-#define SHIM_SIGNAL_IDX_BITS 12
-#define SHIM_SIGNAL_PAYLOAD (1u << (SHIM_SIGNAL_IDX_BITS + SHIM_SIGNAL_CTX_BITS))
+/* Signal words per source rank: sigIdx 0..15, ctx 0..7 (NCCL itself takes only 0 and 0). */
+#define SHIM_SIGNAL_IDXS 16
+#define SHIM_SIGNAL_CTXS 8
+#define SHIM_SIGNAL_WORDS_PER_RANK (SHIM_SIGNAL_IDXS * SHIM_SIGNAL_CTXS)
+/* A wait polls this long before it sleeps between looks (1 ms at a time): a signal that lands
+ * in hardware wakes no one. */
+#define SHIM_WINDOW_SPIN_NS 200000u
 
-/* ncclWindow_t points at one of these: this rank's part of a window. */
+/* A rank's registered memory as another reaches it. */
+struct shim_remote {
+    uint64_t base;
+    uint64_t size;
+    struct tp_rkey *rkey;     /* NULL for this rank itself and for an empty part */
+};
+
+/* ncclWindow_t points at one of these: this rank's part of a window, and every rank's. */
 struct ncclWindow_vidmem {
     uint64_t magic;
     struct ncclComm *comm;
     uint32_t id;              /* the communicator's n-th window, equal on every rank */
     void *buff;
     size_t size;
+    struct tp_mem *mem;       /* NULL for an empty part */
+    struct shim_remote *parts; /* every rank's part */
     struct ncclWindow_vidmem *next;
 };
 
-/* What goes ahead of a put's data. */
-struct shim_put_header {
-    uint32_t window;
-    uint32_t reserved;
-    uint64_t offset;
-    uint64_t bytes;
-};
-
-/* One (peer, sigIdx, ctx): signals sent there, and signals from there counted by waits. */
-struct shim_signal_chan {
-    int peer, sig, ctx;
-    uint32_t sent;
-    uint32_t counted;
-    uint32_t raised_self; /* peer is this rank: raised and not yet counted */
-};
-
-/* A put whose messages are still on their way, and the copy they send from. */
-struct shim_pending_put {
-    struct shim_put_header header;
-    struct tp_request header_req, data_req;
-    void *copy;
-    bool failed;  /* a send that failed: kept, since UCX may still read its copy, until the
-                     worker goes */
-    struct shim_pending_put *next;
+/* A signal whose atomic add is still out. */
+struct shim_pending_op {
+    struct tp_request add_req;
+    uint64_t one;             /* the atomic's operand, read until the request is done */
+    bool failed;              /* kept, since UCX may still read its operand, until the worker
+                                 goes */
+    struct shim_pending_op *next;
 };
 
 struct shim_windows {
     struct ncclWindow_vidmem *list;
     uint32_t next_id;
-    struct shim_signal_chan *chans;
-    int nchans, chans_cap;
-    struct shim_pending_put *pending;
+    struct tp_mem *signals_mem;    /* this rank's signal words, which peers add to */
+    bool signals_traded;           /* every rank has every rank's signal key */
+    uint64_t *signals;             /* [source rank][sigIdx][ctx] */
+    uint64_t *counted;             /* the same words: what waits here counted */
+    struct shim_remote *signal_parts; /* every rank's signal words */
+    struct shim_pending_op *pending;
 };
+
+/* What a rank tells the others of its part of a new window; the packed keys follow. */
+struct shim_window_hello {
+    uint32_t ok;              /* 0: this rank refused its part (its WARN says why) */
+    uint32_t window_key_len;
+    uint32_t signal_key_len;  /* 0 unless this window brings the signal words */
+    uint32_t pad;
+    uint64_t base, size;
+    uint64_t signal_base;
+};
+
+static size_t
+shim_signal_word(int src, int sig, int ctx)
+{
+    return ((size_t)src * SHIM_SIGNAL_IDXS + (size_t)sig) * SHIM_SIGNAL_CTXS + (size_t)ctx;
+}
 
 static ncclResult_t
 shim_windows_of(struct ncclComm *comm, struct shim_windows **out)
@@ -109,42 +132,270 @@ shim_window_host_memory(const void *ptr)
     return info.kind == GPU_MEM_HOST;
 }
 
+/* Waits for req, progressing the worker; abort and NCCLSHIM_TIMEOUT end the wait. */
+static ncclResult_t shim_window_wait_request(struct ncclComm *comm, struct tp_request *req,
+                                             const char *what);
+
+/* The signal words, registered with the first window (the caller's part of the exchange). */
+static ncclResult_t
+shim_signals_register(struct ncclComm *comm, struct shim_windows *ws)
+{
+    size_t words = (size_t)comm->nranks * SHIM_SIGNAL_WORDS_PER_RANK;
+
+    SHIM_CHECK(shim_calloc(&ws->counted, words));
+    SHIM_CHECK(shim_calloc(&ws->signal_parts, (size_t)comm->nranks));
+    SHIM_CHECK(tp_mem_register(comm->tp, NULL, words * sizeof(uint64_t), &ws->signals_mem));
+    ws->signals = tp_mem_base(ws->signals_mem);
+    return ncclSuccess;
+}
+
+/* Unpacks rank r's keys from its hello into win (and the signal words' into ws). */
+static ncclResult_t
+shim_window_take_hello(struct ncclComm *comm, struct shim_windows *ws,
+                       struct ncclWindow_vidmem *win, int r, const uint8_t *blob, size_t len)
+{
+    struct shim_window_hello h;
+
+    if (len < sizeof(h)) {
+        WARN("rank %d: rank %d's part of window %u came in %zu bytes", comm->rank, r, win->id,
+             len);
+        return ncclRemoteError;
+    }
+    memcpy(&h, blob, sizeof(h));
+    if ((size_t)h.window_key_len + h.signal_key_len > len - sizeof(h)) {
+        WARN("rank %d: rank %d's part of window %u announces keys past its %zu bytes",
+             comm->rank, r, win->id, len);
+        return ncclRemoteError;
+    }
+    win->parts[r] = (struct shim_remote){.base = h.base, .size = h.size};
+    if (r == comm->rank) {
+        return ncclSuccess;
+    }
+    if (h.size > 0) {
+        SHIM_CHECK(tp_rkey_unpack(comm->tp, r, blob + sizeof(h), &win->parts[r].rkey));
+    }
+    if (h.signal_key_len > 0) {
+        ws->signal_parts[r].base = h.signal_base;
+        SHIM_CHECK(tp_rkey_unpack(comm->tp, r, blob + sizeof(h) + h.window_key_len,
+                                  &ws->signal_parts[r].rkey));
+    }
+    return ncclSuccess;
+}
+
 ncclResult_t
 shim_window_register(struct ncclComm *comm, void *buff, size_t size, ncclWindow_t *win_out)
 {
     struct shim_windows *ws;
-    struct ncclWindow_vidmem *win;
+    struct ncclWindow_vidmem *win = NULL;
+    struct shim_blobs blobs = {0};
+    int *everyone = NULL;
+    uint8_t *hello = NULL;
+    ncclResult_t res, mine = ncclSuccess;
 
     if (win_out == NULL || (buff == NULL && size > 0)) {
         WARN("ncclCommWindowRegister: %s is NULL", win_out == NULL ? "win" : "buff");
-        return ncclInvalidArgument;
-    }
-    if (size > 0 && !shim_window_host_memory(buff)) {
+        mine = ncclInvalidArgument;
+    } else if (size > 0 && !shim_window_host_memory(buff)) {
         WARN("ncclCommWindowRegister: %p is device memory: ncclshim's windows are host "
              "memory only so far", buff);
-        return ncclInvalidUsage;
+        mine = ncclInvalidUsage;
     }
     SHIM_CHECK(shim_windows_of(comm, &ws));
     SHIM_CHECK(shim_calloc(&win, 1));
     *win = (struct ncclWindow_vidmem){.magic = SHIM_WINDOW_MAGIC, .comm = comm,
-                                       .id = ws->next_id++, .buff = buff, .size = size,
-                                       .next = ws->list};
+                                       .id = ws->next_id++, .buff = buff, .size = size};
+    SHIM_CHECK_GOTO(shim_calloc(&win->parts, (size_t)comm->nranks), res, out);
+    /* A rank that refused still takes part, so that every rank learns it and none waits. */
+    bool brings_signals = !ws->signals_traded;
+    if (mine == ncclSuccess && ws->signals_mem == NULL) {
+        mine = shim_signals_register(comm, ws);
+    }
+    if (mine == ncclSuccess && size > 0) {
+        mine = tp_mem_register(comm->tp, buff, size, &win->mem);
+    }
+    const void *window_key = NULL, *signal_key = NULL;
+    size_t window_key_len = 0, signal_key_len = 0;
+    if (mine == ncclSuccess && win->mem != NULL) {
+        tp_mem_packed(win->mem, &window_key, &window_key_len);
+    }
+    if (mine == ncclSuccess && brings_signals) {
+        tp_mem_packed(ws->signals_mem, &signal_key, &signal_key_len);
+    }
+    struct shim_window_hello h = {
+        .ok = mine == ncclSuccess,
+        .window_key_len = (uint32_t)window_key_len,
+        .signal_key_len = (uint32_t)signal_key_len,
+        .base = (uintptr_t)buff,
+        .size = size,
+        .signal_base = (uintptr_t)ws->signals,
+    };
+    size_t len = sizeof(h) + window_key_len + signal_key_len;
+    SHIM_CHECK_GOTO(shim_calloc(&hello, len), res, out);
+    memcpy(hello, &h, sizeof(h));
+    memcpy(hello + sizeof(h), window_key, window_key_len);
+    memcpy(hello + sizeof(h) + window_key_len, signal_key, signal_key_len);
+    SHIM_CHECK_GOTO(shim_everyone(comm, &everyone), res, out);
+    SHIM_CHECK_GOTO(shim_exchange_blobs(comm, everyone, comm->nranks, comm->rank, hello, len,
+                                        &blobs),
+                    res, out);
+    res = mine;
+    for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
+        struct shim_window_hello theirs;
+        memcpy(&theirs, blobs.data + blobs.offsets[r], sizeof(theirs) < blobs.lens[r]
+                                                           ? sizeof(theirs) : blobs.lens[r]);
+        if (blobs.lens[r] >= sizeof(theirs) && !theirs.ok) {
+            WARN("ncclCommWindowRegister: rank %d refused its part of window %u", r, win->id);
+            res = ncclInvalidUsage;
+        }
+    }
+    for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
+        res = shim_window_take_hello(comm, ws, win, r, blobs.data + blobs.offsets[r],
+                                     blobs.lens[r]);
+    }
+    if (res != ncclSuccess) {
+        goto out;
+    }
+    ws->signals_traded = true;
+    win->next = ws->list;
     ws->list = win;
     INFO(SHIM_INIT, "comm %p rank %d: window %u at %p, %zu bytes", (void *)comm, comm->rank,
          win->id, buff, size);
     *win_out = win;
-    return ncclSuccess;
+    win = NULL;
+
+out:
+    if (win != NULL) {
+        for (int r = 0; win->parts != NULL && r < comm->nranks; r++) {
+            tp_rkey_release(comm->tp, win->parts[r].rkey);
+        }
+        tp_mem_deregister(comm->tp, win->mem);
+        free(win->parts);
+        free(win);
+    }
+    shim_blobs_free(&blobs);
+    free(everyone);
+    free(hello);
+    return res;
+}
+
+/* Frees the signals whose atomic adds are done; an error if one failed. */
+static ncclResult_t
+shim_pending_test(struct ncclComm *comm, struct shim_windows *ws)
+{
+    ncclResult_t res = ncclSuccess;
+
+    for (struct shim_pending_op **link = &ws->pending; *link != NULL;) {
+        struct shim_pending_op *p = *link;
+        bool done = true;
+        ncclResult_t r = p->failed ? ncclSuccess : tp_request_test(comm->tp, &p->add_req, &done);
+        if (r != ncclSuccess) {
+            res = res != ncclSuccess ? res : r;
+            tp_request_cancel(comm->tp, &p->add_req);
+            p->failed = true;
+        }
+        if (!p->failed && done) {
+            *link = p->next;
+            free(p);
+        } else {
+            link = &p->next;
+        }
+    }
+    return res;
+}
+
+/* Between two looks at what a wait waits for, since start: progress, or an error once the
+ * communicator was aborted or NCCLSHIM_TIMEOUT passed. */
+static ncclResult_t
+shim_window_idle(struct ncclComm *comm, uint64_t start, const char *what)
+{
+    uint64_t timeout_ns = (uint64_t)shim_env_int(SHIM_ENV_TIMEOUT) * 1000000000u;
+    uint64_t waited = (uint64_t)shim_clock_ns() - start;
+
+    if (tp_worker_progress(comm->tp) || waited < SHIM_WINDOW_SPIN_NS) {
+        return ncclSuccess;
+    }
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        WARN("rank %d: communicator %p was aborted while waiting for %s", comm->rank,
+             (void *)comm, what);
+        return ncclInvalidUsage;
+    }
+    if (timeout_ns > 0 && waited > timeout_ns) {
+        WARN("rank %d: NCCLSHIM_TIMEOUT: %s did not come in %llu s", comm->rank, what,
+             (unsigned long long)(timeout_ns / 1000000000u));
+        return ncclRemoteError;
+    }
+    /* Short: an emulated signal lands while we progress, a hardware one wakes no one. */
+    sched_yield();
+    return tp_worker_wait(&comm->tp, 1, 1);
+}
+
+static ncclResult_t
+shim_window_wait_request(struct ncclComm *comm, struct tp_request *req, const char *what)
+{
+    uint64_t start = (uint64_t)shim_clock_ns();
+
+    for (;;) {
+        bool done = false;
+        SHIM_CHECK(tp_request_test(comm->tp, req, &done));
+        if (done) {
+            return ncclSuccess;
+        }
+        ncclResult_t res = shim_window_idle(comm, start, what);
+        if (res != ncclSuccess) {
+            tp_request_cancel(comm->tp, req);
+            return res;
+        }
+    }
+}
+
+/* Waits until this rank's signals went (a wait is where a rank gives its own operations
+ * progress). */
+static ncclResult_t
+shim_pending_finish(struct ncclComm *comm, struct shim_windows *ws)
+{
+    uint64_t start = (uint64_t)shim_clock_ns();
+
+    for (;;) {
+        SHIM_CHECK(shim_pending_test(comm, ws));
+        bool failed_only = true; /* failures were reported as they happened */
+        for (struct shim_pending_op *p = ws->pending; p != NULL; p = p->next) {
+            failed_only &= p->failed;
+        }
+        if (failed_only) {
+            return ncclSuccess;
+        }
+        SHIM_CHECK(shim_window_idle(comm, start, "the delivery of this rank's signals"));
+    }
 }
 
 ncclResult_t
 shim_window_deregister(struct ncclComm *comm, ncclWindow_t win)
 {
+    struct shim_blobs blobs = {0};
+    struct tp_request flush = {0};
+    int *everyone = NULL;
+    ncclResult_t res;
+
     SHIM_CHECK(shim_window_check(comm, win, "ncclCommWindowDeregister"));
+    /* Collective: every rank's puts have landed before any part goes. */
+    SHIM_CHECK(shim_pending_finish(comm, comm->windows));
+    SHIM_CHECK(tp_flush_post(comm->tp, -1, &flush));
+    SHIM_CHECK(shim_window_wait_request(comm, &flush, "this rank's puts to land"));
+    SHIM_CHECK(shim_everyone(comm, &everyone));
+    res = shim_exchange_blobs(comm, everyone, comm->nranks, comm->rank, NULL, 0, &blobs);
+    free(everyone);
+    shim_blobs_free(&blobs);
+    SHIM_CHECK(res);
     struct ncclWindow_vidmem **link = &comm->windows->list;
     while (*link != win) {
         link = &(*link)->next;
     }
     *link = win->next;
+    for (int r = 0; r < comm->nranks; r++) {
+        tp_rkey_release(comm->tp, win->parts[r].rkey);
+    }
+    tp_mem_deregister(comm->tp, win->mem);
+    free(win->parts);
     win->magic = 0;
     free(win);
     return ncclSuccess;
@@ -162,52 +413,6 @@ shim_window_user_ptr(struct ncclComm *comm, ncclWindow_t win, void **ptr_out)
     return ncclSuccess;
 }
 
-static struct ncclWindow_vidmem *
-shim_window_by_id(struct shim_windows *ws, uint32_t id)
-{
-    for (struct ncclWindow_vidmem *w = ws->list; w != NULL; w = w->next) {
-        if (w->id == id) {
-            return w;
-        }
-    }
-    return NULL;
-}
-
-static ncclResult_t
-shim_signal_chan(struct shim_windows *ws, int peer, int sig, int ctx,
-                 struct shim_signal_chan **chan_out)
-{
-    for (int i = 0; i < ws->nchans; i++) {
-        struct shim_signal_chan *c = &ws->chans[i];
-        if (c->peer == peer && c->sig == sig && c->ctx == ctx) {
-            *chan_out = c;
-            return ncclSuccess;
-        }
-    }
-    if (ws->nchans == ws->chans_cap) {
-        int cap = ws->chans_cap ? 2 * ws->chans_cap : 16;
-        struct shim_signal_chan *chans = realloc(ws->chans, (size_t)cap * sizeof(*chans));
-        if (chans == NULL) {
-            WARN("out of memory for %d signal channels", cap);
-            return ncclSystemError;
-        }
-        ws->chans = chans;
-        ws->chans_cap = cap;
-    }
-    ws->chans[ws->nchans] = (struct shim_signal_chan){.peer = peer, .sig = sig, .ctx = ctx};
-    *chan_out = &ws->chans[ws->nchans++];
-    return ncclSuccess;
-}
-
-static uint64_t
-shim_signal_tag(const struct ncclComm *comm, int src, const struct shim_signal_chan *chan,
-                uint32_t k, bool payload)
-{
-    uint32_t index = ((uint32_t)chan->sig << SHIM_SIGNAL_CTX_BITS) | (uint32_t)chan->ctx |
-                     (payload ? SHIM_SIGNAL_PAYLOAD : 0);
-    return shim_tag_make(comm->tag_base, SHIM_TAG_SIGNAL, src, k, index);
-}
-
 static ncclResult_t
 shim_signal_args(const struct ncclComm *comm, int peer, int sig, int ctx, const char *api)
 {
@@ -215,114 +420,24 @@ shim_signal_args(const struct ncclComm *comm, int peer, int sig, int ctx, const 
         WARN("%s: peer %d is not a rank of the communicator's %d", api, peer, comm->nranks);
         return ncclInvalidArgument;
     }
-    if (sig < 0 || sig >= (1 << SHIM_SIGNAL_IDX_BITS) || ctx < 0 ||
-        ctx >= (1 << SHIM_SIGNAL_CTX_BITS)) {
+    if (sig < 0 || sig >= SHIM_SIGNAL_IDXS || ctx < 0 || ctx >= SHIM_SIGNAL_CTXS) {
         WARN("%s: sigIdx %d / ctx %d out of range (ncclshim has sigIdx 0..%d, ctx 0..%d)", api,
-             sig, ctx, (1 << SHIM_SIGNAL_IDX_BITS) - 1, (1 << SHIM_SIGNAL_CTX_BITS) - 1);
+             sig, ctx, SHIM_SIGNAL_IDXS - 1, SHIM_SIGNAL_CTXS - 1);
         return ncclInvalidArgument;
+    }
+    if (comm->windows == NULL || !comm->windows->signals_traded) {
+        WARN("%s: no window was registered on communicator %p yet: ncclshim's ranks trade "
+             "their signal words when the first window is registered", api, (void *)comm);
+        return ncclInvalidUsage;
     }
     return ncclSuccess;
 }
 
-/* Frees the puts whose messages are done; an error if one failed. */
-static ncclResult_t
-shim_pending_test(struct ncclComm *comm, struct shim_windows *ws)
+/* Raises word (src, sig, ctx) of this rank's own signals by one. */
+static void
+shim_signal_self(struct shim_windows *ws, size_t word)
 {
-    ncclResult_t res = ncclSuccess;
-
-    for (struct shim_pending_put **link = &ws->pending; *link != NULL;) {
-        struct shim_pending_put *p = *link;
-        bool header_done = true, data_done = true;
-        ncclResult_t r = ncclSuccess;
-        if (!p->failed) {
-            r = tp_request_test(comm->tp, &p->header_req, &header_done);
-            if (r == ncclSuccess) {
-                r = tp_request_test(comm->tp, &p->data_req, &data_done);
-            }
-        }
-        if (r != ncclSuccess) {
-            res = res != ncclSuccess ? res : r;
-            tp_request_cancel(comm->tp, &p->header_req);
-            tp_request_cancel(comm->tp, &p->data_req);
-            p->failed = true;
-        }
-        if (!p->failed && header_done && data_done) {
-            *link = p->next;
-            free(p->copy);
-            free(p);
-        } else {
-            link = &p->next;
-        }
-    }
-    return res;
-}
-
-/* Between two looks at what a wait waits for, since start: progress, or an error once the
- * communicator was aborted or NCCLSHIM_TIMEOUT passed. */
-static ncclResult_t
-shim_signal_idle(struct ncclComm *comm, uint64_t start, const char *what)
-{
-    uint64_t timeout_ns = (uint64_t)shim_env_int(SHIM_ENV_TIMEOUT) * 1000000000u;
-
-    if (tp_worker_progress(comm->tp)) {
-        return ncclSuccess;
-    }
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
-        WARN("rank %d: communicator %p was aborted while waiting for %s", comm->rank,
-             (void *)comm, what);
-        return ncclInvalidUsage;
-    }
-    if (timeout_ns > 0 && (uint64_t)shim_clock_ns() - start > timeout_ns) {
-        WARN("rank %d: NCCLSHIM_TIMEOUT: %s did not come in %llu s", comm->rank, what,
-             (unsigned long long)(timeout_ns / 1000000000u));
-        return ncclRemoteError;
-    }
-    return tp_worker_wait(&comm->tp, 1, 100);
-}
-
-/* Waits for req, finishing pending puts meanwhile; abort, a failed peer and NCCLSHIM_TIMEOUT
- * end the wait. */
-static ncclResult_t
-shim_signal_wait(struct ncclComm *comm, struct shim_windows *ws, struct tp_request *req,
-                 const char *what)
-{
-    uint64_t start = (uint64_t)shim_clock_ns();
-    bool done = false;
-
-    for (;;) {
-        SHIM_CHECK(tp_request_test(comm->tp, req, &done));
-        if (done) {
-            return shim_pending_test(comm, ws);
-        }
-        ncclResult_t res = shim_pending_test(comm, ws);
-        if (res == ncclSuccess) {
-            res = shim_signal_idle(comm, start, what);
-        }
-        if (res != ncclSuccess) {
-            tp_request_cancel(comm->tp, req);
-            return res;
-        }
-    }
-}
-
-/* Waits until this rank's puts went: a large one moves only while its sender progresses, and
- * its target waits for it; a rank's wait is where it gives its own puts that progress. */
-static ncclResult_t
-shim_pending_finish(struct ncclComm *comm, struct shim_windows *ws)
-{
-    uint64_t start = (uint64_t)shim_clock_ns();
-
-    for (;;) {
-        SHIM_CHECK(shim_pending_test(comm, ws));
-        bool failed_only = true; /* failures were reported as they happened */
-        for (struct shim_pending_put *p = ws->pending; p != NULL; p = p->next) {
-            failed_only &= p->failed;
-        }
-        if (failed_only) {
-            return ncclSuccess;
-        }
-        SHIM_CHECK(shim_signal_idle(comm, start, "the delivery of this rank's puts"));
-    }
+    __atomic_add_fetch(&ws->signals[word], 1, __ATOMIC_RELEASE);
 }
 
 ncclResult_t
@@ -330,9 +445,8 @@ shim_put_signal(struct ncclComm *comm, const void *src, size_t bytes, int peer,
                 ncclWindow_t win, size_t offset, int sig_idx, int ctx)
 {
     struct shim_windows *ws;
-    struct shim_signal_chan *chan;
-    struct shim_pending_put *p;
-    ncclResult_t res;
+    struct shim_pending_op *p;
+    ncclResult_t res = ncclSuccess;
 
     SHIM_CHECK(shim_signal_args(comm, peer, sig_idx, ctx, "ncclPutSignal"));
     if (win != NULL || bytes > 0) {
@@ -343,94 +457,69 @@ shim_put_signal(struct ncclComm *comm, const void *src, size_t bytes, int peer,
              "memory only so far", src, src == NULL ? "NULL" : "device memory");
         return src == NULL ? ncclInvalidArgument : ncclInvalidUsage;
     }
-    SHIM_CHECK(shim_windows_of(comm, &ws));
-    SHIM_CHECK(shim_signal_chan(ws, peer, sig_idx, ctx, &chan));
+    if (bytes > 0 && (offset > win->parts[peer].size || bytes > win->parts[peer].size - offset)) {
+        WARN("ncclPutSignal: %zu bytes at offset %zu overrun rank %d's part of window %u "
+             "(%llu bytes)", bytes, offset, peer, win->id,
+             (unsigned long long)win->parts[peer].size);
+        return ncclInvalidArgument;
+    }
+    ws = comm->windows;
+    size_t word = shim_signal_word(comm->rank, sig_idx, ctx);
     if (peer == comm->rank) {
-        /* To ourselves: the data lands now, the signal waits to be counted. */
-        if (bytes > 0 && (offset > win->size || bytes > win->size - offset)) {
-            WARN("ncclPutSignal: %zu bytes at offset %zu overrun this rank's window of %zu",
-                 bytes, offset, win->size);
-            return ncclInvalidArgument;
-        }
         if (bytes > 0) {
             memmove((char *)win->buff + offset, src, bytes);
         }
-        chan->raised_self++;
+        shim_signal_self(ws, word);
         return ncclSuccess;
     }
-    SHIM_CHECK(shim_calloc(&p, 1));
-    p->header = (struct shim_put_header){.window = win != NULL ? win->id : UINT32_MAX,
-                                         .offset = offset, .bytes = bytes};
     if (bytes > 0) {
-        p->copy = malloc(bytes);
-        if (p->copy == NULL) {
-            free(p);
-            WARN("ncclPutSignal: out of memory for a %zu-byte copy", bytes);
-            return ncclSystemError;
+        /* The data must land before the signal; UCX 1.13's fence does not order a put and an
+         * atomic that go over different transports, so the put is flushed first. */
+        struct tp_request put = {0}, flush = {0};
+        SHIM_CHECK(tp_put_post(comm->tp, peer, src, bytes, win->parts[peer].base + offset,
+                               win->parts[peer].rkey, word, &put));
+        res = tp_flush_post(comm->tp, peer, &flush);
+        if (res == ncclSuccess) {
+            res = shim_window_wait_request(comm, &flush, "a put to land");
         }
-        memcpy(p->copy, src, bytes);
+        if (res == ncclSuccess) {
+            res = shim_window_wait_request(comm, &put, "a put's source to be read");
+        }
+        tp_request_cancel(comm->tp, &put);
+        SHIM_CHECK(res);
     }
-    uint32_t k = chan->sent++;
-    res = tp_send_post(comm->tp, peer, &p->header, sizeof(p->header),
-                       shim_signal_tag(comm, comm->rank, chan, k, false), &p->header_req);
-    if (res == ncclSuccess && bytes > 0) {
-        res = tp_send_post(comm->tp, peer, p->copy, bytes,
-                           shim_signal_tag(comm, comm->rank, chan, k, true), &p->data_req);
-    }
+    SHIM_CHECK(shim_calloc(&p, 1));
+    p->one = 1;
+    const struct shim_remote *s = &ws->signal_parts[peer];
+    res = tp_atomic_add_post(comm->tp, peer, &p->one, s->base + word * sizeof(uint64_t), s->rkey,
+                             word, &p->add_req);
     p->next = ws->pending; /* its requests are tested, or cancelled, from now on */
     ws->pending = p;
     ncclResult_t tested = shim_pending_test(comm, ws);
     return res != ncclSuccess ? res : tested;
 }
 
-/* Counts one signal on chan from a peer: its header, then its data into our window. */
+/* Waits until this rank's word for chan counts `want`. */
 static ncclResult_t
-shim_signal_receive(struct ncclComm *comm, struct shim_windows *ws,
-                    struct shim_signal_chan *chan)
+shim_signal_await(struct ncclComm *comm, struct shim_windows *ws, size_t word, uint64_t want,
+                  int peer)
 {
-    struct shim_put_header header;
-    struct tp_request req = {0};
-    uint32_t k = chan->counted;
+    uint64_t start = (uint64_t)shim_clock_ns();
 
-    SHIM_CHECK(tp_recv_post(comm->tp, chan->peer, &header, sizeof(header),
-                            shim_signal_tag(comm, chan->peer, chan, k, false), &req));
-    SHIM_CHECK(shim_signal_wait(comm, ws, &req, "a signal"));
-    if (header.bytes > 0) {
-        struct ncclWindow_vidmem *win = shim_window_by_id(ws, header.window);
-        void *dst = NULL;
-        bool fits = win != NULL && header.offset <= win->size &&
-                    header.bytes <= win->size - header.offset;
-        if (fits) {
-            dst = (char *)win->buff + header.offset;
-        } else if ((dst = malloc(header.bytes)) == NULL) { /* taken in, then dropped */
-            WARN("ncclWaitSignal: out of memory for %llu bytes",
-                 (unsigned long long)header.bytes);
-            return ncclSystemError;
+    while (__atomic_load_n(&ws->signals[word], __ATOMIC_ACQUIRE) < want) {
+        if (tp_worker_failed_peer(comm->tp) == peer) {
+            WARN("rank %d: peer %d failed while this rank waited for its signal", comm->rank,
+                 peer);
+            return ncclRemoteError;
         }
-        ncclResult_t res = tp_recv_post(comm->tp, chan->peer, dst, header.bytes,
-                                        shim_signal_tag(comm, chan->peer, chan, k, true), &req);
-        if (res == ncclSuccess) {
-            res = shim_signal_wait(comm, ws, &req, "a put's data");
-        }
-        if (!fits) {
-            free(dst);
-            WARN("ncclWaitSignal: rank %d put %llu bytes at offset %llu of window %u, which "
-                 "this rank %s", chan->peer, (unsigned long long)header.bytes,
-                 (unsigned long long)header.offset, header.window,
-                 win == NULL ? "does not have" : "holds fewer bytes of");
-            res = res != ncclSuccess ? res : ncclInvalidUsage;
-        }
-        SHIM_CHECK(res);
+        SHIM_CHECK(shim_window_idle(comm, start, "a signal"));
     }
-    chan->counted++;
     return ncclSuccess;
 }
 
 ncclResult_t
 shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs, int ndescs)
 {
-    struct shim_windows *ws;
-
     if (ndescs < 0 || (ndescs > 0 && descs == NULL)) {
         WARN("ncclWaitSignal: %d descriptors at %p", ndescs, (const void *)descs);
         return ncclInvalidArgument;
@@ -443,22 +532,19 @@ shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs, int n
             return ncclInvalidArgument;
         }
     }
-    SHIM_CHECK(shim_windows_of(comm, &ws));
+    struct shim_windows *ws = comm->windows;
     for (int i = 0; i < ndescs; i++) {
-        struct shim_signal_chan *chan;
-        SHIM_CHECK(shim_signal_chan(ws, descs[i].peer, descs[i].sigIdx, descs[i].ctx, &chan));
-        if (chan->peer == comm->rank) {
-            if (chan->raised_self < (uint32_t)descs[i].opCnt) {
-                WARN("ncclWaitSignal: waits for %d signals from this rank itself, which raised "
-                     "%u: they could never come", descs[i].opCnt, chan->raised_self);
-                return ncclInvalidUsage;
-            }
-            chan->raised_self -= (uint32_t)descs[i].opCnt;
-            continue;
+        size_t word = shim_signal_word(descs[i].peer, descs[i].sigIdx, descs[i].ctx);
+        uint64_t want = ws->counted[word] + (uint64_t)descs[i].opCnt;
+        uint64_t now = __atomic_load_n(&ws->signals[word], __ATOMIC_ACQUIRE);
+        if (descs[i].peer == comm->rank && now < want) {
+            WARN("ncclWaitSignal: waits for %d signals from this rank itself, which raised "
+                 "%llu: they could never come", descs[i].opCnt,
+                 (unsigned long long)(now - ws->counted[word]));
+            return ncclInvalidUsage;
         }
-        for (int k = 0; k < descs[i].opCnt; k++) {
-            SHIM_CHECK(shim_signal_receive(comm, ws, chan));
-        }
+        SHIM_CHECK(shim_signal_await(comm, ws, word, want, descs[i].peer));
+        ws->counted[word] = want;
     }
     return shim_pending_finish(comm, ws);
 }
@@ -471,19 +557,21 @@ shim_windows_free(struct ncclComm *comm)
     if (ws == NULL) {
         return;
     }
-    while (ws->pending != NULL) { /* the worker went: its requests are reclaimed */
-        struct shim_pending_put *p = ws->pending;
+    /* The worker went, and with it every registration and key: only our records are left. */
+    while (ws->pending != NULL) {
+        struct shim_pending_op *p = ws->pending;
         ws->pending = p->next;
-        free(p->copy);
         free(p);
     }
     while (ws->list != NULL) {
         struct ncclWindow_vidmem *w = ws->list;
         ws->list = w->next;
         w->magic = 0;
+        free(w->parts);
         free(w);
     }
-    free(ws->chans);
+    free(ws->counted);
+    free(ws->signal_parts);
     free(ws);
     comm->windows = NULL;
 }

@@ -85,6 +85,38 @@ bool tp_worker_progress(struct tp_worker *worker);
  * timer of at most 10 ms instead of its event fd, until progress finds work again. */
 ncclResult_t tp_worker_wait(struct tp_worker *const *workers, int nworkers, int timeout_ms);
 
+/* Remote memory access, for windows and one-sided signals. A rank registers memory (buf NULL:
+ * the transport allocates len bytes, zeroed, in memory it can share between processes) and
+ * hands the packed key to its peers, which unpack it against their endpoint to it. Puts and
+ * atomic adds are posted and tested like messages (the request is done once the local buffer
+ * may be reused; the target sees the bytes once a flush completed); tag only names the operation in messages. Where no transport does them in hardware
+ * UCX emulates them with active messages, which the target's worker serves while it
+ * progresses. Keys and registrations left at tp_worker_destroy go with the worker (keys after
+ * a bounded flush, before the endpoints close, as UCX requires). */
+struct tp_mem;
+struct tp_rkey;
+ncclResult_t tp_mem_register(struct tp_worker *worker, void *buf, size_t len,
+                             struct tp_mem **mem_out);
+void *tp_mem_base(const struct tp_mem *mem);
+void tp_mem_packed(const struct tp_mem *mem, const void **packed_out, size_t *len_out);
+/* Peers must have stopped reaching it (flushed their operations). NULL is ignored. */
+void tp_mem_deregister(struct tp_worker *worker, struct tp_mem *mem);
+ncclResult_t tp_rkey_unpack(struct tp_worker *worker, int peer, const void *packed,
+                            struct tp_rkey **rkey_out);
+/* After this rank flushed the operations that used it. NULL is ignored. */
+void tp_rkey_release(struct tp_worker *worker, struct tp_rkey *rkey);
+ncclResult_t tp_put_post(struct tp_worker *worker, int peer, const void *buf, size_t len,
+                         uint64_t remote, const struct tp_rkey *rkey, uint64_t tag,
+                         struct tp_request *req);
+/* Adds *value (read before the request is done) to the 8 bytes at remote. */
+ncclResult_t tp_atomic_add_post(struct tp_worker *worker, int peer, const uint64_t *value,
+                                uint64_t remote, const struct tp_rkey *rkey, uint64_t tag,
+                                struct tp_request *req);
+/* Done once every put and atomic posted before it to peer (every peer: -1) reached its
+ * target. (UCX 1.13's fence does not order operations that go over different transports, a
+ * put over CMA and an atomic over shared memory, say: a flush does.) */
+ncclResult_t tp_flush_post(struct tp_worker *worker, int peer, struct tp_request *req);
+
 /* Whether UCX moves CUDA device memory itself (the process's context reports the CUDA
  * memory type), so device buffers may go to tp_send_post and tp_recv_post as they are. */
 bool tp_cuda_memory(void);

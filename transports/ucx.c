@@ -90,6 +90,25 @@ struct tp_worker {
     bool progressed;             /* tp_worker_progress did something since the last wait */
     bool woke;                   /* the last wait returned for this worker (or timed it) */
     int idle_wakes;              /* wakeups in a row after which progress found nothing */
+    struct tp_mem *mems;         /* registered memory, unmapped at the latest with the worker */
+    struct tp_rkey *rkeys;       /* peers' keys, destroyed before their endpoints close */
+};
+
+/* Memory this rank registered for peers to reach; a list of the worker's. */
+struct tp_mem {
+    ucp_mem_h memh;
+    void *base;
+    size_t len;
+    void *packed;                /* its remote key, packed for the peers */
+    size_t packed_len;
+    struct tp_mem *prev, *next;
+};
+
+/* A peer's registered memory as this rank reaches it; a list of the worker's. */
+struct tp_rkey {
+    ucp_rkey_h rkey;
+    int peer;
+    struct tp_rkey *prev, *next;
 };
 
 /* The process-wide context. ncclCommInitAll creates several communicators, and so several
@@ -237,7 +256,10 @@ tp_context_create(void)
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+        /* RMA and 64-bit atomics: windows and one-sided signals (tp_put_post, tp_atomic_add_post).
+         * Where no transport does them in hardware, UCX emulates them with active messages,
+         * which the target's worker serves whenever it progresses. */
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA | UCP_FEATURE_AMO64,
         .request_size = sizeof(struct tp_ucx_req),
         /* Workers of different communicators run on different threads at the same time
          * and share this context's state (memory registrations, resources), so the
@@ -601,6 +623,13 @@ tp_worker_destroy(struct tp_worker *worker)
     for (struct tp_ucx_req *u = worker->inflight.next; u != &worker->inflight; u = u->next) {
         ucp_request_cancel(worker->ucp, u);
     }
+    if (worker->rkeys != NULL) {
+        /* UCX: a key goes after the operations using it were flushed, before its endpoint. */
+        tp_worker_flush(worker, shim_clock_ms() + TP_CLOSE_BUDGET_MS);
+        while (worker->rkeys != NULL) {
+            tp_rkey_release(worker, worker->rkeys);
+        }
+    }
     if (worker->peers != NULL) {
         tp_peers_close(worker, worker->peers, worker->nranks);
     }
@@ -608,6 +637,9 @@ tp_worker_destroy(struct tp_worker *worker)
      * with the worker. The caller's struct tp_request copies are stale from here on. */
     while (worker->inflight.next != &worker->inflight) {
         tp_req_release(worker->inflight.next);
+    }
+    while (worker->mems != NULL) {
+        tp_mem_deregister(worker, worker->mems);
     }
     ucp_worker_release_address(worker->ucp, worker->addr);
     ucp_worker_destroy(worker->ucp);
@@ -866,4 +898,196 @@ out:
         free(fds);
     }
     return res;
+}
+
+/* --- remote memory access ----------------------------------------------------------------- */
+
+ncclResult_t
+tp_mem_register(struct tp_worker *worker, void *buf, size_t len, struct tp_mem **mem_out)
+{
+    ucp_context_h ctx = tp_ctx; /* alive while this worker is */
+    ucp_mem_map_params_t params = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+        .address = buf,
+        .length = len,
+        /* NULL: UCX allocates, in memory its shared-memory transports can share. */
+        .flags = buf == NULL ? UCP_MEM_MAP_ALLOCATE : 0,
+    };
+    struct tp_mem *m;
+    ncclResult_t res;
+
+    if (len == 0) {
+        WARN("rank %d: registering 0 bytes for remote access", worker->self);
+        return ncclInternalError;
+    }
+    SHIM_CHECK(shim_calloc(&m, 1));
+    TP_UCS_CHECK_GOTO(ucp_mem_map(ctx, &params, &m->memh), "ucp_mem_map", res, err_free);
+    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS |
+                                         UCP_MEM_ATTR_FIELD_LENGTH};
+    TP_UCS_CHECK_GOTO(ucp_mem_query(m->memh, &attr), "ucp_mem_query", res, err_unmap);
+    m->base = attr.address;
+    m->len = len;
+    if (buf == NULL) {
+        memset(m->base, 0, len);
+    }
+    TP_UCS_CHECK_GOTO(ucp_rkey_pack(ctx, m->memh, &m->packed, &m->packed_len),
+                      "ucp_rkey_pack", res, err_unmap);
+    m->next = worker->mems;
+    if (m->next != NULL) {
+        m->next->prev = m;
+    }
+    worker->mems = m;
+    *mem_out = m;
+    return ncclSuccess;
+
+err_unmap:
+    ucp_mem_unmap(ctx, m->memh);
+err_free:
+    free(m);
+    return res;
+}
+
+void *
+tp_mem_base(const struct tp_mem *mem)
+{
+    return mem->base;
+}
+
+void
+tp_mem_packed(const struct tp_mem *mem, const void **packed_out, size_t *len_out)
+{
+    *packed_out = mem->packed;
+    *len_out = mem->packed_len;
+}
+
+void
+tp_mem_deregister(struct tp_worker *worker, struct tp_mem *mem)
+{
+    if (mem == NULL) {
+        return;
+    }
+    if (mem->prev != NULL) {
+        mem->prev->next = mem->next;
+    } else {
+        worker->mems = mem->next;
+    }
+    if (mem->next != NULL) {
+        mem->next->prev = mem->prev;
+    }
+    ucp_rkey_buffer_release(mem->packed);
+    ucp_mem_unmap(tp_ctx, mem->memh);
+    free(mem);
+}
+
+ncclResult_t
+tp_rkey_unpack(struct tp_worker *worker, int peer, const void *packed, struct tp_rkey **rkey_out)
+{
+    struct tp_rkey *k;
+    ucp_ep_h ep;
+    ncclResult_t res;
+
+    SHIM_CHECK(tp_peer_ep(worker, peer, 0, 0, &ep));
+    SHIM_CHECK(shim_calloc(&k, 1));
+    TP_UCS_CHECK_GOTO(ucp_ep_rkey_unpack(ep, packed, &k->rkey), "ucp_ep_rkey_unpack", res,
+                      err_free);
+    k->peer = peer;
+    k->next = worker->rkeys;
+    if (k->next != NULL) {
+        k->next->prev = k;
+    }
+    worker->rkeys = k;
+    *rkey_out = k;
+    return ncclSuccess;
+
+err_free:
+    free(k);
+    return res;
+}
+
+void
+tp_rkey_release(struct tp_worker *worker, struct tp_rkey *rkey)
+{
+    if (rkey == NULL) {
+        return;
+    }
+    if (rkey->prev != NULL) {
+        rkey->prev->next = rkey->next;
+    } else {
+        worker->rkeys = rkey->next;
+    }
+    if (rkey->next != NULL) {
+        rkey->next->prev = rkey->prev;
+    }
+    ucp_rkey_destroy(rkey->rkey);
+    free(rkey);
+}
+
+/* Tracks a posted RMA or atomic operation in req; tag only names it in messages. */
+static ncclResult_t
+tp_rma_posted(struct tp_worker *worker, ucs_status_ptr_t sp, const char *what, int peer,
+              uint64_t tag, size_t len, struct tp_request *req)
+{
+    if (UCS_PTR_IS_ERR(sp)) {
+        WARN("rank %d: %s of %zu bytes to peer %d (0x%" PRIx64 ") failed: %s", worker->self,
+             what, len, peer, tag, ucs_status_string(UCS_PTR_STATUS(sp)));
+        return tp_result(UCS_PTR_STATUS(sp));
+    }
+    if (sp != NULL) {
+        tp_req_track(worker, sp, tag, len, false);
+    }
+    req->handle = sp;
+    req->expected_len = len;
+    req->peer = peer;
+    req->active = true;
+    return ncclSuccess;
+}
+
+ncclResult_t
+tp_put_post(struct tp_worker *worker, int peer, const void *buf, size_t len, uint64_t remote,
+            const struct tp_rkey *rkey, uint64_t tag, struct tp_request *req)
+{
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    ucp_ep_h ep;
+
+    SHIM_CHECK(tp_request_check_idle(worker, req, "put", tag));
+    SHIM_CHECK(tp_peer_ep(worker, peer, tag, len, &ep));
+    return tp_rma_posted(worker, ucp_put_nbx(ep, buf, len, remote, rkey->rkey, &param), "put",
+                         peer, tag, len, req);
+}
+
+ncclResult_t
+tp_atomic_add_post(struct tp_worker *worker, int peer, const uint64_t *value, uint64_t remote,
+                   const struct tp_rkey *rkey, uint64_t tag, struct tp_request *req)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+        .datatype = ucp_dt_make_contig(sizeof(uint64_t)),
+    };
+    ucp_ep_h ep;
+
+    SHIM_CHECK(tp_request_check_idle(worker, req, "atomic add", tag));
+    SHIM_CHECK(tp_peer_ep(worker, peer, tag, sizeof(*value), &ep));
+    return tp_rma_posted(worker,
+                         ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, value, 1, remote, rkey->rkey,
+                                           &param),
+                         "atomic add", peer, tag, sizeof(*value), req);
+}
+
+ncclResult_t
+tp_flush_post(struct tp_worker *worker, int peer, struct tp_request *req)
+{
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    ucs_status_ptr_t sp;
+    ucp_ep_h ep;
+
+    SHIM_CHECK(tp_request_check_idle(worker, req, "flush", 0));
+    if (peer < 0) {
+        sp = ucp_worker_flush_nbx(worker->ucp, &param);
+        peer = worker->self;
+    } else {
+        SHIM_CHECK(tp_peer_ep(worker, peer, 0, 0, &ep));
+        sp = ucp_ep_flush_nbx(ep, &param);
+    }
+    return tp_rma_posted(worker, sp, "flush", peer, 0, 0, req);
 }

@@ -19,10 +19,13 @@
  *     id (a second one while the first is unused is refused) and hands it to the last rank,
  *     which joins: the grown communicator keeps the old ranks' numbers and is right; the used
  *     id is refused, and a new id may then be made;
- *   - windows on host memory and one-sided operations: every rank puts a block into every
- *     rank's window (itself too) and waits for each signal, twice; signals alone, counted in
- *     twos; a 1 MiB put around the ring; bad peers, indices and windows, and the device
- *     pointer queries of a host window, refused with a message.
+ *   - windows on host memory and one-sided operations: a registration one rank refuses fails
+ *     on every rank without a hang; every rank puts a block into every rank's window (itself
+ *     too) and waits for each signal, twice; signals alone, counted in twos; a 1 MiB put
+ *     around the ring; a 1 MiB put whose target sits in a host all-reduce meanwhile (its wait
+ *     must serve the put); a signal before any window, bad peers, indices, windows, a put
+ *     past the peer's part, and the device pointer queries of a host window, refused with a
+ *     message.
  * Built against an older nccl.h (2.28), it has nothing to test and says so.
  */
 #include "common.h"
@@ -260,6 +263,12 @@ an_test_windows(const struct mp_world *w)
     void *ptr = NULL;
 
     MP_ASSERT(part != NULL && large != NULL && landing != NULL && descs != NULL, "out of memory");
+    /* Signals travel once the first window traded the signal words. */
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclSignal(right, 0, 0, 0, w->comm, NULL));
+    /* Registration is collective: one rank's bad part fails it on every rank, none hangs. */
+    AN_EXPECT_REFUSED(w->comm, w->rank == 0 ? ncclInvalidArgument : ncclInvalidUsage,
+                      ncclCommWindowRegister(w->comm, w->rank == 0 ? NULL : part, 64, &win,
+                                             NCCL_WIN_DEFAULT));
     MP_CHECK_COMM(w->comm, ncclCommWindowRegister(w->comm, part, (size_t)n * AN_BLOCK *
                                                   sizeof(float), &win, NCCL_WIN_DEFAULT));
     MP_CHECK_COMM(w->comm, ncclCommWindowRegister(w->comm, landing, AN_LARGE, &big,
@@ -288,6 +297,8 @@ an_test_windows(const struct mp_world *w)
         }
         MP_EXPECT(wrong == 0, "round %d: %ld wrong elements in the window after the waits",
                   round, wrong);
+        /* Puts are one-sided: the next round's would land while a peer still checks this. */
+        mp_barrier(w->comm, n);
     }
     /* A signal alone, on another index and context, and two at once. */
     MP_CHECK_COMM(w->comm, ncclSignal(right, 5, 3, 0, w->comm, NULL));
@@ -306,6 +317,27 @@ an_test_windows(const struct mp_world *w)
         wrong += landing[i] != (char)(left * 7 + (int)(i % 251));
     }
     MP_EXPECT(wrong == 0, "the large put from the left: %ld wrong bytes", wrong);
+    /* Nobody waits on a put with no call to progress it: rank 0 puts 1 MiB to rank 1 and
+     * goes into a barrier, rank 1 into the barrier first (on one host a shared-memory
+     * all-reduce, which must serve the put while it waits), then waits for the signal. */
+    if (n > 1) {
+        mp_barrier(w->comm, n);
+        if (w->rank == 0) {
+            MP_CHECK_COMM(w->comm, ncclPutSignal(large, AN_LARGE, ncclUint8, 1, big, 0, 2, 0, 0,
+                                                 w->comm, NULL));
+        }
+        mp_barrier(w->comm, n);
+        if (w->rank == 1) {
+            ncclWaitSignalDesc_t from0 = {.opCnt = 1, .peer = 0, .sigIdx = 2, .ctx = 0};
+            MP_CHECK_COMM(w->comm, ncclWaitSignal(1, &from0, w->comm, NULL));
+            wrong = 0;
+            for (size_t i = 0; i < AN_LARGE; i++) {
+                wrong += landing[i] != (char)(0 * 7 + (int)(i % 251));
+            }
+            MP_EXPECT(wrong == 0, "the large put from rank 0: %ld wrong bytes", wrong);
+        }
+        mp_barrier(w->comm, n);
+    }
     /* Refusals, each with a message. */
     AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
                       ncclSignal(n, 0, 0, 0, w->comm, NULL));
@@ -314,6 +346,10 @@ an_test_windows(const struct mp_world *w)
     AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
                       ncclPutSignal(mine, 1, ncclFloat32, right, NULL, 0, 0, 0, 0, w->comm,
                                     NULL));
+    AN_EXPECT_REFUSED(w->comm, ncclInvalidArgument,
+                      ncclPutSignal(mine, 2, ncclFloat32, right, win,
+                                    ((size_t)n * AN_BLOCK - 1) * sizeof(float), 0, 0, 0,
+                                    w->comm, NULL));
     AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclGetPeerDevicePointer(win, 0, right, &ptr));
     AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage,
                       ncclGetLsaMultimemDevicePointer(win, 0, &ptr));
