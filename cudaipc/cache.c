@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/check.h"
@@ -45,13 +44,10 @@ cipc_map_close(struct cipc_map *m)
         gpu_cu.cuIpcCloseMemHandle(m->base);
         break;
     case CIPC_BUF_CUMEM:
-        gpu_cu.cuMemUnmap(m->base, m->size);
-        gpu_cu.cuMemAddressFree(m->base, m->size);
-        gpu_cu.cuMemRelease(m->handle);
+        gpu_mem_unimport(&m->imported);
         break;
     case CIPC_BUF_STAGED:
-        gpu_cu.cuMemHostUnregister(m->host);
-        munmap(m->host, m->size);
+        gpu_host_unimport(&m->segment);
         break;
     }
     memset(m, 0, sizeof(*m));
@@ -84,55 +80,6 @@ cipc_cache_slot(struct cipc_cache *cache, struct cipc_map **slot_out)
     return ncclSuccess;
 }
 
-static ncclResult_t
-cipc_map_cumem(struct cipc_map *m, const struct gpu_device *device, int fd)
-{
-    CUmemAccessDesc access = {
-        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device->ordinal},
-        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-    };
-    ncclResult_t res;
-
-    GPU_CU_CHECK(cuMemImportFromShareableHandle(&m->handle, (void *)(uintptr_t)fd,
-                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-    GPU_CU_CHECK_GOTO(cuMemAddressReserve(&m->base, m->size, 0, 0, 0), res, err_release);
-    GPU_CU_CHECK_GOTO(cuMemMap(m->base, m->size, 0, m->handle, 0), res, err_free);
-    GPU_CU_CHECK_GOTO(cuMemSetAccess(m->base, m->size, &access, 1), res, err_unmap);
-    return ncclSuccess;
-
-err_unmap:
-    gpu_cu.cuMemUnmap(m->base, m->size);
-err_free:
-    gpu_cu.cuMemAddressFree(m->base, m->size);
-err_release:
-    gpu_cu.cuMemRelease(m->handle);
-    return res;
-}
-
-static ncclResult_t
-cipc_map_staged(struct cipc_map *m, int fd)
-{
-    ncclResult_t res;
-
-    m->host = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m->host == MAP_FAILED) {
-        WARN("cudaipc: cannot map a rank's %zu-byte staging segment: %s", m->size,
-             strerror(errno));
-        return ncclSystemError;
-    }
-    GPU_CU_CHECK_GOTO(cuMemHostRegister(m->host, m->size, CU_MEMHOSTREGISTER_PORTABLE |
-                                                              CU_MEMHOSTREGISTER_DEVICEMAP),
-                      res, err_unmap);
-    GPU_CU_CHECK_GOTO(cuMemHostGetDevicePointer(&m->base, m->host, 0), res, err_unregister);
-    return ncclSuccess;
-
-err_unregister:
-    gpu_cu.cuMemHostUnregister(m->host);
-err_unmap:
-    munmap(m->host, m->size);
-    return res;
-}
-
 ncclResult_t
 cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device, int rank,
                const struct cipc_buf *buf, int fd, uint32_t use, struct cipc_map **map_out)
@@ -157,10 +104,12 @@ cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device, int ra
         break;
     }
     case CIPC_BUF_CUMEM:
-        res = cipc_map_cumem(m, device, fd);
+        res = gpu_mem_import(fd, m->size, device->ordinal, &m->imported);
+        m->base = m->imported.base;
         break;
     case CIPC_BUF_STAGED:
-        res = cipc_map_staged(m, fd);
+        res = gpu_host_import(fd, m->size, &m->segment);
+        m->base = m->segment.dev;
         break;
     default:
         WARN("cudaipc: rank %d described a buffer the leader cannot map (how %u)", rank,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "gpu/driver.h"
+#include "gpu/memory.h"
 
 struct cipc_buf;
 
@@ -26,8 +27,8 @@ struct cipc_map {
     uint64_t key;
     size_t size;
     CUdeviceptr base;     /* where the leader's kernels reach the allocation's first byte */
-    void *host;           /* STAGED: the segment mapped here */
-    CUmemGenericAllocationHandle handle; /* CUMEM: the imported allocation */
+    struct gpu_mem_import imported; /* CUMEM: the imported allocation */
+    struct gpu_host_import segment;  /* STAGED: the segment mapped here */
     uint32_t last_use;    /* the leader's operation that used it last */
     bool forgotten;       /* its owner said forget: unmap once last_use is done */
 };

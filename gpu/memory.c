@@ -5,8 +5,11 @@
  */
 #include "memory.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #include "base/check.h"
 #include "driver.h"
@@ -115,6 +118,83 @@ gpu_mem_kind_name(enum gpu_mem_kind kind)
         return "registered host memory";
     }
     return "memory of an unknown kind";
+}
+
+/* --- another process's memory ------------------------------------------------------------ */
+
+ncclResult_t
+gpu_mem_import(int fd, size_t size, int device, struct gpu_mem_import *out)
+{
+    CUmemAccessDesc access = {
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    struct gpu_mem_import imp = {.size = size};
+    ncclResult_t res;
+
+    GPU_CU_CHECK(cuMemImportFromShareableHandle(&imp.handle, (void *)(uintptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    /* Alignment 0: the allocation granularity, as cuMemMap requires. */
+    GPU_CU_CHECK_GOTO(cuMemAddressReserve(&imp.base, size, 0, 0, 0), res, err_release);
+    GPU_CU_CHECK_GOTO(cuMemMap(imp.base, size, 0, imp.handle, 0), res, err_free);
+    GPU_CU_CHECK_GOTO(cuMemSetAccess(imp.base, size, &access, 1), res, err_unmap);
+    *out = imp;
+    return ncclSuccess;
+
+err_unmap:
+    gpu_cu.cuMemUnmap(imp.base, size);
+err_free:
+    gpu_cu.cuMemAddressFree(imp.base, size);
+err_release:
+    gpu_cu.cuMemRelease(imp.handle);
+    return res;
+}
+
+void
+gpu_mem_unimport(struct gpu_mem_import *imp)
+{
+    if (imp->base != 0) {
+        gpu_cu.cuMemUnmap(imp->base, imp->size);
+        gpu_cu.cuMemAddressFree(imp->base, imp->size);
+        gpu_cu.cuMemRelease(imp->handle);
+    }
+    memset(imp, 0, sizeof(*imp));
+}
+
+ncclResult_t
+gpu_host_import(int fd, size_t size, struct gpu_host_import *out)
+{
+    struct gpu_host_import imp = {.size = size};
+    ncclResult_t res;
+
+    imp.host = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (imp.host == MAP_FAILED) {
+        WARN("cannot map another process's %zu-byte shared segment: %s", size,
+             strerror(errno));
+        return ncclSystemError;
+    }
+    GPU_CU_CHECK_GOTO(cuMemHostRegister(imp.host, size, CU_MEMHOSTREGISTER_PORTABLE |
+                                                            CU_MEMHOSTREGISTER_DEVICEMAP),
+                      res, err_unmap);
+    GPU_CU_CHECK_GOTO(cuMemHostGetDevicePointer(&imp.dev, imp.host, 0), res, err_unregister);
+    *out = imp;
+    return ncclSuccess;
+
+err_unregister:
+    gpu_cu.cuMemHostUnregister(imp.host);
+err_unmap:
+    munmap(imp.host, size);
+    return res;
+}
+
+void
+gpu_host_unimport(struct gpu_host_import *imp)
+{
+    if (imp->host != NULL) {
+        gpu_cu.cuMemHostUnregister(imp->host);
+        munmap(imp->host, imp->size);
+    }
+    memset(imp, 0, sizeof(*imp));
 }
 
 /* --- ncclMemAlloc ---------------------------------------------------------------------- */

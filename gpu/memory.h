@@ -13,6 +13,7 @@
 #ifndef GPU_MEMORY_H
 #define GPU_MEMORY_H
 
+#include <cuda.h>
 #include <nccl.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,6 +59,29 @@ ncclResult_t gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_
  * and once another took its place (a new id). `mapping`: id is a cuMem mapping's, as
  * gpu_mem_mapping tells it; else a cudaMalloc allocation's (gpu_mem_info.alloc_id). */
 bool gpu_mem_alive(uintptr_t base, uint64_t id, bool mapping);
+
+/* Another process's cuMem allocation (size bytes, whole), from the file descriptor it
+ * exported, mapped in this process for `device` to read and write. The imported handle keeps
+ * the memory alive until gpu_mem_unimport, whatever its owner does meanwhile. The caller
+ * keeps fd (and closes it). A context must be current. */
+struct gpu_mem_import {
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr base;
+    size_t size;
+};
+ncclResult_t gpu_mem_import(int fd, size_t size, int device, struct gpu_mem_import *out);
+void gpu_mem_unimport(struct gpu_mem_import *imp);
+
+/* Shared host memory another process made (size bytes behind fd, a memory file), mapped here
+ * and registered with the driver, so that streams of every device reach it (dev). The caller
+ * keeps fd. A context must be current. */
+struct gpu_host_import {
+    void *host;
+    CUdeviceptr dev;
+    size_t size;
+};
+ncclResult_t gpu_host_import(int fd, size_t size, struct gpu_host_import *out);
+void gpu_host_unimport(struct gpu_host_import *imp);
 
 /* ncclMemAlloc: device memory of the current device (device 0 without a current context)
  * as a cuMem allocation whose handle exports as a file descriptor, so another rank's process

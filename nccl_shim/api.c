@@ -616,7 +616,6 @@ ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int 
               ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
               unsigned int flags, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream; /* host memory: done in the call, as a collective on host memory is */
     shim_error_clear();
     if (kr_type_size(datatype) == 0) {
         WARN("ncclPutSignal: datatype %d is not an ncclDataType_t", (int)datatype);
@@ -630,7 +629,7 @@ ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int 
     size_t bytes = count * kr_type_size(datatype);
     return shim_api_one_sided_leave(comm, shim_put_signal(comm, localbuff, bytes, peer,
                                                           peerWin, peerWinOffset, sigIdx,
-                                                          ctx));
+                                                          ctx, stream));
 }
 SHIM_ALIAS(ncclPutSignal)
 
@@ -638,7 +637,6 @@ SHIM_API ncclResult_t
 ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
            cudaStream_t stream)
 {
-    (void)stream;
     shim_error_clear();
     if (flags != 0) {
         WARN("ncclSignal: flags 0x%x: they are reserved and must be 0", flags);
@@ -646,7 +644,8 @@ ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
     }
     SHIM_CHECK(shim_api_one_sided_enter(comm, "ncclSignal"));
     return shim_api_one_sided_leave(comm,
-                                    shim_put_signal(comm, NULL, 0, peer, NULL, 0, sigIdx, ctx));
+                                    shim_put_signal(comm, NULL, 0, peer, NULL, 0, sigIdx, ctx,
+                                                    stream));
 }
 SHIM_ALIAS(ncclSignal)
 
@@ -654,10 +653,9 @@ SHIM_API ncclResult_t
 ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
                cudaStream_t stream)
 {
-    (void)stream;
     shim_error_clear();
     SHIM_CHECK(shim_api_one_sided_enter(comm, "ncclWaitSignal"));
-    return shim_api_one_sided_leave(comm, shim_wait_signal(comm, signalDescs, nDesc));
+    return shim_api_one_sided_leave(comm, shim_wait_signal(comm, signalDescs, nDesc, stream));
 }
 SHIM_ALIAS(ncclWaitSignal)
 

@@ -21,6 +21,7 @@
 #include "api.h"
 #include "base/check.h"
 #include "comm.h"
+#include "window.h"
 
 typedef struct ncclTeam {
     int nRanks, rank, stride;
@@ -291,18 +292,17 @@ SHIM_ALIAS(ncclGetMultimemDevicePointer)
 SHIM_API ncclResult_t
 ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsa_rank, void **out_ptr)
 {
-    (void)window, (void)offset, (void)lsa_rank, (void)out_ptr;
     shim_error_clear();
-    return shim_api_no_device_window("ncclGetLsaDevicePointer");
+    /* ncclshim's device windows live on one host: the LSA team is the whole communicator. */
+    return shim_window_device_ptr(window, offset, lsa_rank, out_ptr, "ncclGetLsaDevicePointer");
 }
 SHIM_ALIAS(ncclGetLsaDevicePointer)
 
 SHIM_API ncclResult_t
 ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **out_ptr)
 {
-    (void)window, (void)offset, (void)peer, (void)out_ptr;
     shim_error_clear();
-    return shim_api_no_device_window("ncclGetPeerDevicePointer");
+    return shim_window_device_ptr(window, offset, peer, out_ptr, "ncclGetPeerDevicePointer");
 }
 SHIM_ALIAS(ncclGetPeerDevicePointer)
 

@@ -38,12 +38,9 @@
 #include "exchange.h"
 #include "gpu/memory.h"
 #include "transports/transport.h"
+#include "window_device.h"
 
 #define SHIM_WINDOW_MAGIC 0x77696e646f77ull /* "window" */
-/* Signal words per source rank: sigIdx 0..15, ctx 0..7 (NCCL itself takes only 0 and 0). */
-#define SHIM_SIGNAL_IDXS 16
-#define SHIM_SIGNAL_CTXS 8
-#define SHIM_SIGNAL_WORDS_PER_RANK (SHIM_SIGNAL_IDXS * SHIM_SIGNAL_CTXS)
 /* A wait polls this long before it sleeps between looks (1 ms at a time): a signal that lands
  * in hardware wakes no one. */
 #define SHIM_WINDOW_SPIN_NS 200000u
@@ -62,8 +59,9 @@ struct ncclWindow_vidmem {
     uint32_t id;              /* the communicator's n-th window, equal on every rank */
     void *buff;
     size_t size;
-    struct tp_mem *mem;       /* NULL for an empty part */
-    struct shim_remote *parts; /* every rank's part */
+    struct tp_mem *mem;       /* host: NULL for an empty part */
+    struct shim_remote *parts; /* host: every rank's part */
+    struct shim_dwin *dwin;   /* device: every rank's part, mapped */
     struct ncclWindow_vidmem *next;
 };
 
@@ -76,7 +74,17 @@ struct shim_pending_op {
     struct shim_pending_op *next;
 };
 
+/* What a communicator's windows are: its first window decides. */
+enum shim_window_kind {
+    SHIM_WINDOWS_UNDECIDED,   /* no window yet (or an empty part: it cannot tell) */
+    SHIM_WINDOWS_HOST,
+    SHIM_WINDOWS_DEVICE,
+};
+
 struct shim_windows {
+    enum shim_window_kind kind;
+    struct shim_dsignals *dsignals; /* device windows' signal words */
+    bool dsignals_traded;           /* every rank maps every rank's */
     struct ncclWindow_vidmem *list;
     uint32_t next_id;
     struct tp_mem *signals_mem;    /* this rank's signal words, which peers add to */
@@ -90,18 +98,14 @@ struct shim_windows {
 /* What a rank tells the others of its part of a new window; the packed keys follow. */
 struct shim_window_hello {
     uint32_t ok;              /* 0: this rank refused its part (its WARN says why) */
+    uint32_t kind;            /* enum shim_window_kind of its part */
+    struct shim_dwin_hello dev; /* a device part */
     uint32_t window_key_len;
     uint32_t signal_key_len;  /* 0 unless this window brings the signal words */
     uint32_t pad;
     uint64_t base, size;
     uint64_t signal_base;
 };
-
-static size_t
-shim_signal_word(int src, int sig, int ctx)
-{
-    return ((size_t)src * SHIM_SIGNAL_IDXS + (size_t)sig) * SHIM_SIGNAL_CTXS + (size_t)ctx;
-}
 
 static ncclResult_t
 shim_windows_of(struct ncclComm *comm, struct shim_windows **out)
@@ -182,23 +186,134 @@ shim_window_take_hello(struct ncclComm *comm, struct shim_windows *ws,
     return ncclSuccess;
 }
 
+/* Gives back what win holds here (the peers were told, or never learned of it) and frees it. */
+static void
+shim_window_release(struct ncclComm *comm, struct ncclWindow_vidmem *win)
+{
+    for (int r = 0; win->parts != NULL && r < comm->nranks; r++) {
+        tp_rkey_release(comm->tp, win->parts[r].rkey);
+    }
+    tp_mem_deregister(comm->tp, win->mem);
+    shim_dwin_free(win->dwin);
+    free(win->parts);
+    win->magic = 0;
+    free(win);
+}
+
+/* The kind of this rank's part: by its memory, or, for an empty one, the communicator's. */
+static ncclResult_t
+shim_window_part_kind(struct ncclComm *comm, const struct shim_windows *ws, void *buff,
+                      size_t size, enum shim_window_kind *kind_out)
+{
+    enum shim_window_kind kind = ws->kind;
+
+    if (size > 0) {
+        struct gpu_mem_info info;
+        gpu_mem_query(buff, &info);
+        if (info.kind != GPU_MEM_HOST && info.kind != GPU_MEM_DEVICE) {
+            WARN("ncclCommWindowRegister: %p is %s memory: a window is host memory or device "
+                 "memory from ncclMemAlloc", buff, gpu_mem_kind_name(info.kind));
+            return ncclInvalidUsage;
+        }
+        kind = info.kind == GPU_MEM_HOST ? SHIM_WINDOWS_HOST : SHIM_WINDOWS_DEVICE;
+    }
+    if (ws->kind != SHIM_WINDOWS_UNDECIDED && kind != ws->kind) {
+        WARN("ncclCommWindowRegister: %p is %s memory, and this communicator's windows are %s "
+             "memory (its signals follow its windows, so they are all of one kind)", buff,
+             kind == SHIM_WINDOWS_HOST ? "host" : "device",
+             ws->kind == SHIM_WINDOWS_HOST ? "host" : "device");
+        return ncclInvalidUsage;
+    }
+    if (kind == SHIM_WINDOWS_DEVICE && comm->nranks > 1 && comm->shm == NULL) {
+        WARN("ncclCommWindowRegister: device windows need every rank on one host, with the "
+             "shared-memory path on: this communicator %s",
+             shim_env_int(SHIM_ENV_NCCL_SHM_DISABLE) ? "has NCCL_SHM_DISABLE=1" : "spans hosts");
+        return ncclInvalidUsage;
+    }
+    *kind_out = kind;
+    return ncclSuccess;
+}
+
+/* This rank's hello for a host part (undecided ones too): registers it, and the signal words
+ * the first time. */
+static ncclResult_t
+shim_window_host_prepare(struct ncclComm *comm, struct shim_windows *ws,
+                         struct ncclWindow_vidmem *win, struct shim_window_hello *h,
+                         const void **keys, size_t *key_lens)
+{
+    if (ws->signals_mem == NULL) {
+        SHIM_CHECK(shim_signals_register(comm, ws));
+    }
+    if (win->size > 0) {
+        SHIM_CHECK(tp_mem_register(comm->tp, win->buff, win->size, &win->mem));
+        tp_mem_packed(win->mem, &keys[0], &key_lens[0]);
+    }
+    if (!ws->signals_traded) {
+        tp_mem_packed(ws->signals_mem, &keys[1], &key_lens[1]);
+    }
+    h->window_key_len = (uint32_t)key_lens[0];
+    h->signal_key_len = (uint32_t)key_lens[1];
+    h->base = (uintptr_t)win->buff;
+    h->size = win->size;
+    h->signal_base = (uintptr_t)ws->signals;
+    return ncclSuccess;
+}
+
+/* Every rank's hello agrees: all accepted their parts, all of one kind. The kind, or an
+ * error (every rank reaches the same verdict from the same hellos). */
+static ncclResult_t
+shim_window_agree(const struct ncclComm *comm, const struct shim_blobs *blobs, uint32_t id,
+                  enum shim_window_kind *kind_out)
+{
+    enum shim_window_kind kind = SHIM_WINDOWS_UNDECIDED;
+    bool undecided = false;
+
+    for (int r = 0; r < comm->nranks; r++) {
+        struct shim_window_hello h;
+        if (blobs->lens[r] < sizeof(h)) {
+            WARN("rank %d: rank %d's part of window %u came in %zu bytes", comm->rank, r, id,
+                 blobs->lens[r]);
+            return ncclRemoteError;
+        }
+        memcpy(&h, blobs->data + blobs->offsets[r], sizeof(h));
+        if (!h.ok) {
+            WARN("ncclCommWindowRegister: rank %d refused its part of window %u", r, id);
+            return ncclInvalidUsage;
+        }
+        if (h.kind == SHIM_WINDOWS_UNDECIDED) {
+            undecided = true;
+        } else if (kind != SHIM_WINDOWS_UNDECIDED && h.kind != kind) {
+            WARN("ncclCommWindowRegister: window %u has parts in host memory and in device "
+                 "memory (rank %d's): all must be one or the other", id, r);
+            return ncclInvalidUsage;
+        } else {
+            kind = (enum shim_window_kind)h.kind;
+        }
+    }
+    if (kind == SHIM_WINDOWS_DEVICE && undecided) {
+        WARN("ncclCommWindowRegister: the communicator's first device window has empty parts, "
+             "which cannot tell that they are device memory: give every rank a part");
+        return ncclInvalidUsage;
+    }
+    *kind_out = kind == SHIM_WINDOWS_UNDECIDED ? SHIM_WINDOWS_HOST : kind;
+    return ncclSuccess;
+}
+
 ncclResult_t
 shim_window_register(struct ncclComm *comm, void *buff, size_t size, ncclWindow_t *win_out)
 {
     struct shim_windows *ws;
     struct ncclWindow_vidmem *win = NULL;
     struct shim_blobs blobs = {0};
+    struct shim_dwin_hello *dev_hellos = NULL;
     int *everyone = NULL;
     uint8_t *hello = NULL;
+    enum shim_window_kind kind = SHIM_WINDOWS_UNDECIDED;
     ncclResult_t res, mine = ncclSuccess;
 
     if (win_out == NULL || (buff == NULL && size > 0)) {
         WARN("ncclCommWindowRegister: %s is NULL", win_out == NULL ? "win" : "buff");
         mine = ncclInvalidArgument;
-    } else if (size > 0 && !shim_window_host_memory(buff)) {
-        WARN("ncclCommWindowRegister: %p is device memory: ncclshim's windows are host "
-             "memory only so far", buff);
-        mine = ncclInvalidUsage;
     }
     SHIM_CHECK(shim_windows_of(comm, &ws));
     SHIM_CHECK(shim_calloc(&win, 1));
@@ -206,73 +321,62 @@ shim_window_register(struct ncclComm *comm, void *buff, size_t size, ncclWindow_
                                        .id = ws->next_id++, .buff = buff, .size = size};
     SHIM_CHECK_GOTO(shim_calloc(&win->parts, (size_t)comm->nranks), res, out);
     /* A rank that refused still takes part, so that every rank learns it and none waits. */
-    bool brings_signals = !ws->signals_traded;
-    if (mine == ncclSuccess && ws->signals_mem == NULL) {
-        mine = shim_signals_register(comm, ws);
+    if (mine == ncclSuccess) {
+        mine = shim_window_part_kind(comm, ws, buff, size, &kind);
     }
-    if (mine == ncclSuccess && size > 0) {
-        mine = tp_mem_register(comm->tp, buff, size, &win->mem);
+    struct shim_window_hello h = {.kind = kind};
+    const void *keys[2] = {NULL, NULL};
+    size_t key_lens[2] = {0, 0};
+    if (mine == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
+        mine = shim_dwin_prepare(comm, &ws->dsignals, !ws->dsignals_traded, buff, size,
+                                 &win->dwin, &h.dev);
+    } else if (mine == ncclSuccess) {
+        mine = shim_window_host_prepare(comm, ws, win, &h, keys, key_lens);
     }
-    const void *window_key = NULL, *signal_key = NULL;
-    size_t window_key_len = 0, signal_key_len = 0;
-    if (mine == ncclSuccess && win->mem != NULL) {
-        tp_mem_packed(win->mem, &window_key, &window_key_len);
-    }
-    if (mine == ncclSuccess && brings_signals) {
-        tp_mem_packed(ws->signals_mem, &signal_key, &signal_key_len);
-    }
-    struct shim_window_hello h = {
-        .ok = mine == ncclSuccess,
-        .window_key_len = (uint32_t)window_key_len,
-        .signal_key_len = (uint32_t)signal_key_len,
-        .base = (uintptr_t)buff,
-        .size = size,
-        .signal_base = (uintptr_t)ws->signals,
-    };
-    size_t len = sizeof(h) + window_key_len + signal_key_len;
+    h.ok = mine == ncclSuccess;
+    size_t len = sizeof(h) + key_lens[0] + key_lens[1];
     SHIM_CHECK_GOTO(shim_calloc(&hello, len), res, out);
     memcpy(hello, &h, sizeof(h));
-    memcpy(hello + sizeof(h), window_key, window_key_len);
-    memcpy(hello + sizeof(h) + window_key_len, signal_key, signal_key_len);
+    memcpy(hello + sizeof(h), keys[0], key_lens[0]);
+    memcpy(hello + sizeof(h) + key_lens[0], keys[1], key_lens[1]);
     SHIM_CHECK_GOTO(shim_everyone(comm, &everyone), res, out);
     SHIM_CHECK_GOTO(shim_exchange_blobs(comm, everyone, comm->nranks, comm->rank, hello, len,
                                         &blobs),
                     res, out);
-    res = mine;
-    for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
-        struct shim_window_hello theirs;
-        memcpy(&theirs, blobs.data + blobs.offsets[r], sizeof(theirs) < blobs.lens[r]
-                                                           ? sizeof(theirs) : blobs.lens[r]);
-        if (blobs.lens[r] >= sizeof(theirs) && !theirs.ok) {
-            WARN("ncclCommWindowRegister: rank %d refused its part of window %u", r, win->id);
-            res = ncclInvalidUsage;
+    res = mine != ncclSuccess ? mine : shim_window_agree(comm, &blobs, win->id, &kind);
+    if (res == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
+        SHIM_CHECK_GOTO(shim_calloc(&dev_hellos, (size_t)comm->nranks), res, out);
+        for (int r = 0; r < comm->nranks; r++) {
+            memcpy(&dev_hellos[r], blobs.data + blobs.offsets[r] +
+                                       offsetof(struct shim_window_hello, dev),
+                   sizeof(dev_hellos[r]));
         }
-    }
-    for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
-        res = shim_window_take_hello(comm, ws, win, r, blobs.data + blobs.offsets[r],
-                                     blobs.lens[r]);
+        res = shim_dwin_attach(comm, ws->dsignals, win->dwin, dev_hellos);
+        ws->dsignals_traded |= res == ncclSuccess;
+    } else {
+        for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
+            res = shim_window_take_hello(comm, ws, win, r, blobs.data + blobs.offsets[r],
+                                         blobs.lens[r]);
+        }
+        ws->signals_traded |= res == ncclSuccess;
     }
     if (res != ncclSuccess) {
         goto out;
     }
-    ws->signals_traded = true;
+    ws->kind = kind;
     win->next = ws->list;
     ws->list = win;
-    INFO(SHIM_INIT, "comm %p rank %d: window %u at %p, %zu bytes", (void *)comm, comm->rank,
-         win->id, buff, size);
+    INFO(SHIM_INIT, "comm %p rank %d: %s window %u at %p, %zu bytes", (void *)comm, comm->rank,
+         kind == SHIM_WINDOWS_DEVICE ? "device" : "host", win->id, buff, size);
     *win_out = win;
     win = NULL;
 
 out:
     if (win != NULL) {
-        for (int r = 0; win->parts != NULL && r < comm->nranks; r++) {
-            tp_rkey_release(comm->tp, win->parts[r].rkey);
-        }
-        tp_mem_deregister(comm->tp, win->mem);
-        free(win->parts);
-        free(win);
+        shim_window_release(comm, win);
     }
     shim_blobs_free(&blobs);
+    free(dev_hellos);
     free(everyone);
     free(hello);
     return res;
@@ -372,33 +476,33 @@ ncclResult_t
 shim_window_deregister(struct ncclComm *comm, ncclWindow_t win)
 {
     struct shim_blobs blobs = {0};
-    struct tp_request flush = {0};
     int *everyone = NULL;
     ncclResult_t res;
 
     SHIM_CHECK(shim_window_check(comm, win, "ncclCommWindowDeregister"));
-    /* Collective: every rank's puts have landed before any part goes. */
-    SHIM_CHECK(shim_pending_finish(comm, comm->windows));
-    SHIM_CHECK(tp_flush_post(comm->tp, -1, &flush));
-    SHIM_CHECK(shim_window_wait_request(comm, &flush, "this rank's puts to land"));
-    SHIM_CHECK(shim_everyone(comm, &everyone));
-    res = shim_exchange_blobs(comm, everyone, comm->nranks, comm->rank, NULL, 0, &blobs);
-    free(everyone);
-    shim_blobs_free(&blobs);
-    SHIM_CHECK(res);
+    /* Collective: every rank is done with every part before any part goes. */
     struct ncclWindow_vidmem **link = &comm->windows->list;
     while (*link != win) {
         link = &(*link)->next;
     }
-    *link = win->next;
-    for (int r = 0; r < comm->nranks; r++) {
-        tp_rkey_release(comm->tp, win->parts[r].rkey);
+    if (win->dwin != NULL) {
+        /* Waits for this rank's puts into the peers' parts, and unmaps them. */
+        shim_dwin_free(win->dwin);
+        win->dwin = NULL;
+    } else {
+        struct tp_request flush = {0};
+        SHIM_CHECK(shim_pending_finish(comm, comm->windows));
+        SHIM_CHECK(tp_flush_post(comm->tp, -1, &flush));
+        SHIM_CHECK(shim_window_wait_request(comm, &flush, "this rank's puts to land"));
     }
-    tp_mem_deregister(comm->tp, win->mem);
-    free(win->parts);
-    win->magic = 0;
-    free(win);
-    return ncclSuccess;
+    *link = win->next;
+    SHIM_CHECK_GOTO(shim_everyone(comm, &everyone), res, out);
+    res = shim_exchange_blobs(comm, everyone, comm->nranks, comm->rank, NULL, 0, &blobs);
+out:
+    shim_window_release(comm, win);
+    free(everyone);
+    shim_blobs_free(&blobs);
+    return res;
 }
 
 ncclResult_t
@@ -410,6 +514,27 @@ shim_window_user_ptr(struct ncclComm *comm, ncclWindow_t win, void **ptr_out)
         return ncclInvalidArgument;
     }
     *ptr_out = win->buff;
+    return ncclSuccess;
+}
+
+ncclResult_t
+shim_window_device_ptr(ncclWindow_t win, size_t offset, int peer, void **ptr_out,
+                       const char *api)
+{
+    if (win == NULL || win->magic != SHIM_WINDOW_MAGIC || ptr_out == NULL) {
+        WARN("%s: %s", api, ptr_out == NULL ? "outPtr is NULL" : "not a window");
+        return ncclInvalidArgument;
+    }
+    if (win->dwin == NULL) {
+        WARN("%s: window %u is host memory: only device windows have device pointers", api,
+             win->id);
+        return ncclInvalidUsage;
+    }
+    if (peer < 0 || peer >= win->comm->nranks || offset > shim_dwin_peer_size(win->dwin, peer)) {
+        WARN("%s: peer %d, offset %zu: outside window %u", api, peer, offset, win->id);
+        return ncclInvalidArgument;
+    }
+    *ptr_out = (char *)shim_dwin_peer_ptr(win->dwin, peer) + offset;
     return ncclSuccess;
 }
 
@@ -425,7 +550,9 @@ shim_signal_args(const struct ncclComm *comm, int peer, int sig, int ctx, const 
              sig, ctx, SHIM_SIGNAL_IDXS - 1, SHIM_SIGNAL_CTXS - 1);
         return ncclInvalidArgument;
     }
-    if (comm->windows == NULL || !comm->windows->signals_traded) {
+    const struct shim_windows *ws = comm->windows;
+    if (ws == NULL || (ws->kind == SHIM_WINDOWS_DEVICE ? !ws->dsignals_traded
+                                                       : !ws->signals_traded)) {
         WARN("%s: no window was registered on communicator %p yet: ncclshim's ranks trade "
              "their signal words when the first window is registered", api, (void *)comm);
         return ncclInvalidUsage;
@@ -440,9 +567,16 @@ shim_signal_self(struct shim_windows *ws, size_t word)
     __atomic_add_fetch(&ws->signals[word], 1, __ATOMIC_RELEASE);
 }
 
+/* The size of peer's part of win. */
+static size_t
+shim_window_part_size(const struct ncclWindow_vidmem *win, int peer)
+{
+    return win->dwin != NULL ? shim_dwin_peer_size(win->dwin, peer) : win->parts[peer].size;
+}
+
 ncclResult_t
 shim_put_signal(struct ncclComm *comm, const void *src, size_t bytes, int peer,
-                ncclWindow_t win, size_t offset, int sig_idx, int ctx)
+                ncclWindow_t win, size_t offset, int sig_idx, int ctx, cudaStream_t stream)
 {
     struct shim_windows *ws;
     struct shim_pending_op *p;
@@ -452,16 +586,25 @@ shim_put_signal(struct ncclComm *comm, const void *src, size_t bytes, int peer,
     if (win != NULL || bytes > 0) {
         SHIM_CHECK(shim_window_check(comm, win, "ncclPutSignal"));
     }
-    if (bytes > 0 && (src == NULL || !shim_window_host_memory(src))) {
-        WARN("ncclPutSignal: the source %p is %s: ncclshim's one-sided operations are on host "
-             "memory only so far", src, src == NULL ? "NULL" : "device memory");
-        return src == NULL ? ncclInvalidArgument : ncclInvalidUsage;
-    }
-    if (bytes > 0 && (offset > win->parts[peer].size || bytes > win->parts[peer].size - offset)) {
-        WARN("ncclPutSignal: %zu bytes at offset %zu overrun rank %d's part of window %u "
-             "(%llu bytes)", bytes, offset, peer, win->id,
-             (unsigned long long)win->parts[peer].size);
+    if (bytes > 0 && src == NULL) {
+        WARN("ncclPutSignal: the source is NULL");
         return ncclInvalidArgument;
+    }
+    if (bytes > 0 && (offset > shim_window_part_size(win, peer) ||
+                      bytes > shim_window_part_size(win, peer) - offset)) {
+        WARN("ncclPutSignal: %zu bytes at offset %zu overrun rank %d's part of window %u "
+             "(%zu bytes)", bytes, offset, peer, win->id, shim_window_part_size(win, peer));
+        return ncclInvalidArgument;
+    }
+    if (comm->windows->kind == SHIM_WINDOWS_DEVICE) {
+        return shim_dwin_put_signal(comm, comm->windows->dsignals,
+                                    win != NULL ? win->dwin : NULL, src, bytes, peer, offset,
+                                    sig_idx, ctx, stream);
+    }
+    if (bytes > 0 && !shim_window_host_memory(src)) {
+        WARN("ncclPutSignal: the source %p is device memory, and this communicator's windows "
+             "are host memory", src);
+        return ncclInvalidUsage;
     }
     ws = comm->windows;
     size_t word = shim_signal_word(comm->rank, sig_idx, ctx);
@@ -518,7 +661,8 @@ shim_signal_await(struct ncclComm *comm, struct shim_windows *ws, size_t word, u
 }
 
 ncclResult_t
-shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs, int ndescs)
+shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs, int ndescs,
+                 cudaStream_t stream)
 {
     if (ndescs < 0 || (ndescs > 0 && descs == NULL)) {
         WARN("ncclWaitSignal: %d descriptors at %p", ndescs, (const void *)descs);
@@ -533,6 +677,14 @@ shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs, int n
         }
     }
     struct shim_windows *ws = comm->windows;
+    if (ws != NULL && ws->kind == SHIM_WINDOWS_DEVICE) {
+        for (int i = 0; i < ndescs; i++) {
+            SHIM_CHECK(shim_dwin_wait_signal(comm, ws->dsignals, descs[i].peer,
+                                             descs[i].sigIdx, descs[i].ctx,
+                                             (uint32_t)descs[i].opCnt, stream));
+        }
+        return ncclSuccess;
+    }
     for (int i = 0; i < ndescs; i++) {
         size_t word = shim_signal_word(descs[i].peer, descs[i].sigIdx, descs[i].ctx);
         uint64_t want = ws->counted[word] + (uint64_t)descs[i].opCnt;
@@ -557,7 +709,8 @@ shim_windows_free(struct ncclComm *comm)
     if (ws == NULL) {
         return;
     }
-    /* The worker went, and with it every registration and key: only our records are left. */
+    /* The worker went, and with it every registration and key: only our records, and the
+     * device windows' mappings, are left. */
     while (ws->pending != NULL) {
         struct shim_pending_op *p = ws->pending;
         ws->pending = p->next;
@@ -566,10 +719,12 @@ shim_windows_free(struct ncclComm *comm)
     while (ws->list != NULL) {
         struct ncclWindow_vidmem *w = ws->list;
         ws->list = w->next;
+        shim_dwin_free(w->dwin);
         w->magic = 0;
         free(w->parts);
         free(w);
     }
+    shim_dsignals_free(ws->dsignals);
     free(ws->counted);
     free(ws->signal_parts);
     free(ws);

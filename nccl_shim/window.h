@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Windows (ncclCommWindowRegister) and the one-sided operations on them: ncclPutSignal,
- * ncclSignal, ncclWaitSignal, on host memory. A window is collective: every rank registers
+ * ncclSignal, ncclWaitSignal, on host memory (window.c) and on device memory of ranks that
+ * share a host (window_device.c). A communicator's windows are all of one kind, which its
+ * first window decides: the signals, which name no window, follow it. A window is collective: every rank registers
  * its part in the same order, so the n-th window of a communicator is the same window on
  * every rank, and its number is all a rank needs to name a peer's part.
  */
@@ -13,6 +15,18 @@
 
 struct ncclComm;
 
+/* Signal words, per source rank: sigIdx 0..15, ctx 0..7 (NCCL itself takes only 0 and 0). A
+ * rank's words are numbered [source rank][sigIdx][ctx]. */
+#define SHIM_SIGNAL_IDXS 16
+#define SHIM_SIGNAL_CTXS 8
+#define SHIM_SIGNAL_WORDS_PER_RANK (SHIM_SIGNAL_IDXS * SHIM_SIGNAL_CTXS)
+
+static inline size_t
+shim_signal_word(int rank, int sig, int ctx)
+{
+    return ((size_t)rank * SHIM_SIGNAL_IDXS + (size_t)sig) * SHIM_SIGNAL_CTXS + (size_t)ctx;
+}
+
 /* Registers buff (size bytes) as this rank's part of the communicator's next window. */
 ncclResult_t shim_window_register(struct ncclComm *comm, void *buff, size_t size,
                                   ncclWindow_t *win_out);
@@ -21,14 +35,23 @@ ncclResult_t shim_window_deregister(struct ncclComm *comm, ncclWindow_t win);
 ncclResult_t shim_window_user_ptr(struct ncclComm *comm, ncclWindow_t win, void **ptr_out);
 
 /* Writes bytes of src into peer's part of win at offset (bytes 0: none), then raises peer's
- * signal (sig_idx, ctx) from this rank by one. Returns once src may be reused; peer sees the
- * data once its ncclWaitSignal has counted the signal. */
+ * signal (sig_idx, ctx) from this rank by one. Host windows: returns once src may be reused,
+ * and peer sees the data once its ncclWaitSignal has counted the signal. Device windows: the
+ * same, in stream order on stream. */
 ncclResult_t shim_put_signal(struct ncclComm *comm, const void *src, size_t bytes, int peer,
-                             ncclWindow_t win, size_t offset, int sig_idx, int ctx);
-/* Returns once every descriptor's peer raised its signal opCnt more times than the waits
- * before counted, and their data is in this rank's windows. */
+                             ncclWindow_t win, size_t offset, int sig_idx, int ctx,
+                             cudaStream_t stream);
+/* Once every descriptor's peer raised its signal opCnt more times than the waits before
+ * counted, and their data is in this rank's windows: host windows return then, device
+ * windows hold stream until then. */
 ncclResult_t shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs,
-                              int ndescs);
+                              int ndescs, cudaStream_t stream);
+
+/* Peer's part of a device window at offset, as this process's device reaches it: a real
+ * pointer (NCCL's device pointer queries). ncclInvalidUsage with a WARN naming api for a host
+ * window, ncclInvalidArgument for a bad window, peer or offset. */
+ncclResult_t shim_window_device_ptr(ncclWindow_t win, size_t offset, int peer, void **ptr_out,
+                                    const char *api);
 
 /* At teardown, after the transport's worker is gone: frees the windows and what sends
  * were still holding. */

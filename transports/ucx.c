@@ -77,6 +77,35 @@ struct tp_peer {
     _Atomic int status;   /* ucs_status_t the endpoint failed with; UCS_OK while healthy */
 };
 
+/* A link of the worker's lists of registrations and keys, which teardown empties. */
+struct tp_node {
+    struct tp_node *prev, *next;
+};
+
+static void
+tp_list_push(struct tp_node **head, struct tp_node *node)
+{
+    node->prev = NULL;
+    node->next = *head;
+    if (node->next != NULL) {
+        node->next->prev = node;
+    }
+    *head = node;
+}
+
+static void
+tp_list_remove(struct tp_node **head, struct tp_node *node)
+{
+    if (node->prev != NULL) {
+        node->prev->next = node->next;
+    } else {
+        *head = node->next;
+    }
+    if (node->next != NULL) {
+        node->next->prev = node->prev;
+    }
+}
+
 struct tp_worker {
     ucp_worker_h ucp;
     ucp_address_t *addr;
@@ -90,25 +119,25 @@ struct tp_worker {
     bool progressed;             /* tp_worker_progress did something since the last wait */
     bool woke;                   /* the last wait returned for this worker (or timed it) */
     int idle_wakes;              /* wakeups in a row after which progress found nothing */
-    struct tp_mem *mems;         /* registered memory, unmapped at the latest with the worker */
-    struct tp_rkey *rkeys;       /* peers' keys, destroyed before their endpoints close */
+    struct tp_node *mems;        /* registered memory, unmapped at the latest with the worker */
+    struct tp_node *rkeys;       /* peers' keys, destroyed before their endpoints close */
 };
 
-/* Memory this rank registered for peers to reach; a list of the worker's. */
+/* Memory this rank registered for peers to reach; on the worker's list. */
 struct tp_mem {
+    struct tp_node node;         /* first: the list holds the struct by it */
     ucp_mem_h memh;
     void *base;
     size_t len;
     void *packed;                /* its remote key, packed for the peers */
     size_t packed_len;
-    struct tp_mem *prev, *next;
 };
 
-/* A peer's registered memory as this rank reaches it; a list of the worker's. */
+/* A peer's registered memory as this rank reaches it; on the worker's list. */
 struct tp_rkey {
+    struct tp_node node;         /* first */
     ucp_rkey_h rkey;
     int peer;
-    struct tp_rkey *prev, *next;
 };
 
 /* The process-wide context. ncclCommInitAll creates several communicators, and so several
@@ -627,7 +656,7 @@ tp_worker_destroy(struct tp_worker *worker)
         /* UCX: a key goes after the operations using it were flushed, before its endpoint. */
         tp_worker_flush(worker, shim_clock_ms() + TP_CLOSE_BUDGET_MS);
         while (worker->rkeys != NULL) {
-            tp_rkey_release(worker, worker->rkeys);
+            tp_rkey_release(worker, (struct tp_rkey *)worker->rkeys);
         }
     }
     if (worker->peers != NULL) {
@@ -639,7 +668,7 @@ tp_worker_destroy(struct tp_worker *worker)
         tp_req_release(worker->inflight.next);
     }
     while (worker->mems != NULL) {
-        tp_mem_deregister(worker, worker->mems);
+        tp_mem_deregister(worker, (struct tp_mem *)worker->mems);
     }
     ucp_worker_release_address(worker->ucp, worker->addr);
     ucp_worker_destroy(worker->ucp);
@@ -933,11 +962,7 @@ tp_mem_register(struct tp_worker *worker, void *buf, size_t len, struct tp_mem *
     }
     TP_UCS_CHECK_GOTO(ucp_rkey_pack(ctx, m->memh, &m->packed, &m->packed_len),
                       "ucp_rkey_pack", res, err_unmap);
-    m->next = worker->mems;
-    if (m->next != NULL) {
-        m->next->prev = m;
-    }
-    worker->mems = m;
+    tp_list_push(&worker->mems, &m->node);
     *mem_out = m;
     return ncclSuccess;
 
@@ -967,14 +992,7 @@ tp_mem_deregister(struct tp_worker *worker, struct tp_mem *mem)
     if (mem == NULL) {
         return;
     }
-    if (mem->prev != NULL) {
-        mem->prev->next = mem->next;
-    } else {
-        worker->mems = mem->next;
-    }
-    if (mem->next != NULL) {
-        mem->next->prev = mem->prev;
-    }
+    tp_list_remove(&worker->mems, &mem->node);
     ucp_rkey_buffer_release(mem->packed);
     ucp_mem_unmap(tp_ctx, mem->memh);
     free(mem);
@@ -992,11 +1010,7 @@ tp_rkey_unpack(struct tp_worker *worker, int peer, const void *packed, struct tp
     TP_UCS_CHECK_GOTO(ucp_ep_rkey_unpack(ep, packed, &k->rkey), "ucp_ep_rkey_unpack", res,
                       err_free);
     k->peer = peer;
-    k->next = worker->rkeys;
-    if (k->next != NULL) {
-        k->next->prev = k;
-    }
-    worker->rkeys = k;
+    tp_list_push(&worker->rkeys, &k->node);
     *rkey_out = k;
     return ncclSuccess;
 
@@ -1011,14 +1025,7 @@ tp_rkey_release(struct tp_worker *worker, struct tp_rkey *rkey)
     if (rkey == NULL) {
         return;
     }
-    if (rkey->prev != NULL) {
-        rkey->prev->next = rkey->next;
-    } else {
-        worker->rkeys = rkey->next;
-    }
-    if (rkey->next != NULL) {
-        rkey->next->prev = rkey->prev;
-    }
+    tp_list_remove(&worker->rkeys, &rkey->node);
     ucp_rkey_destroy(rkey->rkey);
     free(rkey);
 }

@@ -164,9 +164,12 @@ device_cases() {
             FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D device
     fi
     # Stream semantics, groups, several devices from one thread, refusals, the memory API.
-    for part in returns order group refuse memapi register suspend grow churn; do
+    for part in returns order group refuse memapi register suspend grow churn window; do
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
+    run_case device-streams-window-n1 1 60 "${dev[@]}" -- "$bindir/streams" -p window
+    run_case device-streams-window-n4-onequeue 4 60 "${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 \
+        -- "$bindir/streams" -p window
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
     run_case device-streams-register-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p register -g
     run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
@@ -314,6 +317,7 @@ elif [[ $quick == 1 ]]; then
     run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
     run_case device-streams-graph-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graph
     run_case device-streams-churn-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p churn
+    run_case device-streams-window-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p window
     run_case device-fault-allreduce-n3-leader 1 90 "${dev[@]}" -- \
         "$bindir/fault" -n 3 -c allreduce -D -v 0
     run_case staged-collectives-quick-n3 3 240 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \

@@ -45,6 +45,11 @@
  *             while suspended is refused; resumed, all-reduces are right again;
  *   grow      all ranks but the last split off and grow back to all through ncclCommGrow;
  *             all-reduces on device buffers of the grown communicator are right;
+ *   window    windows on ncclMemAlloc memory: a part in cudaMalloc memory refused on every
+ *             rank; every rank puts a block into every rank's part on its stream and waits
+ *             for all the signals there: the parts are right; a peer's part read through
+ *             ncclGetPeerDevicePointer; two signals alone, awaited on a stream; a host window
+ *             beside the device one refused;
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -610,6 +615,83 @@ part_grow(const struct mp_world *w)
         MP_CHECK(ncclCommDestroy(old));
     }
 }
+
+/* From nccl_device/host.h, which is C++ only. */
+ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                      void **outPtr);
+ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
+                                     void **outPtr);
+
+#define ST_WIN_BLOCK 1031 /* floats: odd, past a vector */
+
+static void
+part_window(const struct mp_world *w)
+{
+    const int n = w->nranks, right = (w->rank + 1) % n, left = (w->rank + n - 1) % n;
+    const size_t part_bytes = (size_t)n * ST_WIN_BLOCK * sizeof(float);
+    CUstream s = st_stream();
+    ncclWindow_t win = NULL, refused = NULL;
+    float *part = NULL;
+    void *ptr = NULL;
+    char host[64];
+
+    /* cudaMalloc memory is not a window part (NCCL's are ncclMemAlloc's): refused on every
+     * rank, none left waiting. */
+    float *legacy = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, 4096);
+    MP_EXPECT(ncclCommWindowRegister(w->comm, legacy, 4096, &refused, NCCL_WIN_DEFAULT) ==
+                  ncclInvalidUsage, "a window on cudaMalloc memory was not refused");
+    MP_EXPECT(strstr(mp_last_error(w->comm), "ncclMemAlloc") != NULL,
+              "no clear message: \"%s\"", mp_last_error(w->comm));
+    mp_cuda_free(&st_cu, MP_MEM_DEVICE, legacy);
+
+    MP_CHECK_COMM(w->comm, ncclMemAlloc((void **)&part, part_bytes));
+    MP_CHECK_COMM(w->comm, ncclCommWindowRegister(w->comm, part, part_bytes, &win,
+                                                  NCCL_WIN_DEFAULT));
+    /* Every rank puts its block into every rank's part (its own too), then waits for all;
+     * rank 0 comes late, so only the waits make the others' parts right. */
+    float *mine = st_buffer(ST_WIN_BLOCK, (float)(w->rank * 10000), 1, s);
+    if (w->rank == 0) {
+        usleep(300 * 1000);
+    }
+    for (int p = 0; p < n; p++) {
+        MP_CHECK_COMM(w->comm, ncclPutSignal(mine, ST_WIN_BLOCK, ncclFloat32, p, win,
+                                             (size_t)w->rank * ST_WIN_BLOCK * sizeof(float), 0,
+                                             0, 0, w->comm, s));
+    }
+    ncclWaitSignalDesc_t *descs = calloc((size_t)n, sizeof(*descs));
+    MP_ASSERT(descs != NULL, "out of memory");
+    for (int p = 0; p < n; p++) {
+        descs[p] = (ncclWaitSignalDesc_t){.opCnt = 1, .peer = p, .sigIdx = 0, .ctx = 0};
+    }
+    MP_CHECK_COMM(w->comm, ncclWaitSignal(n, descs, w->comm, s));
+    for (int p = 0; p < n; p++) {
+        MP_EXPECT(st_check(part + (size_t)p * ST_WIN_BLOCK, ST_WIN_BLOCK, (float)(p * 10000), 1,
+                           s, "window") == 0,
+                  "rank %d's block in this rank's part is wrong after the wait", p);
+    }
+    /* The right neighbour's part, read through its pointer here: rank 0's block. */
+    mp_barrier(w->comm, n);
+    MP_CHECK_COMM(w->comm, ncclGetPeerDevicePointer(win, 0, right, &ptr));
+    MP_EXPECT(st_check(ptr, ST_WIN_BLOCK, 0, 1, s, "peer pointer") == 0,
+              "rank %d's part read through ncclGetPeerDevicePointer is wrong", right);
+    MP_CHECK_COMM(w->comm, ncclGetLsaDevicePointer(win, 0, w->rank, &ptr));
+    MP_EXPECT(ptr == part, "this rank's own LSA pointer is %p, its part %p", ptr, (void *)part);
+    /* Signals alone, twice, on another index and context: the stream waits for both. */
+    MP_CHECK_COMM(w->comm, ncclSignal(right, 3, 1, 0, w->comm, s));
+    MP_CHECK_COMM(w->comm, ncclSignal(right, 3, 1, 0, w->comm, s));
+    ncclWaitSignalDesc_t two = {.opCnt = 2, .peer = left, .sigIdx = 3, .ctx = 1};
+    MP_CHECK_COMM(w->comm, ncclWaitSignal(1, &two, w->comm, s));
+    MP_EXPECT(mp_cuda_wait(&st_cu, s, w->comm, 20) == ncclSuccess,
+              "the stream did not pass the wait for two signals");
+    /* The windows of a communicator are of one kind: a host window now is refused. */
+    MP_EXPECT(ncclCommWindowRegister(w->comm, host, sizeof(host), &refused,
+                                     NCCL_WIN_DEFAULT) == ncclInvalidUsage,
+              "a host window beside a device window was not refused");
+    mp_barrier(w->comm, n);
+    MP_CHECK_COMM(w->comm, ncclCommWindowDeregister(w->comm, win));
+    MP_CHECK_COMM(w->comm, ncclMemFree(part));
+    free(descs);
+}
 #endif
 
 static void
@@ -987,7 +1069,7 @@ main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
                             "churn|graph|twographs|globalcapture|abort|abortblocked|"
-                            "onequeuegraph|fp8|unsupported|hostonly|nodevice "
+                            "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R]\n");
             return 2;
         }
@@ -1020,6 +1102,8 @@ main(int argc, char **argv)
         part_suspend(&world);
     } else if (strcmp(part, "grow") == 0) {
         part_grow(&world);
+    } else if (strcmp(part, "window") == 0) {
+        part_window(&world);
 #endif
     } else if (strcmp(part, "register") == 0) {
         part_register(&world, graph);

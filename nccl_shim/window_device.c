@@ -1,0 +1,504 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Windows on device memory on one host (window_device.h).
+ */
+#include "window_device.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/env.h"
+#include "comm.h"
+#include "gpu/driver.h"
+#include "gpu/memory.h"
+#include "gpu/stream.h"
+#include "window.h"
+
+/* Streams whose one-sided work this rank last enqueued, each with an event after it: what
+ * teardown waits for before it unmaps what that work touches. */
+#define SHIM_DWIN_STREAMS 8
+struct shim_dwin_streams {
+    CUstream stream[SHIM_DWIN_STREAMS];
+    CUevent event[SHIM_DWIN_STREAMS];
+    int n, next;
+};
+
+struct shim_dsignals {
+    const struct gpu_device *gpu;
+    int nranks, rank;
+    size_t bytes;                    /* of each rank's segment */
+    int fd;                          /* this rank's segment, a memory file */
+    struct gpu_host_import *words;   /* every rank's segment as this process reaches it */
+    uint32_t *sent;                  /* [peer][sigIdx][ctx]: signals this rank sent there */
+    uint32_t *counted;               /* [source][sigIdx][ctx]: what waits here counted */
+    struct shim_dwin_streams posted; /* streams that wrote peers' words */
+    struct shim_dwin_streams waited; /* streams that wait on this rank's words */
+};
+
+struct shim_dwin {
+    const struct gpu_device *gpu;
+    int nranks, rank;
+    void *buff;
+    size_t size;
+    int fd;                          /* this rank's part, exported; -1 for an empty part */
+    int listen_fd;
+    char socket[CIPC_CHANNEL_NAME_MAX];
+    bool brings_signals;
+    struct gpu_mem_import *parts;    /* every peer's mapping (this rank's stays empty) */
+    void **ptrs;                     /* every rank's part as this process reaches it */
+    size_t *sizes;
+    struct shim_dwin_streams puts;   /* streams that put into peers' parts */
+};
+
+/* --- streams to wait for ------------------------------------------------------------------ */
+
+/* Records an event after stream's work so far. */
+static ncclResult_t
+shim_dwin_note_stream(struct shim_dwin_streams *s, CUstream stream)
+{
+    int i = 0;
+    while (i < s->n && s->stream[i] != stream) {
+        i++;
+    }
+    if (i == s->n) {
+        if (s->n < SHIM_DWIN_STREAMS) {
+            GPU_CU_CHECK(cuEventCreate(&s->event[s->n], CU_EVENT_DISABLE_TIMING));
+            i = s->n++;
+        } else {
+            /* Full: the oldest stream's work must be done before its entry serves another. */
+            i = s->next;
+            s->next = (s->next + 1) % SHIM_DWIN_STREAMS;
+            GPU_CU_CHECK(cuEventSynchronize(s->event[i]));
+        }
+        s->stream[i] = stream;
+    }
+    GPU_CU_CHECK(cuEventRecord(s->event[i], stream));
+    return ncclSuccess;
+}
+
+/* Waits (up to budget_ms; 0: no limit) for every noted stream's work, then frees the events.
+ * false if some work was still running when the budget ran out. */
+static bool
+shim_dwin_streams_finish(struct shim_dwin_streams *s, int64_t budget_ms)
+{
+    int64_t until = shim_clock_ms() + budget_ms;
+    bool done = true;
+
+    for (int i = 0; i < s->n; i++) {
+        CUresult cu;
+        while ((cu = gpu_cu.cuEventQuery(s->event[i])) == CUDA_ERROR_NOT_READY &&
+               (budget_ms == 0 || shim_clock_ms() < until)) {
+            usleep(100);
+        }
+        done &= cu != CUDA_ERROR_NOT_READY;
+        gpu_cu.cuEventDestroy(s->event[i]);
+    }
+    s->n = 0;
+    return done;
+}
+
+/* --- signal words ------------------------------------------------------------------------- */
+
+static size_t
+shim_dsignals_words(int nranks)
+{
+    return (size_t)nranks * SHIM_SIGNAL_WORDS_PER_RANK;
+}
+
+static ncclResult_t
+shim_dsignals_create(struct ncclComm *comm, const struct gpu_device *gpu,
+                     struct shim_dsignals **out)
+{
+    struct shim_dsignals *s;
+    ncclResult_t res;
+    size_t words = shim_dsignals_words(comm->nranks);
+
+    SHIM_CHECK(shim_calloc(&s, 1));
+    s->gpu = gpu;
+    s->nranks = comm->nranks;
+    s->rank = comm->rank;
+    s->bytes = words * sizeof(uint32_t);
+    s->fd = memfd_create("ncclshim-signals", MFD_CLOEXEC);
+    if (s->fd < 0 || ftruncate(s->fd, (off_t)s->bytes) != 0) {
+        WARN("rank %d: cannot make a %zu-byte segment for signal words: %s", comm->rank,
+             s->bytes, strerror(errno));
+        res = ncclSystemError;
+        goto err;
+    }
+    SHIM_CHECK_GOTO(shim_calloc(&s->words, (size_t)comm->nranks), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&s->sent, words), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&s->counted, words), res, err);
+    SHIM_CHECK_GOTO(gpu_host_import(s->fd, s->bytes, &s->words[comm->rank]), res, err);
+    *out = s;
+    return ncclSuccess;
+
+err:
+    shim_dsignals_free(s);
+    return res;
+}
+
+void
+shim_dsignals_free(struct shim_dsignals *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    if (s->words != NULL && gpu_ctx_push(s->gpu->ctx) == ncclSuccess) {
+        /* Waits still queued for signals that will never come go on (teardown, abort). */
+        volatile uint32_t *own = s->words[s->rank].host;
+        for (size_t w = 0; own != NULL && w < shim_dsignals_words(s->nranks); w++) {
+            if ((int32_t)(s->counted[w] - own[w]) > 0) {
+                __atomic_store_n(&own[w], s->counted[w], __ATOMIC_RELEASE);
+            }
+        }
+        bool posted = shim_dwin_streams_finish(&s->posted, 1000);
+        bool waited = shim_dwin_streams_finish(&s->waited, 1000);
+        /* Memory a stream may still touch stays mapped and registered: a fault is worse. */
+        for (int r = 0; r < s->nranks && posted && waited; r++) {
+            gpu_host_unimport(&s->words[r]);
+        }
+        gpu_ctx_pop();
+    }
+    if (s->fd >= 0) {
+        close(s->fd);
+    }
+    free(s->words);
+    free(s->sent);
+    free(s->counted);
+    free(s);
+}
+
+/* --- registering -------------------------------------------------------------------------- */
+
+ncclResult_t
+shim_dwin_prepare(struct ncclComm *comm, struct shim_dsignals **signals, bool bring_signals,
+                  void *buff, size_t size, struct shim_dwin **dwin_out,
+                  struct shim_dwin_hello *hello_out)
+{
+    const struct gpu_device *gpu;
+    struct shim_dwin *dw;
+    ncclResult_t res;
+    uintptr_t base = 0;
+    size_t map_size = 0;
+
+    SHIM_CHECK(gpu_device_get(comm->cuda_dev >= 0 ? comm->cuda_dev : 0, &gpu));
+    if (size > 0) {
+        struct gpu_mem_info info;
+        uint64_t id;
+        gpu_mem_query(buff, &info);
+        if (info.kind != GPU_MEM_DEVICE || !info.fd_ipc || info.device != gpu->ordinal) {
+            WARN("ncclCommWindowRegister: %p is %s%s: a device window's part must be memory "
+                 "of the communicator's device %d from ncclMemAlloc (a cuMem allocation that "
+                 "exports as a file descriptor), as NCCL's windows are", buff,
+                 gpu_mem_kind_name(info.kind),
+                 info.kind == GPU_MEM_DEVICE && !info.fd_ipc ? " (cudaMalloc memory)" : "",
+                 gpu->ordinal);
+            return ncclInvalidUsage;
+        }
+        SHIM_CHECK(gpu_mem_mapping(buff, &base, &map_size, &id));
+    }
+    SHIM_CHECK(shim_calloc(&dw, 1));
+    dw->gpu = gpu;
+    dw->nranks = comm->nranks;
+    dw->rank = comm->rank;
+    dw->buff = buff;
+    dw->size = size;
+    dw->fd = dw->listen_fd = -1;
+    SHIM_CHECK_GOTO(shim_calloc(&dw->parts, (size_t)comm->nranks), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&dw->ptrs, (size_t)comm->nranks), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&dw->sizes, (size_t)comm->nranks), res, err);
+    SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, err);
+    if (size > 0) {
+        CUmemGenericAllocationHandle handle;
+        res = gpu_cu.cuMemRetainAllocationHandle(&handle, buff) == CUDA_SUCCESS
+                  ? ncclSuccess
+                  : ncclUnhandledCudaError;
+        if (res == ncclSuccess) {
+            CUresult cu = gpu_cu.cuMemExportToShareableHandle(
+                &dw->fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            gpu_cu.cuMemRelease(handle); /* the retain's reference */
+            res = cu == CUDA_SUCCESS ? ncclSuccess
+                                     : gpu_cu_fail(cu, "cuMemExportToShareableHandle(window)",
+                                                   __FILE__, __LINE__);
+        } else {
+            WARN("ncclCommWindowRegister: the driver has no cuMem handle for %p", buff);
+        }
+    }
+    if (res == ncclSuccess && *signals == NULL) {
+        res = shim_dsignals_create(comm, gpu, signals);
+    }
+    dw->brings_signals = bring_signals;
+    gpu_ctx_pop();
+    SHIM_CHECK_GOTO(res, res, err);
+    SHIM_CHECK_GOTO(cipc_channel_listen(dw->socket, &dw->listen_fd), res, err);
+    *hello_out = (struct shim_dwin_hello){.map_size = map_size,
+                                          .offset = (uintptr_t)buff - base,
+                                          .size = size,
+                                          .brings_signals = dw->brings_signals};
+    memcpy(hello_out->socket, dw->socket, sizeof(hello_out->socket));
+    *dwin_out = dw;
+    return ncclSuccess;
+
+err:
+    shim_dwin_free(dw);
+    return res;
+}
+
+/* Sends this rank's descriptors to peer: its part's, and its signal segment's the first time. */
+static ncclResult_t
+shim_dwin_send(struct shim_dwin *dw, const struct shim_dsignals *signals, int peer,
+               const struct shim_dwin_hello *hello)
+{
+    int conn = -1;
+    int err = cipc_channel_connect(hello->socket, &conn);
+    ncclResult_t res = ncclSuccess;
+
+    if (err != 0) {
+        WARN("rank %d: cannot reach rank %d's socket for its window: %s", dw->rank, peer,
+             strerror(err));
+        return ncclRemoteError;
+    }
+    struct cipc_channel_msg msg = {.kind = CIPC_FD_CUMEM, .rank = dw->rank, .size = dw->size};
+    res = cipc_channel_send(conn, &msg, dw->fd); /* an empty part sends no descriptor */
+    if (res == ncclSuccess && dw->brings_signals) {
+        msg = (struct cipc_channel_msg){.kind = CIPC_FD_STAGING, .rank = dw->rank,
+                                        .size = signals->bytes};
+        res = cipc_channel_send(conn, &msg, signals->fd);
+    }
+    close(conn);
+    return res;
+}
+
+/* One message from a peer: its part, or its signal words, mapped here. */
+static ncclResult_t
+shim_dwin_take(struct shim_dwin *dw, struct shim_dsignals *signals,
+               const struct shim_dwin_hello *hellos, const struct cipc_channel_msg *msg, int fd,
+               int *expected)
+{
+    int r = msg->rank;
+    ncclResult_t res = ncclSuccess;
+
+    if (r < 0 || r >= dw->nranks || r == dw->rank || expected[r] == 0) {
+        WARN("rank %d: an unexpected message on the window's socket (from rank %d)", dw->rank,
+             r);
+        res = ncclRemoteError;
+    } else if (msg->kind == CIPC_FD_CUMEM && hellos[r].size > 0) {
+        res = fd < 0 ? ncclRemoteError
+                     : gpu_mem_import(fd, hellos[r].map_size, dw->gpu->ordinal, &dw->parts[r]);
+        dw->ptrs[r] = (void *)(uintptr_t)(dw->parts[r].base + hellos[r].offset);
+    } else if (msg->kind == CIPC_FD_STAGING && hellos[r].brings_signals && fd >= 0) {
+        res = gpu_host_import(fd, signals->bytes, &signals->words[r]);
+    } else if (msg->kind != CIPC_FD_CUMEM) {
+        WARN("rank %d: rank %d sent message kind %u on the window's socket", dw->rank, r,
+             msg->kind);
+        res = ncclRemoteError;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    expected[r]--;
+    return res;
+}
+
+ncclResult_t
+shim_dwin_attach(struct ncclComm *comm, struct shim_dsignals *signals, struct shim_dwin *dw,
+                 const struct shim_dwin_hello *hellos)
+{
+    const int n = dw->nranks;
+    int *expected = NULL, *conns = NULL, nconns = 0, owed = 0;
+    int64_t until = shim_clock_ms() + 60000;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&expected, (size_t)n));
+    SHIM_CHECK_GOTO(shim_calloc(&conns, (size_t)n), res, out);
+    for (int r = 0; r < n; r++) {
+        dw->sizes[r] = hellos[r].size;
+        if (r != dw->rank) {
+            expected[r] = 1 + (hellos[r].brings_signals != 0);
+            owed += expected[r];
+        }
+    }
+    dw->ptrs[dw->rank] = dw->buff;
+    SHIM_CHECK_GOTO(gpu_ctx_push(dw->gpu->ctx), res, out);
+    /* Everyone listens since prepare: send first (the kernel buffers it), then take. */
+    res = ncclSuccess;
+    for (int r = 0; r < n && res == ncclSuccess; r++) {
+        if (r != dw->rank) {
+            res = shim_dwin_send(dw, signals, r, &hellos[r]);
+        }
+    }
+    while (res == ncclSuccess && owed > 0) {
+        int conn;
+        if (nconns < n && cipc_channel_accept(dw->listen_fd, &conn) == 0) {
+            conns[nconns++] = conn;
+            continue;
+        }
+        bool moved = false;
+        for (int c = 0; c < nconns && res == ncclSuccess; c++) {
+            struct cipc_channel_msg msg;
+            int fd = -1;
+            int err = conns[c] < 0 ? EAGAIN : cipc_channel_recv(conns[c], &msg, &fd);
+            if (err == 0) {
+                res = shim_dwin_take(dw, signals, hellos, &msg, fd, expected);
+                owed--;
+                moved = true;
+            } else if (err != EAGAIN) {
+                close(conns[c]); /* the sender closed after its last message */
+                conns[c] = -1;
+            }
+        }
+        if (!moved && res == ncclSuccess) {
+            if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) ||
+                shim_clock_ms() > until) {
+                WARN("rank %d: %d of the peers' window descriptors did not come%s", dw->rank,
+                     owed, comm->abort_flag ? " (aborted)" : " in 60 s");
+                res = ncclRemoteError;
+            } else {
+                struct pollfd p = {.fd = dw->listen_fd, .events = POLLIN};
+                poll(&p, 1, 1);
+            }
+        }
+    }
+    gpu_ctx_pop();
+out:
+    for (int c = 0; c < nconns; c++) {
+        if (conns[c] >= 0) {
+            close(conns[c]);
+        }
+    }
+    if (dw->listen_fd >= 0) {
+        close(dw->listen_fd);
+        dw->listen_fd = -1;
+    }
+    free(conns);
+    free(expected);
+    return res;
+}
+
+void
+shim_dwin_free(struct shim_dwin *dw)
+{
+    if (dw == NULL) {
+        return;
+    }
+    if (dw->parts != NULL && gpu_ctx_push(dw->gpu->ctx) == ncclSuccess) {
+        /* Our puts into the peers' parts first; a mapping goes only once nothing uses it. */
+        if (shim_dwin_streams_finish(&dw->puts, 0)) {
+            for (int r = 0; r < dw->nranks; r++) {
+                gpu_mem_unimport(&dw->parts[r]);
+            }
+        }
+        gpu_ctx_pop();
+    }
+    if (dw->listen_fd >= 0) {
+        close(dw->listen_fd);
+    }
+    if (dw->fd >= 0) {
+        close(dw->fd);
+    }
+    free(dw->parts);
+    free(dw->ptrs);
+    free(dw->sizes);
+    free(dw);
+}
+
+void *
+shim_dwin_peer_ptr(const struct shim_dwin *dw, int peer)
+{
+    return dw->ptrs[peer];
+}
+
+size_t
+shim_dwin_peer_size(const struct shim_dwin *dw, int peer)
+{
+    return dw->sizes[peer];
+}
+
+/* --- the operations ----------------------------------------------------------------------- */
+
+/* The stream must be one of the communicator's device, and not being captured. */
+static ncclResult_t
+shim_dwin_check_stream(const struct gpu_device *gpu, cudaStream_t stream, const char *api)
+{
+    CUcontext ctx;
+    bool capturing = false;
+
+    SHIM_CHECK(gpu_stream_ctx(stream, gpu->ordinal, &ctx));
+    if (ctx != gpu->ctx) {
+        WARN("%s: stream %p is not a stream of the communicator's device %d", api,
+             (void *)stream, gpu->ordinal);
+        return ncclInvalidArgument;
+    }
+    SHIM_CHECK(gpu_stream_capturing(stream, ctx, &capturing));
+    if (capturing) {
+        WARN("%s: stream %p is being captured into a CUDA graph: ncclshim numbers signals when "
+             "they are called, and a graph would replay the numbers; run it outside the "
+             "capture", api, (void *)stream);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+static struct gpu_flag
+shim_dsignal_flag(const struct shim_dsignals *s, int owner, size_t word)
+{
+    const struct gpu_host_import *seg = &s->words[owner];
+    return (struct gpu_flag){.host = (volatile uint32_t *)seg->host + word,
+                             .dev = seg->dev + word * sizeof(uint32_t)};
+}
+
+ncclResult_t
+shim_dwin_put_signal(struct ncclComm *comm, struct shim_dsignals *s, struct shim_dwin *dw,
+                     const void *src, size_t bytes, int peer, size_t offset, int sig, int ctx,
+                     cudaStream_t stream)
+{
+    const char *api = dw != NULL && bytes > 0 ? "ncclPutSignal" : "ncclSignal";
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_dwin_check_stream(s->gpu, stream, api));
+    SHIM_CHECK(gpu_ctx_push(s->gpu->ctx));
+    if (bytes > 0) {
+        CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dw->ptrs[peer] + offset;
+        GPU_CU_CHECK_GOTO(cuMemcpyAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                                        (CUstream)stream),
+                          res, out);
+        SHIM_CHECK_GOTO(shim_dwin_note_stream(&dw->puts, (CUstream)stream), res, out);
+    }
+    /* The word peer keeps for this rank: one writer, growing values (stream.h's barrier
+     * before the write makes the copy visible first). */
+    uint32_t seq = ++s->sent[shim_signal_word(peer, sig, ctx)];
+    struct gpu_flag word = shim_dsignal_flag(s, peer, shim_signal_word(comm->rank, sig, ctx));
+    SHIM_CHECK_GOTO(gpu_stream_post_flag((CUstream)stream, &word, seq), res, out);
+    res = shim_dwin_note_stream(&s->posted, (CUstream)stream);
+out:
+    gpu_ctx_pop();
+    return res;
+}
+
+ncclResult_t
+shim_dwin_wait_signal(struct ncclComm *comm, struct shim_dsignals *s, int peer, int sig,
+                      int ctx, uint32_t count, cudaStream_t stream)
+{
+    ncclResult_t res;
+    size_t w = shim_signal_word(peer, sig, ctx);
+
+    (void)comm;
+    SHIM_CHECK(shim_dwin_check_stream(s->gpu, stream, "ncclWaitSignal"));
+    if (count == 0) {
+        return ncclSuccess;
+    }
+    SHIM_CHECK(gpu_ctx_push(s->gpu->ctx));
+    s->counted[w] += count;
+    struct gpu_flag word = shim_dsignal_flag(s, s->rank, w);
+    SHIM_CHECK_GOTO(gpu_stream_wait_flag((CUstream)stream, &word, s->counted[w]), res, out);
+    res = shim_dwin_note_stream(&s->waited, (CUstream)stream);
+out:
+    gpu_ctx_pop();
+    return res;
+}
