@@ -189,6 +189,13 @@ shim_comm_suspend(struct ncclComm *comm)
     free(comm->scratch);
     comm->scratch = NULL;
     comm->scratch_bytes = 0;
+    /* The shared-memory slots go once the peers read this rank's last chunk; a peer still in
+     * the last operation (or gone) leaves them in place, which costs only memory. */
+    if (comm->shm != NULL &&
+        !shm_team_release_slots(comm->shm, (int)shim_env_int(SHIM_ENV_WAIT_MS))) {
+        INFO(SHIM_INIT, "comm %p rank %d: the peers had not all read this rank's last "
+             "shared-memory chunk: its slots stay", (void *)comm, comm->rank);
+    }
     comm->suspended = true;
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Suspended", (void *)comm, comm->rank,
          comm->nranks);

@@ -14,7 +14,9 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "base/clock.h"
 #include "region.h"
 
 bool
@@ -578,4 +580,22 @@ shm_op_describe(const struct shm_op *op, const struct shm_wait *wait, char *buf,
                     "sequence %u, waiting for rank %d (its flag is at %u)", op->filled,
                     op->nchunks, op->read, phase_names[op->phase], op->s0 + op->read,
                     wait->peer, wait->seen);
+}
+
+bool
+shm_team_release_slots(struct shm_team *team, int budget_ms)
+{
+    int64_t until = shim_clock_ms() + budget_ms;
+    struct shm_wait wait;
+
+    while (!shm_all_consumed(team, team->seq, &wait)) {
+        if (shim_clock_ms() >= until) {
+            return false;
+        }
+        shm_wait_sleep(&wait, 1);
+    }
+    /* The small ring and the data and result slots are contiguous and page aligned; the
+     * pages go from the shared file itself, so peers' mappings see zeros too. */
+    uint8_t *first = shm_region_small(team->regions[team->rank], 0);
+    return madvise(first, SHM_SMALL_AREA + 4 * team->slot_bytes, MADV_REMOVE) == 0;
 }

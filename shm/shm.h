@@ -209,6 +209,13 @@ enum shm_status shm_op_progress(struct shm_op *op, struct shm_team *team,
                                 struct shm_wait *wait_out);
 /* Sleeps until the flag moves past wait->seen, a wakeup, or timeout_ms. */
 void shm_wait_sleep(const struct shm_wait *wait, int timeout_ms);
+
+/* Suspension (ncclCommSuspend): gives the pages of this rank's small ring and data slots back
+ * to the system once every rank consumed this rank's last chunk (peers may still read it);
+ * they come back zero-filled at their next use. false, releasing nothing, if that did not
+ * happen within budget_ms (a peer that died, or one still in the last operation). Nothing
+ * else of the segment goes: flags, identity and the area above stay. */
+bool shm_team_release_slots(struct shm_team *team, int budget_ms);
 /* One line on what op is doing, for hang reports. */
 int shm_op_describe(const struct shm_op *op, const struct shm_wait *wait, char *buf,
                     size_t len);

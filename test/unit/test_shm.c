@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -355,5 +356,63 @@ Test(shm, the_same_process_takes_more_than_the_same_pid)
     cr_assert_eq(waitpid(child, &status, 0), child);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
               "a forked child took itself for its parent");
+    team_set_destroy(&set);
+}
+
+/* Pages of [p, p + bytes) resident in memory. */
+static size_t
+resident_pages(const void *p, size_t bytes)
+{
+    size_t pages = bytes / 4096, resident = 0;
+    unsigned char *vec = malloc(pages);
+
+    cr_assert_not_null(vec);
+    cr_assert_eq(mincore((void *)p, bytes, vec), 0);
+    for (size_t i = 0; i < pages; i++) {
+        resident += vec[i] & 1;
+    }
+    free(vec);
+    return resident;
+}
+
+Test(shm, suspension_gives_the_slots_back_and_they_serve_again)
+{
+    struct team_set set;
+    const size_t slot_bytes = 16384;
+    const size_t slots = SHM_SMALL_AREA + 4 * slot_bytes;
+    struct ref_case big = {.coll = ALG_COLL_ALLREDUCE, .nranks = 3, .count = 40000,
+                           .kind = KR_SUM};
+    struct ref_case small = {.coll = ALG_COLL_ALLGATHER, .nranks = 3, .count = 7,
+                             .kind = KR_SUM};
+
+    team_set_create(&set, 3, slot_bytes, 0);
+    run_case(&set, &big);
+    run_case(&set, &small);
+    for (int r = 0; r < 3; r++) {
+        const uint8_t *first = shm_region_small(set.teams[r]->regions[r], 0);
+        cr_assert_gt(resident_pages(first, slots), 0);
+        cr_assert(shm_team_release_slots(set.teams[r], 1000));
+        cr_assert_eq(resident_pages(first, slots), 0, "rank %d's slots still resident", r);
+    }
+    /* Zero-filled again, they carry the next operations as before. */
+    run_case(&set, &big);
+    run_case(&set, &small);
+    team_set_destroy(&set);
+}
+
+Test(shm, suspension_keeps_the_slots_while_a_peer_has_not_read_them)
+{
+    struct team_set set;
+    struct shm_op op;
+    struct shm_wait wait;
+    float send[64] = {1}, recv[3 * 64];
+    struct shm_coll_args args = {.coll = ALG_COLL_ALLGATHER, .send = send, .recv = recv,
+                                 .count = 64, .elem_size = 4};
+
+    team_set_create(&set, 3, 4096, 0);
+    /* Rank 0 posts its part of an all-gather nobody else joins: its chunk stays unread. */
+    shm_op_init(&op, set.teams[0], &args);
+    cr_assert_neq(shm_op_progress(&op, set.teams[0], &wait), SHM_DONE);
+    cr_assert_not(shm_team_release_slots(set.teams[0], 50));
     team_set_destroy(&set);
 }
