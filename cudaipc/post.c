@@ -768,47 +768,9 @@ out:
     return res;
 }
 
-/* The gate record of stream, made on first use. Streams whose last gate has run are
- * forgotten once there are many, so a program cycling through streams keeps a short list. */
-static ncclResult_t
-cipc_gate_of(struct cipc_team *team, CUstream stream, struct cipc_gate **gate_out)
-{
-    for (int i = 0; i < team->ngates; i++) {
-        if (team->gates[i].stream == stream) {
-            *gate_out = &team->gates[i];
-            return ncclSuccess;
-        }
-    }
-    if (team->ngates >= 16) {
-        for (int i = team->ngates - 1; i >= 0; i--) {
-            if (gpu_cu.cuEventQuery(team->gates[i].event) == CUDA_SUCCESS) {
-                gpu_cu.cuEventDestroy(team->gates[i].event);
-                team->gates[i] = team->gates[--team->ngates];
-            }
-        }
-    }
-    if (team->ngates == team->gates_cap) {
-        int cap = team->gates_cap ? 2 * team->gates_cap : 4;
-        struct cipc_gate *gates = realloc(team->gates, (size_t)cap * sizeof(*gates));
-        if (gates == NULL) {
-            WARN("cudaipc: out of memory for %d streams", cap);
-            return ncclSystemError;
-        }
-        team->gates = gates;
-        team->gates_cap = cap;
-    }
-    struct cipc_gate *gate = &team->gates[team->ngates];
-    GPU_CU_CHECK(cuEventCreate(&gate->event, CU_EVENT_DISABLE_TIMING));
-    gate->stream = stream;
-    team->ngates++;
-    *gate_out = gate;
-    return ncclSuccess;
-}
-
 ncclResult_t
 cipc_post_wait(struct cipc_team *team, CUstream stream)
 {
-    struct cipc_gate *gate = NULL;
     ncclResult_t res;
 
     if (team->posted_by_host) {
@@ -839,8 +801,7 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
     if (res != ncclSuccess) {
         goto out;
     }
-    SHIM_CHECK_GOTO(cipc_gate_of(team, stream, &gate), res, out);
-    GPU_CU_CHECK_GOTO(cuEventRecord(gate->event, stream), res, out);
+    SHIM_CHECK_GOTO(gpu_stream_mark(&team->gates, stream), res, out);
     res = cipc_stage_copy_out(team, stream);
 out:
     gpu_ctx_pop();
@@ -890,9 +851,7 @@ cipc_team_device_bytes(const struct cipc_team *team)
 void
 cipc_post_quiesce(struct cipc_team *team)
 {
-    for (int i = 0; i < team->ngates; i++) {
-        gpu_cu.cuEventSynchronize(team->gates[i].event);
-    }
+    gpu_stream_marks_wait(&team->gates, 0);
     struct cipc_stage *stages[2] = {team->stage, team->dev_stage};
     for (int i = 0; i < 2; i++) {
         if (stages[i] != NULL && stages[i]->free_event != NULL) {
@@ -907,10 +866,7 @@ cipc_post_free(struct cipc_team *team)
     if (team->arrived != NULL) {
         gpu_cu.cuEventDestroy(team->arrived);
     }
-    for (int i = 0; i < team->ngates; i++) {
-        gpu_cu.cuEventDestroy(team->gates[i].event);
-    }
-    free(team->gates);
+    gpu_stream_marks_free(&team->gates);
     /* Device staging is freed in its context; without a device there is none. */
     bool pushed = team->gpu != NULL && gpu_ctx_push(team->gpu->ctx) == ncclSuccess;
     cipc_stage_destroy(team, team->stage);

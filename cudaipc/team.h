@@ -88,13 +88,6 @@ struct cipc_ctrl {
 
 _Static_assert(sizeof(struct cipc_ctrl) <= SHM_AUX_BYTES, "the control block outgrew its area");
 
-/* A stream this rank gated, and an event recorded after its last gate (post.c): the control
- * block must outlive every gate that reads it. */
-struct cipc_gate {
-    CUstream stream;
-    CUevent event;
-};
-
 /* A staged buffer's copy out, enqueued after done (post.c). */
 struct cipc_copy {
     CUdeviceptr dst, src;
@@ -138,8 +131,8 @@ struct cipc_team {
      * on this rank's stream where it arrives, and the leader's `done_event`. */
     bool leader_ctx;
     CUevent arrived;
-    struct cipc_gate *gates;       /* every stream with a gate that may not have run yet */
-    int ngates, gates_cap;
+    struct gpu_stream_marks gates; /* every stream with a gate that may not have run yet: the
+                                      control block must outlive every gate that reads it */
     struct cipc_copy *copies;      /* the staged outputs of those */
     int ncopies, copies_cap;
     struct cipc_stage *stage;      /* through pinned host memory */

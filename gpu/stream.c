@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stream ordering (stream.h): gates on user streams, flags on internal streams, release from
- * the host, and the fork and join of a group's streams.
+ * the host, the fork and join of a group's streams, and the marks teardown waits for.
  */
 #include "stream.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "base/check.h"
+#include "base/clock.h"
 #include "driver.h"
 
 ncclResult_t
@@ -132,4 +136,76 @@ gpu_streams_join(const struct gpu_stream_set *set)
     }
     gpu_ctx_pop();
     return res;
+}
+
+/* --- marks -------------------------------------------------------------------------------- */
+
+/* More than this many streams: the ones whose mark has passed are forgotten. */
+#define GPU_MARKS_KEEP 16
+
+ncclResult_t
+gpu_stream_mark(struct gpu_stream_marks *m, CUstream stream)
+{
+    int i = 0;
+
+    while (i < m->n && m->marks[i].stream != stream) {
+        i++;
+    }
+    if (i == m->n && m->n >= GPU_MARKS_KEEP) {
+        for (int j = m->n - 1; j >= 0; j--) {
+            if (gpu_cu.cuEventQuery(m->marks[j].event) == CUDA_SUCCESS) {
+                gpu_cu.cuEventDestroy(m->marks[j].event);
+                m->marks[j] = m->marks[--m->n];
+            }
+        }
+        i = m->n;
+    }
+    if (i == m->n) {
+        if (m->n == m->cap) {
+            int cap = m->cap ? 2 * m->cap : 4;
+            struct gpu_stream_mark *marks = realloc(m->marks, (size_t)cap * sizeof(*marks));
+            if (marks == NULL) {
+                WARN("out of memory for %d marked streams", cap);
+                return ncclSystemError;
+            }
+            m->marks = marks;
+            m->cap = cap;
+        }
+        GPU_CU_CHECK(cuEventCreate(&m->marks[i].event, CU_EVENT_DISABLE_TIMING));
+        m->marks[i].stream = stream;
+        m->n++;
+    }
+    GPU_CU_CHECK(cuEventRecord(m->marks[i].event, stream));
+    return ncclSuccess;
+}
+
+bool
+gpu_stream_marks_wait(const struct gpu_stream_marks *m, int64_t budget_ms)
+{
+    int64_t until = shim_clock_ms() + budget_ms;
+    bool passed = true;
+
+    for (int i = 0; i < m->n; i++) {
+        if (budget_ms == 0) {
+            passed &= gpu_cu.cuEventSynchronize(m->marks[i].event) == CUDA_SUCCESS;
+            continue;
+        }
+        CUresult cu;
+        while ((cu = gpu_cu.cuEventQuery(m->marks[i].event)) == CUDA_ERROR_NOT_READY &&
+               shim_clock_ms() < until) {
+            usleep(100);
+        }
+        passed &= cu == CUDA_SUCCESS;
+    }
+    return passed;
+}
+
+void
+gpu_stream_marks_free(struct gpu_stream_marks *m)
+{
+    for (int i = 0; i < m->n; i++) {
+        gpu_cu.cuEventDestroy(m->marks[i].event);
+    }
+    free(m->marks);
+    *m = (struct gpu_stream_marks){0};
 }

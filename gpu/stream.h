@@ -68,6 +68,27 @@ struct gpu_stream_set {
     int n;
     cudaStream_t streams[GPU_GROUP_MAX_STREAMS];
 };
+/* The streams a communicator gated or gave work that touches memory of its own, each with
+ * an event recorded after the latest such work: what teardown waits for before that memory
+ * goes (a stream still waiting on unregistered memory would fault). Streams whose last mark
+ * has passed are forgotten once there are many, so a program cycling through streams keeps a
+ * short list. The marked stream's context must be current. */
+struct gpu_stream_mark {
+    CUstream stream;
+    CUevent event;
+};
+struct gpu_stream_marks {
+    struct gpu_stream_mark *marks;
+    int n, cap;
+};
+/* Records stream's mark after the work enqueued on it so far. */
+ncclResult_t gpu_stream_mark(struct gpu_stream_marks *marks, CUstream stream);
+/* Waits until every mark has passed, for budget_ms at most (0: no limit); whether they all
+ * did. Needs no current context. */
+bool gpu_stream_marks_wait(const struct gpu_stream_marks *marks, int64_t budget_ms);
+/* Frees the marks (their events); the list is empty again. */
+void gpu_stream_marks_free(struct gpu_stream_marks *marks);
+
 /* Adds stream to the set unless there already (ncclInvalidUsage past the maximum). */
 ncclResult_t gpu_stream_set_add(struct gpu_stream_set *set, cudaStream_t stream);
 /* streams[0] waits for the work enqueued so far on every other stream of the set. */

@@ -20,15 +20,6 @@
 #include "gpu/stream.h"
 #include "window.h"
 
-/* Streams whose one-sided work this rank last enqueued, each with an event after it: what
- * teardown waits for before it unmaps what that work touches. */
-#define SHIM_DWIN_STREAMS 8
-struct shim_dwin_streams {
-    CUstream stream[SHIM_DWIN_STREAMS];
-    CUevent event[SHIM_DWIN_STREAMS];
-    int n, next;
-};
-
 struct shim_dsignals {
     const struct gpu_device *gpu;
     int nranks, rank;
@@ -37,8 +28,8 @@ struct shim_dsignals {
     struct gpu_host_import *words;   /* every rank's segment as this process reaches it */
     uint32_t *sent;                  /* [peer][sigIdx][ctx]: signals this rank sent there */
     uint32_t *counted;               /* [source][sigIdx][ctx]: what waits here counted */
-    struct shim_dwin_streams posted; /* streams that wrote peers' words */
-    struct shim_dwin_streams waited; /* streams that wait on this rank's words */
+    struct gpu_stream_marks posted;  /* streams that wrote peers' words */
+    struct gpu_stream_marks waited;  /* streams that wait on this rank's words */
 };
 
 struct shim_dwin {
@@ -53,55 +44,8 @@ struct shim_dwin {
     struct gpu_mem_import *parts;    /* every peer's mapping (this rank's stays empty) */
     void **ptrs;                     /* every rank's part as this process reaches it */
     size_t *sizes;
-    struct shim_dwin_streams puts;   /* streams that put into peers' parts */
+    struct gpu_stream_marks puts;    /* streams that put into peers' parts */
 };
-
-/* --- streams to wait for ------------------------------------------------------------------ */
-
-/* Records an event after stream's work so far. */
-static ncclResult_t
-shim_dwin_note_stream(struct shim_dwin_streams *s, CUstream stream)
-{
-    int i = 0;
-    while (i < s->n && s->stream[i] != stream) {
-        i++;
-    }
-    if (i == s->n) {
-        if (s->n < SHIM_DWIN_STREAMS) {
-            GPU_CU_CHECK(cuEventCreate(&s->event[s->n], CU_EVENT_DISABLE_TIMING));
-            i = s->n++;
-        } else {
-            /* Full: the oldest stream's work must be done before its entry serves another. */
-            i = s->next;
-            s->next = (s->next + 1) % SHIM_DWIN_STREAMS;
-            GPU_CU_CHECK(cuEventSynchronize(s->event[i]));
-        }
-        s->stream[i] = stream;
-    }
-    GPU_CU_CHECK(cuEventRecord(s->event[i], stream));
-    return ncclSuccess;
-}
-
-/* Waits (up to budget_ms; 0: no limit) for every noted stream's work, then frees the events.
- * false if some work was still running when the budget ran out. */
-static bool
-shim_dwin_streams_finish(struct shim_dwin_streams *s, int64_t budget_ms)
-{
-    int64_t until = shim_clock_ms() + budget_ms;
-    bool done = true;
-
-    for (int i = 0; i < s->n; i++) {
-        CUresult cu;
-        while ((cu = gpu_cu.cuEventQuery(s->event[i])) == CUDA_ERROR_NOT_READY &&
-               (budget_ms == 0 || shim_clock_ms() < until)) {
-            usleep(100);
-        }
-        done &= cu != CUDA_ERROR_NOT_READY;
-        gpu_cu.cuEventDestroy(s->event[i]);
-    }
-    s->n = 0;
-    return done;
-}
 
 /* --- signal words ------------------------------------------------------------------------- */
 
@@ -157,8 +101,10 @@ shim_dsignals_free(struct shim_dsignals *s)
                 __atomic_store_n(&own[w], s->counted[w], __ATOMIC_RELEASE);
             }
         }
-        bool posted = shim_dwin_streams_finish(&s->posted, 1000);
-        bool waited = shim_dwin_streams_finish(&s->waited, 1000);
+        bool posted = gpu_stream_marks_wait(&s->posted, 1000);
+        bool waited = gpu_stream_marks_wait(&s->waited, 1000);
+        gpu_stream_marks_free(&s->posted);
+        gpu_stream_marks_free(&s->waited);
         /* Memory a stream may still touch stays mapped and registered: a fault is worse. */
         for (int r = 0; r < s->nranks && posted && waited; r++) {
             gpu_host_unimport(&s->words[r]);
@@ -389,11 +335,12 @@ shim_dwin_free(struct shim_dwin *dw)
     }
     if (dw->parts != NULL && gpu_ctx_push(dw->gpu->ctx) == ncclSuccess) {
         /* Our puts into the peers' parts first; a mapping goes only once nothing uses it. */
-        if (shim_dwin_streams_finish(&dw->puts, 0)) {
+        if (gpu_stream_marks_wait(&dw->puts, 0)) {
             for (int r = 0; r < dw->nranks; r++) {
                 gpu_mem_unimport(&dw->parts[r]);
             }
         }
+        gpu_stream_marks_free(&dw->puts);
         gpu_ctx_pop();
     }
     if (dw->listen_fd >= 0) {
@@ -468,14 +415,14 @@ shim_dwin_put_signal(struct ncclComm *comm, struct shim_dsignals *s, struct shim
         GPU_CU_CHECK_GOTO(cuMemcpyAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes,
                                         (CUstream)stream),
                           res, out);
-        SHIM_CHECK_GOTO(shim_dwin_note_stream(&dw->puts, (CUstream)stream), res, out);
+        SHIM_CHECK_GOTO(gpu_stream_mark(&dw->puts, (CUstream)stream), res, out);
     }
     /* The word peer keeps for this rank: one writer, growing values (stream.h's barrier
      * before the write makes the copy visible first). */
     uint32_t seq = ++s->sent[shim_signal_word(peer, sig, ctx)];
     struct gpu_flag word = shim_dsignal_flag(s, peer, shim_signal_word(comm->rank, sig, ctx));
     SHIM_CHECK_GOTO(gpu_stream_post_flag((CUstream)stream, &word, seq), res, out);
-    res = shim_dwin_note_stream(&s->posted, (CUstream)stream);
+    res = gpu_stream_mark(&s->posted, (CUstream)stream);
 out:
     gpu_ctx_pop();
     return res;
@@ -497,7 +444,7 @@ shim_dwin_wait_signal(struct ncclComm *comm, struct shim_dsignals *s, int peer, 
     s->counted[w] += count;
     struct gpu_flag word = shim_dsignal_flag(s, s->rank, w);
     SHIM_CHECK_GOTO(gpu_stream_wait_flag((CUstream)stream, &word, s->counted[w]), res, out);
-    res = shim_dwin_note_stream(&s->waited, (CUstream)stream);
+    res = gpu_stream_mark(&s->waited, (CUstream)stream);
 out:
     gpu_ctx_pop();
     return res;
