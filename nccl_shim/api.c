@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "base/check.h"
 #include "bootstrap/bootstrap.h"
 #include "comm.h"
@@ -552,7 +553,8 @@ shim_api_one_sided_enter(ncclComm_t comm, const char *api)
     SHIM_CHECK(shim_comm_check_ready(comm, api));
     __atomic_add_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
     shim_comm_bind(comm);
-    ncclResult_t res = comm->staged != NULL ? shim_devexec_drain(comm) : ncclSuccess;
+    ncclResult_t res =
+        shim_devexec_backend(comm)->drives_worker ? shim_devexec_drain(comm) : ncclSuccess;
     if (res != ncclSuccess) {
         shim_comm_bind(NULL);
         __atomic_sub_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
@@ -893,13 +895,6 @@ ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
 SHIM_ALIAS(ncclRedOpDestroy)
 
 /* --- collectives ----------------------------------------------------------------------------*/
-
-static bool
-shim_coll_reduces(enum shim_coll coll)
-{
-    return coll == SHIM_COLL_ALLREDUCE || coll == SHIM_COLL_REDUCE ||
-           coll == SHIM_COLL_REDUCESCATTER;
-}
 
 static bool
 shim_coll_rooted(enum shim_coll coll)

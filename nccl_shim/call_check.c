@@ -42,13 +42,6 @@ shim_call_describe(const struct shim_exec *exec)
                                    .op = (int32_t)op->redop.kind, .root = op->root};
 }
 
-static bool
-shim_call_reduces(int32_t coll)
-{
-    return coll == SHIM_COLL_ALLREDUCE || coll == SHIM_COLL_REDUCE ||
-           coll == SHIM_COLL_REDUCESCATTER;
-}
-
 static int
 shim_call_format(const struct shim_call_desc *d, char *buf, size_t len)
 {
@@ -56,8 +49,8 @@ shim_call_format(const struct shim_call_desc *d, char *buf, size_t len)
     return snprintf(buf, len, "%s #%u (count %llu, %s%s%s, root %d)",
                     shim_coll_name((enum shim_coll)d->coll), d->seq,
                     (unsigned long long)d->count, kr_type_name((ncclDataType_t)d->datatype),
-                    shim_call_reduces(d->coll) ? ", " : "",
-                    !shim_call_reduces(d->coll) ? ""
+                    shim_coll_reduces((enum shim_coll)d->coll) ? ", " : "",
+                    !shim_coll_reduces((enum shim_coll)d->coll) ? ""
                     : d->op >= 0 && d->op < 6   ? ops[d->op]
                                                 : "?",
                     d->root);

@@ -22,7 +22,7 @@
 #include "cudaipc/cudaipc.h"
 #include "exec.h"
 #include "exec_device.h"
-#include "exec_staged.h"
+#include "backend.h"
 #include "group.h"
 #include "shm/shm.h"
 #include "transports/transport.h"
@@ -168,10 +168,7 @@ ncclResult_t
 shim_comm_revoke(struct ncclComm *comm)
 {
     __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
-    if (comm->dev != NULL) {
-        cipc_team_release(comm->dev); /* device operations in flight stop waiting */
-    }
-    shim_staged_release(comm->staged);
+    shim_devexec_backend(comm)->release(comm); /* device operations in flight stop waiting */
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Revoked", (void *)comm, comm->rank,
          comm->nranks);
     return ncclSuccess;
@@ -183,9 +180,7 @@ shim_comm_suspend(struct ncclComm *comm)
     SHIM_CHECK(shim_comm_check_ready(comm, "ncclCommSuspend"));
     /* The device work already enqueued still uses what goes: it finishes first. */
     SHIM_CHECK(shim_devexec_drain(comm));
-    if (comm->dev != NULL) {
-        SHIM_CHECK(cipc_team_release_memory(comm->dev));
-    }
+    SHIM_CHECK(shim_devexec_backend(comm)->release_memory(comm));
     free(comm->scratch);
     comm->scratch = NULL;
     comm->scratch_bytes = 0;
@@ -222,7 +217,7 @@ shim_comm_gpu_bytes(const struct ncclComm *comm, uint64_t *releasable_out,
 {
     /* The device team's staging areas are the only GPU memory a communicator allocates; the
      * kernels' code belongs to the process, other ranks' memory to its owners. */
-    *releasable_out = comm->dev != NULL ? cipc_team_device_bytes(comm->dev) : 0;
+    *releasable_out = shim_devexec_backend(comm)->device_bytes(comm);
     *persistent_out = 0;
 }
 
@@ -282,6 +277,7 @@ shim_comm_connect(struct ncclComm *comm, const ncclUniqueId *id)
     if (res == ncclSuccess) {
         res = shim_comm_shm_setup(comm);
     }
+    comm->backend = shim_backend_choose(comm);
 out_table:
     shim_bootstrap_table_free(table);
     return res;
@@ -466,6 +462,7 @@ shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs, const s
 {
     SHIM_CHECK(tp_worker_connect(comm->tp, comm->nranks, comm->rank, addrs, lens));
     SHIM_CHECK(shim_comm_shm_setup(comm));
+    comm->backend = shim_backend_choose(comm);
     __atomic_store_n(&comm->state, SHIM_COMM_READY, __ATOMIC_RELEASE);
     INFO(SHIM_INIT, "comm %p rank %d nranks %d cudaDev %d - Init COMPLETE (from a parent)",
          (void *)comm, comm->rank, comm->nranks, comm->cuda_dev);
@@ -575,7 +572,7 @@ shim_comm_abort(struct ncclComm *comm)
     shim_comm_join_init(comm);
     /* Calls of other threads (a watchdog aborts while the program's thread waits in a call)
      * see the abort and leave before anything of the communicator goes. */
-    cipc_team_interrupt(comm->dev); /* the network path's batch fails on the abort flag */
+    shim_devexec_backend(comm)->interrupt(comm);
     for (int waited_ms = 0; __atomic_load_n(&comm->calls_inside, __ATOMIC_ACQUIRE) > 0;
          waited_ms++) {
         if (waited_ms % 5000 == 4999) {

@@ -1,31 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Operations on device memory (exec_device.h): the checks, and carrying a group of them out
- * per device: the streams forked, each communicator's operations handed to its team (or, for
- * one rank, enqueued on the stream), the streams joined.
+ * per device: the streams forked, each communicator's operations handed to its back-end
+ * (backend.h), the streams joined.
  */
 #include "exec_device.h"
-#include "exec_staged.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "base/check.h"
 #include "comm.h"
-#include "cudaipc/cudaipc.h"
-#include "cudaipc/tasks.h"
 #include "gpu/driver.h"
 #include "gpu/stream.h"
 #include "kernels/device.h"
-
-/* A one-rank communicator's operations run on the call's stream; this keeps them in issue
- * order when calls use several streams. Captured into a CUDA graph they are the graph's
- * kernels and copies, replayed as often as it is launched: nothing of ours takes part then. */
-struct shim_dev_solo {
-    CUevent last;          /* recorded after the last operation */
-    cudaStream_t stream;   /* on this stream */
-    bool recorded;
-};
 
 /* A communicator made without a current device works on device 0, as the runtime's. */
 static int
@@ -42,13 +31,6 @@ shim_devexec_device(const struct ncclComm *comm)
         return NULL;
     }
     return gpu;
-}
-
-static bool
-shim_coll_reduces_dev(enum shim_coll coll)
-{
-    return coll == SHIM_COLL_ALLREDUCE || coll == SHIM_COLL_REDUCE ||
-           coll == SHIM_COLL_REDUCESCATTER;
 }
 
 ncclResult_t
@@ -76,7 +58,7 @@ shim_devexec_check(struct shim_op *op, const char *api)
         return ncclUnhandledCudaError;
     }
     SHIM_CHECK(kr_dev_check_device(api, gpu));
-    if (shim_coll_reduces_dev(op->coll) &&
+    if (shim_coll_reduces(op->coll) &&
         (op->datatype == ncclFloat8e4m3 || op->datatype == ncclFloat8e5m2) &&
         gpu->cc_major < 9) {
         WARN("%s: fp8 reductions need compute capability 9.0 or newer, as NCCL's; device %d "
@@ -91,7 +73,7 @@ shim_devexec_check(struct shim_op *op, const char *api)
         return ncclInvalidArgument;
     }
     SHIM_CHECK(gpu_stream_capturing(op->stream, ctx, &op->capturing));
-    if (op->capturing && comm->nranks > 1 && comm->dev == NULL) {
+    if (op->capturing && !shim_devexec_backend(comm)->captures) {
         /* The network path's thread runs batches the call hands it: nothing for a graph to
          * replay. One host's device team posts from the stream instead (cudaipc/hostpost.c). */
         WARN("%s: stream %p is being captured into a CUDA graph; ncclshim captures device "
@@ -101,145 +83,6 @@ shim_devexec_check(struct shim_op *op, const char *api)
         return ncclInvalidUsage;
     }
     return ncclSuccess;
-}
-
-/* --- one rank --------------------------------------------------------------------------- */
-
-static bool
-shim_devexec_is_copy(const struct shim_op *op)
-{
-    return !shim_coll_reduces_dev(op->coll) ||
-           (op->redop.kind != KR_PREMULSUM && op->redop.kind != KR_SUMPOSTDIV);
-}
-
-static ncclResult_t
-shim_devexec_copy(const void *src, void *dst, size_t bytes, CUstream stream)
-{
-    if (bytes == 0 || src == dst) {
-        return ncclSuccess;
-    }
-    GPU_CU_CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
-                               stream));
-    return ncclSuccess;
-}
-
-/* One rank's collective: a copy of its input, scaled where the op scales. */
-static ncclResult_t
-shim_devexec_solo_coll(const struct shim_op *op, const struct gpu_device *gpu, CUstream stream)
-{
-    size_t bytes = op->count * kr_type_size(op->datatype);
-
-    if (op->coll == SHIM_COLL_BARRIER) {
-        return ncclSuccess;
-    }
-    if (shim_devexec_is_copy(op)) {
-        return shim_devexec_copy(op->sendbuff, op->recvbuff, bytes, stream);
-    }
-    struct cipc_work *w;
-    SHIM_CHECK(shim_calloc(&w, 1));
-    w->coll = ALG_COLL_ALLREDUCE;
-    w->nranks = 1;
-    w->count = op->count;
-    w->redop = op->redop;
-    w->send[0] = (uintptr_t)op->sendbuff;
-    w->recv[0] = (uintptr_t)op->recvbuff;
-    w->pre[0] = op->redop.kind == KR_PREMULSUM;
-    memcpy(&w->scalar[0], op->redop.scalar, sizeof(w->scalar[0]));
-    w->scalar_ptr[0] = (uintptr_t)op->scalar_dev;
-    ncclResult_t res = cipc_tasks_launch(w, stream, gpu);
-    free(w);
-    return res;
-}
-
-/* Sends to self pair with receives from self in order, within the group. */
-static ncclResult_t
-shim_devexec_solo_p2p(const struct shim_op *ops, int nops, CUstream stream)
-{
-    int r = 0;
-
-    for (int s = 0; s < nops; s++) {
-        if (ops[s].coll != SHIM_COLL_SEND) {
-            continue;
-        }
-        while (r < nops && ops[r].coll != SHIM_COLL_RECV) {
-            r++;
-        }
-        if (r == nops) {
-            WARN("ncclSend to self without its ncclRecv in the same group");
-            return ncclInvalidUsage;
-        }
-        size_t sent = ops[s].count * kr_type_size(ops[s].datatype);
-        size_t room = ops[r].count * kr_type_size(ops[r].datatype);
-        if (sent != room) {
-            WARN("ncclSend to self of %zu bytes, its ncclRecv takes %zu", sent, room);
-            return ncclInvalidUsage;
-        }
-        SHIM_CHECK(shim_devexec_copy(ops[s].sendbuff, ops[r].recvbuff, sent, stream));
-        r++;
-    }
-    while (r < nops && ops[r].coll != SHIM_COLL_RECV) {
-        r++;
-    }
-    if (r < nops) {
-        WARN("ncclRecv from self without its ncclSend in the same group");
-        return ncclInvalidUsage;
-    }
-    return ncclSuccess;
-}
-
-/* A one-rank communicator's ops (all on comm, in order), on stream (being captured or not). */
-static ncclResult_t
-shim_devexec_solo(struct ncclComm *comm, const struct shim_op *ops, int nops,
-                  const struct gpu_device *gpu, cudaStream_t stream, bool capturing)
-{
-    struct shim_dev_solo *solo = comm->solo;
-
-    if (solo == NULL) {
-        SHIM_CHECK(shim_calloc(&solo, 1));
-        CUresult cu = gpu_cu.cuEventCreate(&solo->last, CU_EVENT_DISABLE_TIMING);
-        if (cu != CUDA_SUCCESS) {
-            free(solo);
-            return gpu_cu_fail(cu, "cuEventCreate", __FILE__, __LINE__);
-        }
-        comm->solo = solo;
-    }
-    /* A capture is ordered by where its graph is launched; an event of ours recorded outside
-     * it may not be awaited in it, nor one recorded in it outside. */
-    if (solo->recorded && solo->stream != stream && !capturing) {
-        GPU_CU_CHECK(cuStreamWaitEvent((CUstream)stream, solo->last, 0));
-    }
-    for (int i = 0; i < nops; i++) {
-        if (ops[i].coll != SHIM_COLL_SEND && ops[i].coll != SHIM_COLL_RECV) {
-            SHIM_CHECK(shim_devexec_solo_coll(&ops[i], gpu, (CUstream)stream));
-        }
-    }
-    SHIM_CHECK(shim_devexec_solo_p2p(ops, nops, (CUstream)stream));
-    if (capturing) {
-        return ncclSuccess;
-    }
-    GPU_CU_CHECK(cuEventRecord(solo->last, (CUstream)stream));
-    solo->stream = stream;
-    solo->recorded = true;
-    return ncclSuccess;
-}
-
-/* --- a team ----------------------------------------------------------------------------- */
-
-static struct cipc_op
-shim_devexec_cipc_op(const struct shim_op *op)
-{
-    return (struct cipc_op){
-        .coll = shim_op_alg_coll(op->coll),
-        .send = op->sendbuff,
-        .recv = op->recvbuff,
-        .send_mem = op->send_mem,
-        .recv_mem = op->recv_mem,
-        .count = op->count,
-        .redop = op->redop,
-        .scalar_dev = op->scalar_dev,
-        .root = op->root,
-        .match = op->seq,
-    };
 }
 
 /* --- groups ----------------------------------------------------------------------------- */
@@ -267,11 +110,10 @@ shim_devexec_first_of_comm(const struct shim_op *ops, const bool *on, int i)
     return on[i];
 }
 
-/* Forks the part's streams and hands each communicator's ops to its team, its network path,
- * or (one rank) the stream itself. */
+/* Forks the part's streams and hands each communicator's ops to its back-end. */
 static ncclResult_t
 shim_devexec_part_arrive(const struct shim_op *ops, int nops, struct shim_dev_part *part,
-                         struct cipc_op *scratch)
+                         struct shim_op *mine)
 {
     const bool *on = part->on;
     ncclResult_t res;
@@ -290,13 +132,14 @@ shim_devexec_part_arrive(const struct shim_op *ops, int nops, struct shim_dev_pa
             SHIM_CHECK(gpu_stream_set_add(&part->set, ops[i].stream));
         }
     }
-    cudaStream_t stream = part->set.streams[0];
+    CUstream stream = (CUstream)part->set.streams[0];
     /* The check asked the driver whether each call's stream was being captured; the group's
      * work goes on the first one's. */
     bool capturing = ops[first].capturing;
     SHIM_CHECK(gpu_streams_fork(&part->set));
     SHIM_CHECK(gpu_ctx_push(part->gpu->ctx));
-    for (int i = first; i < nops; i++) {
+    res = ncclSuccess;
+    for (int i = first; i < nops && res == ncclSuccess; i++) {
         if (!shim_devexec_first_of_comm(ops, on, i)) {
             continue;
         }
@@ -304,32 +147,12 @@ shim_devexec_part_arrive(const struct shim_op *ops, int nops, struct shim_dev_pa
         int n = 0;
         for (int j = i; j < nops; j++) {
             if (on[j] && ops[j].comm == comm) {
-                scratch[n++] = shim_devexec_cipc_op(&ops[j]);
+                mine[n++] = ops[j];
             }
         }
-        if (comm->dev != NULL) {
-            res = cipc_post_arrive(comm->dev, scratch, n, (CUstream)stream, capturing);
-        } else {
-            /* One rank, or ranks without a device team (staged over the network). */
-            struct shim_op *mine;
-            SHIM_CHECK_GOTO(shim_calloc(&mine, (size_t)n), res, out);
-            for (int j = i, k = 0; j < nops; j++) {
-                if (on[j] && ops[j].comm == comm) {
-                    mine[k++] = ops[j];
-                }
-            }
-            res = comm->nranks == 1
-                      ? shim_devexec_solo(comm, mine, n, part->gpu, stream, capturing)
-                      : shim_staged_arrive(comm, mine, n, part->gpu, (CUstream)stream);
-            free(mine);
-        }
-        if (res != ncclSuccess) {
-            goto out;
-        }
+        res = shim_devexec_backend(comm)->arrive(comm, mine, n, part->gpu, stream, capturing);
     }
-    part->arrived = true;
-    res = ncclSuccess;
-out:
+    part->arrived = res == ncclSuccess;
     gpu_ctx_pop();
     return res;
 }
@@ -346,11 +169,7 @@ shim_devexec_part_wait(const struct shim_op *ops, int nops, struct shim_dev_part
         if (!shim_devexec_first_of_comm(ops, part->on, i)) {
             continue;
         }
-        if (ops[i].comm->dev != NULL) {
-            res = cipc_post_wait(ops[i].comm->dev, stream);
-        } else if (ops[i].comm->nranks > 1) {
-            res = shim_staged_wait(ops[i].comm, stream);
-        }
+        res = shim_devexec_backend(ops[i].comm)->wait(ops[i].comm, stream);
     }
     gpu_ctx_pop();
     if (res == ncclSuccess) {
@@ -363,7 +182,7 @@ ncclResult_t
 shim_devexec_run(const struct shim_op *ops, int nops)
 {
     struct shim_dev_part *parts = NULL;
-    struct cipc_op *scratch = NULL;
+    struct shim_op *scratch = NULL;
     int *part_of = NULL, nparts = 0;
     bool *masks = NULL;
     ncclResult_t res;
@@ -412,53 +231,33 @@ out:
 
 /* --- the communicator's state ------------------------------------------------------------ */
 
+const struct shim_backend *
+shim_devexec_backend(const struct ncclComm *comm)
+{
+    /* Chosen when the communicator connected; one that never did can only be torn down. */
+    return comm->backend != NULL ? comm->backend : shim_backend_choose(comm);
+}
+
 bool
 shim_devexec_pending(const struct ncclComm *comm)
 {
-    if (comm->dev != NULL) {
-        return cipc_team_busy(comm->dev);
-    }
-    if (comm->staged != NULL) {
-        return shim_staged_busy(comm->staged);
-    }
-    return comm->solo != NULL && comm->solo->recorded &&
-           gpu_cu.cuEventQuery(comm->solo->last) == CUDA_ERROR_NOT_READY;
+    return shim_devexec_backend(comm)->busy(comm);
 }
 
 ncclResult_t
 shim_devexec_drain(struct ncclComm *comm)
 {
-    if (comm->dev != NULL) {
-        return cipc_team_drain(comm->dev);
-    }
-    if (comm->staged != NULL) {
-        return shim_staged_drain(comm->staged);
-    }
-    if (comm->solo != NULL && comm->solo->recorded) {
-        GPU_CU_CHECK(cuEventSynchronize(comm->solo->last));
-    }
-    return ncclSuccess;
+    return shim_devexec_backend(comm)->drain(comm);
 }
 
 ncclResult_t
 shim_devexec_comm_error(const struct ncclComm *comm)
 {
-    return comm->dev != NULL ? cipc_team_error(comm->dev) : shim_staged_error(comm->staged);
+    return shim_devexec_backend(comm)->error(comm);
 }
 
 void
 shim_devexec_comm_free(struct ncclComm *comm, bool abort)
 {
-    cipc_team_destroy(comm->dev, abort);
-    comm->dev = NULL;
-    shim_staged_destroy(comm->staged, abort);
-    comm->staged = NULL;
-    if (comm->solo != NULL) {
-        if (!abort && comm->solo->recorded) {
-            gpu_cu.cuEventSynchronize(comm->solo->last);
-        }
-        gpu_cu.cuEventDestroy(comm->solo->last);
-        free(comm->solo);
-        comm->solo = NULL;
-    }
+    shim_devexec_backend(comm)->destroy(comm, abort);
 }

@@ -5,10 +5,8 @@
  * call's stream and before the work queued after it, and the operations of one communicator
  * complete in the order they were issued.
  *
- * Who carries them out: on a communicator of one rank, kernels (or a copy) on the call's
- * stream itself; on a communicator whose ranks share a host, its device team (cudaipc/). Ranks
- * on several hosts, or a host team turned off (NCCL_SHM_DISABLE=1), have no device path yet:
- * such calls are refused with a message.
+ * Who carries them out: the communicator's row of the back-end table (backend.h): one rank
+ * alone, the device team of ranks sharing a host, or the network path.
  *
  * Groups: a group's device operations on the streams of one device synchronise those streams
  * as NCCL does (every stream's earlier work before any of the group, every stream's later
@@ -24,6 +22,7 @@
 #include "op.h"
 
 struct ncclComm;
+struct shim_backend;
 
 /* Whether op's communicator can take it now, with a WARN naming `api` if not: the kernels are
  * built in, the communicator has a device path and no failure, fp8 reductions run on compute
@@ -38,8 +37,11 @@ ncclResult_t shim_devexec_drain(struct ncclComm *comm);
 /* Whether comm has device operations issued and not known done. */
 bool shim_devexec_pending(const struct ncclComm *comm);
 
-/* The communicator's device state: a one-rank communicator's ordering event, a team's. */
+/* The communicator's device state, its back-end's: the first failure, and teardown. */
 ncclResult_t shim_devexec_comm_error(const struct ncclComm *comm);
 void shim_devexec_comm_free(struct ncclComm *comm, bool abort);
+/* The communicator's back-end (comm->backend, or for one that never connected, the row it
+ * would have had: all it can do is go). */
+const struct shim_backend *shim_devexec_backend(const struct ncclComm *comm);
 
 #endif

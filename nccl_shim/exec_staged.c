@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/env.h"
+#include "backend.h"
 #include "comm.h"
 #include "exec_internal.h"
 #include "gpu/staging.h"
@@ -194,10 +195,11 @@ err:
     return res;
 }
 
-ncclResult_t
+static ncclResult_t
 shim_staged_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
-                   const struct gpu_device *gpu, CUstream stream)
+                   const struct gpu_device *gpu, CUstream stream, bool capturing)
 {
+    (void)capturing; /* refused by the row (captures: false) */
     struct shim_staged_batch *batch;
     ncclResult_t res;
 
@@ -237,7 +239,7 @@ err:
     return res;
 }
 
-ncclResult_t
+static ncclResult_t
 shim_staged_wait(struct ncclComm *comm, CUstream stream)
 {
     struct shim_staged *staged = comm->staged;
@@ -259,24 +261,30 @@ shim_staged_wait(struct ncclComm *comm, CUstream stream)
     return gpu_staging_wait_done(staged->staging, stream);
 }
 
-void
-shim_staged_release(struct shim_staged *staged)
+static void
+shim_staged_release(struct ncclComm *comm)
 {
+    struct shim_staged *staged = comm->staged;
+
     if (staged != NULL) {
         gpu_staging_release(staged->staging, __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE));
     }
 }
 
-bool
-shim_staged_busy(const struct shim_staged *staged)
+static bool
+shim_staged_busy(const struct ncclComm *comm)
 {
+    const struct shim_staged *staged = comm->staged;
+
     return staged != NULL && __atomic_load_n(&staged->finished, __ATOMIC_ACQUIRE) !=
                                  __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE);
 }
 
-ncclResult_t
-shim_staged_drain(struct shim_staged *staged)
+static ncclResult_t
+shim_staged_drain(struct ncclComm *comm)
 {
+    struct shim_staged *staged = comm->staged;
+
     if (staged == NULL) {
         return ncclSuccess;
     }
@@ -289,15 +297,19 @@ shim_staged_drain(struct shim_staged *staged)
     return res;
 }
 
-ncclResult_t
-shim_staged_error(const struct shim_staged *staged)
+static ncclResult_t
+shim_staged_error(const struct ncclComm *comm)
 {
+    const struct shim_staged *staged = comm->staged;
+
     return staged != NULL ? __atomic_load_n(&staged->error, __ATOMIC_ACQUIRE) : ncclSuccess;
 }
 
-void
-shim_staged_destroy(struct shim_staged *staged, bool abort)
+static void
+shim_staged_destroy(struct ncclComm *comm, bool abort)
 {
+    struct shim_staged *staged = comm->staged;
+
     if (staged == NULL) {
         return;
     }
@@ -308,13 +320,13 @@ shim_staged_destroy(struct shim_staged *staged, bool abort)
         staged->error = ncclInvalidUsage;
     }
     pthread_mutex_unlock(&staged->lock);
-    shim_staged_drain(staged);
+    shim_staged_drain(comm);
     pthread_mutex_lock(&staged->lock);
     staged->stop = true;
     pthread_cond_broadcast(&staged->cond);
     pthread_mutex_unlock(&staged->lock);
     pthread_join(staged->thread, NULL);
-    shim_staged_release(staged);
+    shim_staged_release(comm);
     gpu_ctx_push(staged->gpu->ctx);
     gpu_staging_destroy(staged->staging);
     if (staged->phases != NULL) {
@@ -325,4 +337,41 @@ shim_staged_destroy(struct shim_staged *staged, bool abort)
     pthread_mutex_destroy(&staged->lock);
     pthread_cond_destroy(&staged->cond);
     free(staged);
+    comm->staged = NULL;
 }
+
+static void
+shim_staged_interrupt(struct ncclComm *comm)
+{
+    (void)comm; /* a batch's waits look at the abort flag themselves */
+}
+
+static ncclResult_t
+shim_staged_release_memory(struct ncclComm *comm)
+{
+    (void)comm; /* its staging is pinned host memory, not the GPU's */
+    return ncclSuccess;
+}
+
+static uint64_t
+shim_staged_device_bytes(const struct ncclComm *comm)
+{
+    (void)comm;
+    return 0;
+}
+
+const struct shim_backend shim_backend_staged = {
+    .name = "network path",
+    .captures = false,      /* the thread runs what the call hands it: nothing to replay */
+    .drives_worker = true,
+    .arrive = shim_staged_arrive,
+    .wait = shim_staged_wait,
+    .drain = shim_staged_drain,
+    .busy = shim_staged_busy,
+    .error = shim_staged_error,
+    .release = shim_staged_release,
+    .interrupt = shim_staged_interrupt,
+    .release_memory = shim_staged_release_memory,
+    .device_bytes = shim_staged_device_bytes,
+    .destroy = shim_staged_destroy,
+};

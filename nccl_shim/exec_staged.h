@@ -29,32 +29,11 @@
 #ifndef SHIM_EXEC_STAGED_H
 #define SHIM_EXEC_STAGED_H
 
-#include <cuda.h>
-#include <nccl.h>
-#include <stdbool.h>
-
-#include "gpu/driver.h"
-#include "op.h"
-
 struct shim_staged;
 
-/* Enqueues ops (all of comm, in issue order) behind a gate on stream: the arrive half. The
- * caller has gpu's context current; the first call makes comm's staging and thread. */
-ncclResult_t shim_staged_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
-                                const struct gpu_device *gpu, CUstream stream);
-/* Waits on the host for the batch shim_staged_arrive queued last, then enqueues on stream
- * the wait half of its gate; the batch's error, if it failed. */
-ncclResult_t shim_staged_wait(struct ncclComm *comm, CUstream stream);
-
-/* Whether batches are queued or running. */
-bool shim_staged_busy(const struct shim_staged *staged);
-/* Waits until the thread finished every batch queued so far; their error, if any. */
-ncclResult_t shim_staged_drain(struct shim_staged *staged);
-/* The first failure of a batch, ncclSuccess if none. */
-ncclResult_t shim_staged_error(const struct shim_staged *staged);
-/* Lets a stream held by a failed batch go (revoke, abort). */
-void shim_staged_release(struct shim_staged *staged);
-/* Stops the thread and frees everything; without abort, after the batches finished. */
-void shim_staged_destroy(struct shim_staged *staged, bool abort);
+/* Its row of the back-end table is shim_backend_staged (backend.h): arrive is the first half
+ * above (the first call makes comm's staging and thread), wait the second; drain waits until
+ * the thread finished every batch queued so far; release lets a stream held by a failed batch
+ * go (revoke, abort); destroy stops the thread, after the batches finished unless aborting. */
 
 #endif

@@ -96,9 +96,7 @@ shim_group_checked(void)
 static ncclResult_t
 shim_group_drain(struct ncclComm *comm)
 {
-    return comm->dev != NULL || comm->solo != NULL || comm->staged != NULL
-               ? shim_devexec_drain(comm)
-               : ncclSuccess;
+    return shim_devexec_drain(comm);
 }
 
 /* Counts this thread in (delta 1) or out (-1) of comm while it carries out a call there:

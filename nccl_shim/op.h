@@ -53,6 +53,13 @@ struct shim_op {
 };
 
 const char *shim_coll_name(enum shim_coll coll);
+/* Whether a collective reduces (all-reduce, reduce, reduce-scatter): it takes an op. */
+static inline bool
+shim_coll_reduces(enum shim_coll coll)
+{
+    return coll == SHIM_COLL_ALLREDUCE || coll == SHIM_COLL_REDUCE ||
+           coll == SHIM_COLL_REDUCESCATTER;
+}
 /* The algorithms' name for a collective. */
 enum alg_coll shim_op_alg_coll(enum shim_coll coll);
 /* op's number: a collective takes its communicator's next one (every rank calls collectives

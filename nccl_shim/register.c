@@ -20,8 +20,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "backend.h"
 #include "base/check.h"
 #include "cudaipc/cudaipc.h"
+#include "exec_device.h"
 #include "gpu/memory.h"
 
 struct shim_reg {
@@ -43,8 +45,9 @@ shim_reg_add(struct ncclComm *comm, void *buff, size_t size, void **handle_out)
     reg->ptr = buff;
     reg->size = size;
     gpu_mem_query(buff, &mem);
-    if (comm->dev != NULL && mem.kind == GPU_MEM_DEVICE && size > 0) {
-        ncclResult_t res = cipc_team_pin(comm->dev, buff, size, &mem, &reg->pin);
+    const struct shim_backend *backend = shim_devexec_backend(comm);
+    if (backend->pin != NULL && mem.kind == GPU_MEM_DEVICE && size > 0) {
+        ncclResult_t res = backend->pin(comm, buff, size, &mem, &reg->pin);
         if (res != ncclSuccess) {
             free(reg);
             return res;
@@ -82,8 +85,8 @@ shim_reg_remove(struct ncclComm *comm, void *handle)
         return ncclInvalidArgument;
     }
     ncclResult_t res = ncclSuccess;
-    if (reg->pin.pinned && comm->dev != NULL) {
-        res = cipc_team_unpin(comm->dev, &reg->pin);
+    if (reg->pin.pinned) {
+        res = shim_devexec_backend(comm)->unpin(comm, &reg->pin);
     }
     free(reg);
     return res;

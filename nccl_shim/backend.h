@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A communicator's device back-end: who carries out its operations on device memory, one row
+ * of this table per way (exec_device.c runs a group through it; the communicator's lifecycle
+ * asks it to drain, release and go):
+ *
+ *   solo    one rank alone: kernels and copies on the call's stream (backend_solo.c)
+ *   team    ranks sharing a host: the device team, whose leader runs every rank's kernels
+ *           (cudaipc/, through backend_team.c)
+ *   staged  ranks without a team (several hosts, NCCL_SHM_DISABLE=1): the algorithms'
+ *           schedules over UCX on the communicator's thread, staged through pinned memory
+ *           (exec_staged.c)
+ *
+ * A row keeps its state in the communicator (comm->dev, comm->solo, comm->staged; made when
+ * the row first needs it) and nothing else touches that state. The row is chosen once the
+ * communicator knows its ranks and its team (shim_backend_choose).
+ */
+#ifndef SHIM_BACKEND_H
+#define SHIM_BACKEND_H
+
+#include <cuda.h>
+#include <nccl.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cudaipc/cudaipc.h"
+#include "gpu/driver.h"
+#include "op.h"
+
+struct ncclComm;
+struct gpu_mem_info;
+
+struct shim_backend {
+    const char *name;
+    /* May a stream being captured into a CUDA graph carry its operations? */
+    bool captures;
+    /* Does it drive the communicator's UCX worker from a thread of its own (one-sided calls,
+     * which drive it from the caller's, drain it first)? */
+    bool drives_worker;
+    /* A group's first half: comm's ops (in call order) enqueued behind a gate on stream, of
+     * gpu's context, which is current. */
+    ncclResult_t (*arrive)(struct ncclComm *comm, const struct shim_op *ops, int nops,
+                           const struct gpu_device *gpu, CUstream stream, bool capturing);
+    /* The second half, once every communicator of the group arrived: stream waits for the
+     * ops (the call may first wait on the host for the other ranks, as NCCL's may). */
+    ncclResult_t (*wait)(struct ncclComm *comm, CUstream stream);
+    /* Waits on the host until every op issued is done; their error, if any. */
+    ncclResult_t (*drain)(struct ncclComm *comm);
+    /* Whether ops were issued and are not known done. */
+    bool (*busy)(const struct ncclComm *comm);
+    /* The first failure of an op (ncclCommGetAsyncError), ncclSuccess if none. */
+    ncclResult_t (*error)(const struct ncclComm *comm);
+    /* Revoke: streams waiting on the communicator's ops stop waiting. */
+    void (*release)(struct ncclComm *comm);
+    /* Abort from another thread: a call waiting inside gives up soon. */
+    void (*interrupt)(struct ncclComm *comm);
+    /* Suspension: frees the device memory it holds (made again on need); and how much that is. */
+    ncclResult_t (*release_memory)(struct ncclComm *comm);
+    uint64_t (*device_bytes)(const struct ncclComm *comm);
+    /* ncclCommRegister / Deregister of device memory: NULL where registering changes nothing.
+     * pin->pinned says whether unpin is owed. */
+    ncclResult_t (*pin)(struct ncclComm *comm, void *buff, size_t size,
+                        const struct gpu_mem_info *mem, struct cipc_pin *pin);
+    ncclResult_t (*unpin)(struct ncclComm *comm, const struct cipc_pin *pin);
+    /* Frees the state; without abort, after the ops are done. */
+    void (*destroy)(struct ncclComm *comm, bool abort);
+};
+
+extern const struct shim_backend shim_backend_solo;
+extern const struct shim_backend shim_backend_team;
+extern const struct shim_backend shim_backend_staged;
+
+/* The row for comm: its team if it has one, else solo for one rank, else staged. */
+const struct shim_backend *shim_backend_choose(const struct ncclComm *comm);
+
+#endif

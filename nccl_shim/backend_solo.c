@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The row of the back-end table (backend.h) for a communicator of one rank: its operations
+ * are kernels or copies on the call's stream itself.
+ */
+#include "backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "comm.h"
+#include "cudaipc/tasks.h"
+#include "kernels/device.h"
+
+/* A one-rank communicator's operations run on the call's stream; this keeps them in issue
+ * order when calls use several streams. Captured into a CUDA graph they are the graph's
+ * kernels and copies, replayed as often as it is launched: nothing of ours takes part then. */
+struct shim_dev_solo {
+    CUevent last;          /* recorded after the last operation */
+    CUstream stream;       /* on this stream */
+    bool recorded;
+};
+
+static bool
+shim_solo_is_copy(const struct shim_op *op)
+{
+    return !shim_coll_reduces(op->coll) ||
+           (op->redop.kind != KR_PREMULSUM && op->redop.kind != KR_SUMPOSTDIV);
+}
+
+static ncclResult_t
+shim_solo_copy(const void *src, void *dst, size_t bytes, CUstream stream)
+{
+    if (bytes == 0 || src == dst) {
+        return ncclSuccess;
+    }
+    GPU_CU_CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                               stream));
+    return ncclSuccess;
+}
+
+/* One rank's collective: a copy of its input, scaled where the op scales. */
+static ncclResult_t
+shim_solo_coll(const struct shim_op *op, const struct gpu_device *gpu, CUstream stream)
+{
+    size_t bytes = op->count * kr_type_size(op->datatype);
+
+    if (op->coll == SHIM_COLL_BARRIER) {
+        return ncclSuccess;
+    }
+    if (shim_solo_is_copy(op)) {
+        return shim_solo_copy(op->sendbuff, op->recvbuff, bytes, stream);
+    }
+    struct cipc_work *w;
+    SHIM_CHECK(shim_calloc(&w, 1));
+    w->coll = ALG_COLL_ALLREDUCE;
+    w->nranks = 1;
+    w->count = op->count;
+    w->redop = op->redop;
+    w->send[0] = (uintptr_t)op->sendbuff;
+    w->recv[0] = (uintptr_t)op->recvbuff;
+    w->pre[0] = op->redop.kind == KR_PREMULSUM;
+    memcpy(&w->scalar[0], op->redop.scalar, sizeof(w->scalar[0]));
+    w->scalar_ptr[0] = (uintptr_t)op->scalar_dev;
+    ncclResult_t res = cipc_tasks_launch(w, stream, gpu);
+    free(w);
+    return res;
+}
+
+/* Sends to self pair with receives from self in order, within the group. */
+static ncclResult_t
+shim_solo_p2p(const struct shim_op *ops, int nops, CUstream stream)
+{
+    int r = 0;
+
+    for (int s = 0; s < nops; s++) {
+        if (ops[s].coll != SHIM_COLL_SEND) {
+            continue;
+        }
+        while (r < nops && ops[r].coll != SHIM_COLL_RECV) {
+            r++;
+        }
+        if (r == nops) {
+            WARN("ncclSend to self without its ncclRecv in the same group");
+            return ncclInvalidUsage;
+        }
+        size_t sent = ops[s].count * kr_type_size(ops[s].datatype);
+        size_t room = ops[r].count * kr_type_size(ops[r].datatype);
+        if (sent != room) {
+            WARN("ncclSend to self of %zu bytes, its ncclRecv takes %zu", sent, room);
+            return ncclInvalidUsage;
+        }
+        SHIM_CHECK(shim_solo_copy(ops[s].sendbuff, ops[r].recvbuff, sent, stream));
+        r++;
+    }
+    while (r < nops && ops[r].coll != SHIM_COLL_RECV) {
+        r++;
+    }
+    if (r < nops) {
+        WARN("ncclRecv from self without its ncclSend in the same group");
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+/* A one-rank communicator's ops (all on comm, in order), on stream (being captured or not). */
+static ncclResult_t
+shim_solo_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
+                 const struct gpu_device *gpu, CUstream stream, bool capturing)
+{
+    struct shim_dev_solo *solo = comm->solo;
+
+    if (solo == NULL) {
+        SHIM_CHECK(shim_calloc(&solo, 1));
+        CUresult cu = gpu_cu.cuEventCreate(&solo->last, CU_EVENT_DISABLE_TIMING);
+        if (cu != CUDA_SUCCESS) {
+            free(solo);
+            return gpu_cu_fail(cu, "cuEventCreate", __FILE__, __LINE__);
+        }
+        comm->solo = solo;
+    }
+    /* A capture is ordered by where its graph is launched; an event of ours recorded outside
+     * it may not be awaited in it, nor one recorded in it outside. */
+    if (solo->recorded && solo->stream != stream && !capturing) {
+        GPU_CU_CHECK(cuStreamWaitEvent(stream, solo->last, 0));
+    }
+    for (int i = 0; i < nops; i++) {
+        if (ops[i].coll != SHIM_COLL_SEND && ops[i].coll != SHIM_COLL_RECV) {
+            SHIM_CHECK(shim_solo_coll(&ops[i], gpu, stream));
+        }
+    }
+    SHIM_CHECK(shim_solo_p2p(ops, nops, stream));
+    if (capturing) {
+        return ncclSuccess;
+    }
+    GPU_CU_CHECK(cuEventRecord(solo->last, stream));
+    solo->stream = stream;
+    solo->recorded = true;
+    return ncclSuccess;
+}
+
+static ncclResult_t
+shim_solo_wait(struct ncclComm *comm, CUstream stream)
+{
+    (void)comm, (void)stream; /* the ops are on the stream itself */
+    return ncclSuccess;
+}
+
+static ncclResult_t
+shim_solo_drain(struct ncclComm *comm)
+{
+    if (comm->solo != NULL && comm->solo->recorded) {
+        GPU_CU_CHECK(cuEventSynchronize(comm->solo->last));
+    }
+    return ncclSuccess;
+}
+
+static bool
+shim_solo_busy(const struct ncclComm *comm)
+{
+    return comm->solo != NULL && comm->solo->recorded &&
+           gpu_cu.cuEventQuery(comm->solo->last) == CUDA_ERROR_NOT_READY;
+}
+
+static ncclResult_t
+shim_solo_error(const struct ncclComm *comm)
+{
+    (void)comm; /* a CUDA error is the stream's, and the call's */
+    return ncclSuccess;
+}
+
+static void
+shim_solo_nothing(struct ncclComm *comm)
+{
+    (void)comm; /* nothing of ours waits */
+}
+
+static ncclResult_t
+shim_solo_release_memory(struct ncclComm *comm)
+{
+    (void)comm; /* it holds no device memory */
+    return ncclSuccess;
+}
+
+static uint64_t
+shim_solo_device_bytes(const struct ncclComm *comm)
+{
+    (void)comm;
+    return 0;
+}
+
+static void
+shim_solo_destroy(struct ncclComm *comm, bool abort)
+{
+    struct shim_dev_solo *solo = comm->solo;
+
+    if (solo == NULL) {
+        return;
+    }
+    if (!abort && solo->recorded) {
+        gpu_cu.cuEventSynchronize(solo->last);
+    }
+    gpu_cu.cuEventDestroy(solo->last);
+    free(solo);
+    comm->solo = NULL;
+}
+
+const struct shim_backend shim_backend_solo = {
+    .name = "one rank",
+    .captures = true,
+    .drives_worker = false,
+    .arrive = shim_solo_arrive,
+    .wait = shim_solo_wait,
+    .drain = shim_solo_drain,
+    .busy = shim_solo_busy,
+    .error = shim_solo_error,
+    .release = shim_solo_nothing,
+    .interrupt = shim_solo_nothing,
+    .release_memory = shim_solo_release_memory,
+    .device_bytes = shim_solo_device_bytes,
+    .destroy = shim_solo_destroy,
+};
