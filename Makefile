@@ -32,7 +32,7 @@ LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden $(TLS_DIALECT) -DNCCL_OS_LINUX
 LDFLAGS := $(SAN_FLAGS)
 LIB_LDLIBS := -lucp -lucs -lpthread -ldl -lm
 
-LIB_SRCS := $(wildcard base/*.c gpu/*.c bootstrap/*.c cudaipc/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
+LIB_SRCS := $(wildcard base/*.c gpu/*.c bootstrap/*.c cudaipc/*.c engine/*.c nccl_shim/*.c algorithms/*.c transports/*.c kernels/*.c shm/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/kernels/fatbin.o
 LIB_HDRS := $(wildcard $(addsuffix *.h,$(sort $(dir $(LIB_SRCS)))))
 # Stamp of tools/check_layers.sh: no include of the library runs up a layer.

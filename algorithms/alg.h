@@ -4,7 +4,7 @@
  * element size, rank, nranks, root, in-place, chunk) to an ordered list of steps: send a byte
  * range to a peer, receive a byte range from a peer, reduce two ranges into a third, copy.
  * Each step names the earlier steps it waits for. No I/O, no UCX, no CUDA: the executor
- * (nccl_shim/exec.c) runs schedules on the transport and kernels, and tests run them in
+ * (engine/exec.c) runs schedules on the transport and kernels, and tests run them in
  * memory.
  *
  * Message matching is positional: the k-th send from rank a to rank b in a's schedule pairs

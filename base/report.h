@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Hang reports on request: SIGUSR1 asks every waiting operation of the process to print where
- * it stands (nccl_shim/exec.c and the device teams' threads print; NCCLSHIM_TIMEOUT prints
+ * it stands (engine/exec.c and the device teams' threads print; NCCLSHIM_TIMEOUT prints
  * the same before it gives up). The handler
  * only counts requests, which is all a signal handler may safely do; waiting loops compare
  * the count with the one they saw and wake at least every NCCLSHIM_WAIT_MS to look.

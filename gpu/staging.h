@@ -2,7 +2,7 @@
 /*
  * Device memory moved through pinned host memory, for a communicator whose ranks reach each
  * other only over the network (across hosts, or one host without a device team). The
- * executor (nccl_shim/exec.c) runs the algorithms' schedules unchanged on the device buffers;
+ * executor (engine/exec.c) runs the algorithms' schedules unchanged on the device buffers;
  * what it cannot do on device memory (hand bytes to UCX, take bytes from it) goes through
  * this: pinned host memory for a copy of every buffer (and the schedules' scratch, which
  * lives there: received chunks are reduced by kernels reading it where it landed) and two

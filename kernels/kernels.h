@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Reduce and copy on host memory, one call per operation. The executor (nccl_shim/exec.c) is
+ * Reduce and copy on host memory, one call per operation. The executor (engine/exec.c) is
  * the only caller. Element semantics live in reduce_ops.h, written once for C and CUDA, so
  * the device kernels (later) compute bit-identical results.
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Reduce and copy on host memory, for the executor (nccl_shim/exec.c) and the simulator, plus
+ * Reduce and copy on host memory, for the executor (engine/exec.c) and the simulator, plus
  * the element conversions and scalar helpers that kernels.h exports.
  *
  * kr_reduce_host turns (op kind, flags, b or not) into one of a few loop shapes and calls the

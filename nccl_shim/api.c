@@ -12,18 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "engine/backend.h"
 #include "base/check.h"
 #include "bootstrap/bootstrap.h"
 #include "comm.h"
-#include "exec_device.h"
+#include "engine/exec_device.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "group.h"
-#include "op.h"
+#include "engine/op.h"
 #include "register.h"
 #include "split.h"
-#include "tag.h"
+#include "engine/tag.h"
 #include "window.h"
 
 #include "api.h"

@@ -15,7 +15,7 @@
 #include "base/check.h"
 #include "base/debug.h"
 #include "comm.h"
-#include "exec.h"
+#include "engine/exec.h"
 
 struct shim_call_desc {
     uint32_t seq;

@@ -20,9 +20,9 @@
 #include "base/report.h"
 #include "bootstrap/bootstrap.h"
 #include "cudaipc/cudaipc.h"
-#include "exec.h"
-#include "exec_device.h"
-#include "backend.h"
+#include "engine/exec.h"
+#include "engine/exec_device.h"
+#include "engine/backend.h"
 #include "group.h"
 #include "shm/shm.h"
 #include "transports/transport.h"
@@ -83,11 +83,6 @@ shim_comm_is_live(const struct ncclComm *comm)
     return live;
 }
 
-void
-shim_comm_bind(struct ncclComm *comm)
-{
-    shim_log_bind(comm != NULL ? &comm->log : NULL);
-}
 
 ncclResult_t
 shim_comm_check(const struct ncclComm *comm, const char *api)
@@ -242,14 +237,6 @@ shim_comm_wait_init(struct ncclComm *comm)
     return res != ncclSuccess ? res : shim_devexec_comm_error(comm);
 }
 
-void
-shim_comm_set_async_error(struct ncclComm *comm, ncclResult_t res)
-{
-    ncclResult_t none = ncclSuccess;
-    __atomic_compare_exchange_n(&comm->async_error, &none, res, false, __ATOMIC_ACQ_REL,
-                                __ATOMIC_ACQUIRE);
-    __atomic_store_n(&comm->state, SHIM_COMM_FAILED, __ATOMIC_RELEASE);
-}
 
 /* Worker, address exchange through the bootstrap root, endpoints to every peer. */
 static ncclResult_t
@@ -588,41 +575,7 @@ shim_comm_abort(struct ncclComm *comm)
     return ncclSuccess;
 }
 
-ncclResult_t
-shim_comm_scratch_get(struct ncclComm *comm, size_t bytes, void **buf_out)
-{
-    if (bytes == 0) {
-        *buf_out = NULL;
-        return ncclSuccess;
-    }
-    if (comm->scratch != NULL && comm->scratch_bytes >= bytes) {
-        *buf_out = comm->scratch;
-        comm->scratch = NULL;
-        return ncclSuccess;
-    }
-    void *buf = malloc(bytes);
-    if (buf == NULL) {
-        WARN("rank %d: out of memory allocating %zu bytes of scratch", comm->rank, bytes);
-        return ncclSystemError;
-    }
-    *buf_out = buf;
-    return ncclSuccess;
-}
 
-void
-shim_comm_scratch_put(struct ncclComm *comm, void *buf, size_t bytes)
-{
-    if (buf == NULL) {
-        return;
-    }
-    if (comm->scratch == NULL || comm->scratch_bytes < bytes) {
-        free(comm->scratch);
-        comm->scratch = buf;
-        comm->scratch_bytes = bytes;
-    } else {
-        free(buf);
-    }
-}
 
 ncclResult_t
 shim_comm_redop_create(struct ncclComm *comm, const struct kr_redop *redop,

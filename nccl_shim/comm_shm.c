@@ -19,7 +19,7 @@
 #include "base/env.h"
 #include "comm.h"
 #include "cudaipc/cudaipc.h"
-#include "exec.h"
+#include "engine/exec.h"
 #include "gpu/driver.h"
 #include "shm/shm.h"
 

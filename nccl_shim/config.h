@@ -9,7 +9,9 @@
 #include <nccl.h>
 #include <stdbool.h>
 
-#define SHIM_CONFIG_NAME_MAX 64
+#include "engine/comm.h"
+
+#define SHIM_CONFIG_NAME_MAX SHIM_COMM_NAME_MAX
 
 /* What ncclshim takes from a config. */
 struct shim_config {

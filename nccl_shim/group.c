@@ -19,8 +19,8 @@
 #include "base/env.h"
 #include "call_check.h"
 #include "comm.h"
-#include "exec.h"
-#include "exec_device.h"
+#include "engine/exec.h"
+#include "engine/exec_device.h"
 
 struct shim_group {
     int depth;

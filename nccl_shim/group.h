@@ -11,7 +11,7 @@
 #include <nccl.h>
 #include <stdbool.h>
 
-#include "op.h"
+#include "engine/op.h"
 
 ncclResult_t shim_group_start(void);
 ncclResult_t shim_group_end(void);

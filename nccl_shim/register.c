@@ -20,10 +20,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "backend.h"
+#include "engine/backend.h"
 #include "base/check.h"
 #include "cudaipc/cudaipc.h"
-#include "exec_device.h"
+#include "engine/exec_device.h"
 #include "gpu/memory.h"
 
 struct shim_reg {

@@ -21,9 +21,9 @@
 #include "base/check.h"
 #include "bootstrap/bootstrap.h"
 #include "comm.h"
-#include "exec.h"
-#include "exchange.h"
-#include "exec_device.h"
+#include "engine/exec.h"
+#include "engine/exchange.h"
+#include "engine/exec_device.h"
 #include "transports/transport.h"
 
 

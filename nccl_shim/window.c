@@ -35,7 +35,7 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "comm.h"
-#include "exchange.h"
+#include "engine/exchange.h"
 #include "gpu/memory.h"
 #include "transports/transport.h"
 #include "window_device.h"

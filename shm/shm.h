@@ -27,7 +27,7 @@
  * Flags are monotonic 32-bit counters compared modulo 2^32.
  *
  * Nothing here blocks: shm_op_progress does what it can and says what it waits for, and the
- * caller (nccl_shim/exec.c) spins, yields, or sleeps on the flag with shm_wait_sleep.
+ * caller (engine/exec.c) spins, yields, or sleeps on the flag with shm_wait_sleep.
  */
 #ifndef SHM_SHM_H
 #define SHM_SHM_H

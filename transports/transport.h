@@ -5,7 +5,7 @@
  * worker. ucx.c is the only implementation and the only file that includes ucp.h.
  *
  * Posting returns at once; a request is then tested until done ("not yet" is an answer).
- * Tags are chosen by the executor and unique per message (see nccl_shim/tag.h), so receives
+ * Tags are chosen by the executor and unique per message (see engine/tag.h), so receives
  * match exactly. A worker is driven by one thread at a time, not always the same one;
  * different workers may be driven by different threads at the same time.
  *

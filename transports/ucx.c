@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The UCX implementation of transport.h, and the only file that includes ucp.h. The executor
- * (nccl_shim/exec.c) posts tagged sends and receives here and tests them; comm.c creates,
+ * (engine/exec.c) posts tagged sends and receives here and tests them; comm.c creates,
  * connects and destroys one worker per communicator. All workers of the process share one
  * ucp_context, created with the first worker and released with the last. Nothing here blocks
  * except tp_worker_wait, which sleeps on the workers' event file descriptors; teardown and

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl_shim/exec.h"
+#include "engine/exec.h"
 
 enum { SIM_PENDING, SIM_POSTED, SIM_DONE };
 enum { SIM_START, SIM_MATCH };

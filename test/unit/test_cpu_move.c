@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Moving a thread off a CPU it shares with the rank it waits for (nccl_shim/cpu_move.c): it
+ * Moving a thread off a CPU it shares with the rank it waits for (engine/cpu_move.c): it
  * lands on another allowed CPU, its allowed set comes back unchanged, a thread allowed on one
  * CPU stays, and a second move within the rate limit does nothing.
  */
 #include <criterion/criterion.h>
 #include <sched.h>
 
-#include "nccl_shim/cpu_move.h"
+#include "engine/cpu_move.h"
 
 /* The first two CPUs this thread may run on; how many there are (0, 1 or 2). */
 static int

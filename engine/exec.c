@@ -13,7 +13,7 @@
  * out there (copies through pinned host memory, our kernels), and a step may wait in one
  * more state, STAGING, for the GPU.
  *
- * Messages are tagged here (nccl_shim/tag.h): a send's index is its position among this
+ * Messages are tagged here (engine/tag.h): a send's index is its position among this
  * rank's sends to that peer in the schedule, a receive's its position among the receives
  * from that peer, which is how builders promise the two sides pair up.
  */
