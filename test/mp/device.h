@@ -30,9 +30,12 @@ static const char *const mp_mem_kind_names[MP_MEM_KINDS] = {"device", "memalloc"
                                                             "registered", "expandable"};
 
 /* What the double tells tests (test/doubles/fake_cuda/fake_cuda.h). */
+#define MP_FAKE_MAX_DEVICES 8 /* the double's FAKE_MAX_DEVICES */
 struct mp_fake_stats {
     int streams, events, registrations, ipc_mappings, modules;
     long kernels_launched;
+    unsigned long long link_in[MP_FAKE_MAX_DEVICES];
+    unsigned long long link_out[MP_FAKE_MAX_DEVICES];
 };
 
 struct mp_cuda {

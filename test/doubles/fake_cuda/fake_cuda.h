@@ -123,6 +123,8 @@ struct fake_dim3 {
 const struct fake_kernel *fake_kernel_find(const char *name);
 /* The bytes of its one parameter, which cuLaunchKernel copies. */
 size_t fake_kernel_params_bytes(const struct fake_kernel *kernel);
+/* The bytes of one element of its tasks (count is elements; 1 for kr_dev_copy). */
+size_t fake_kernel_elem_bytes(const struct fake_kernel *kernel);
 /* The most threads per block it may be launched with (its __launch_bounds__). */
 unsigned int fake_kernel_max_threads(const struct fake_kernel *kernel);
 /* Runs it on the calling thread (the stream's worker), once for every thread of every block
@@ -140,6 +142,12 @@ struct fake_cuda_stats {
     int ipc_mappings;       /* cuIpcOpenMemHandle mappings and imported cuMem handles */
     int modules;
     long kernels_launched;
+    /* Bytes that crossed each device's links, as this process's kernels and copies moved
+     * them (counted at launch): a kernel on device k reading device d's memory (or registered
+     * host memory) moves the bytes out of d and into k; writing, out of k and into d. A copy
+     * between two places moves its bytes out of the one and into the other. */
+    unsigned long long link_in[FAKE_MAX_DEVICES];
+    unsigned long long link_out[FAKE_MAX_DEVICES];
 };
 extern struct fake_cuda_stats fake_stats;
 extern pthread_mutex_t fake_stats_lock;

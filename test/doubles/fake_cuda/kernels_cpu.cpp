@@ -33,14 +33,15 @@ struct fake_kernel {
     const char *name;
     void (*entry)(const kr_dev_batch batch);
     unsigned int max_threads; /* its __launch_bounds__ */
+    size_t elem_bytes;        /* of its tasks' elements */
 };
 
 static const struct fake_kernel fake_kernels[] = {
 #define FAKE_REDUCE_KERNEL(type, N)                                                          \
-    {"kr_dev_reduce_" #N, kr_dev_reduce_##N, FAKE_KERNEL_MAX_THREADS},
+    {"kr_dev_reduce_" #N, kr_dev_reduce_##N, FAKE_KERNEL_MAX_THREADS, sizeof(kr_ops_##N::T)},
     KR_DEV_TYPE_NAMES(FAKE_REDUCE_KERNEL)
 #undef FAKE_REDUCE_KERNEL
-    {"kr_dev_copy", kr_dev_copy, FAKE_KERNEL_MAX_THREADS},
+    {"kr_dev_copy", kr_dev_copy, FAKE_KERNEL_MAX_THREADS, 1},
 };
 
 const struct fake_kernel *
@@ -59,6 +60,12 @@ fake_kernel_params_bytes(const struct fake_kernel *kernel)
 {
     (void)kernel;
     return sizeof(kr_dev_batch);
+}
+
+size_t
+fake_kernel_elem_bytes(const struct fake_kernel *kernel)
+{
+    return kernel->elem_bytes;
 }
 
 unsigned int

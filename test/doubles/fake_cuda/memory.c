@@ -74,6 +74,9 @@ fake_range_find(uintptr_t p)
     return NULL;
 }
 
+/* cuMem allocations' memory files are named this, then their device's ordinal. */
+#define FAKE_MEMFD_DEVICE "fake-cuda-dev"
+
 static struct fake_range *
 fake_range_add(uintptr_t base, size_t size, enum fake_mem_kind kind, int device)
 {
@@ -714,7 +717,11 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
     if (h == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    h->memfd = memfd_create("fake-cuda-mem", MFD_CLOEXEC);
+    /* The name carries the device, so an importer in another process knows where the memory
+     * lives, as the real driver does. */
+    char name[32];
+    snprintf(name, sizeof(name), "%s%d", FAKE_MEMFD_DEVICE, prop->location.id);
+    h->memfd = memfd_create(name, MFD_CLOEXEC);
     if (h->memfd < 0 || ftruncate(h->memfd, (off_t)size) != 0) {
         if (h->memfd >= 0) {
             close(h->memfd);
@@ -901,6 +908,26 @@ cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handl
     return CUDA_SUCCESS;
 }
 
+/* The device of a cuMem allocation's memory file, from its name (/memfd:fake-cuda-dev<N>);
+ * 0 for one that does not say. */
+static int
+fake_memfd_device(int fd)
+{
+    char path[64], target[128];
+    int device = 0;
+
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t len = readlink(path, target, sizeof(target) - 1);
+    if (len > 0) {
+        target[len] = '\0';
+        const char *at = strstr(target, FAKE_MEMFD_DEVICE);
+        if (at != NULL) {
+            device = atoi(at + strlen(FAKE_MEMFD_DEVICE));
+        }
+    }
+    return device >= 0 && device < FAKE_MAX_DEVICES ? device : 0;
+}
+
 FAKE_API CUresult
 cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
                                CUmemAllocationHandleType type)
@@ -918,6 +945,7 @@ cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_ha
     }
     h->memfd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* the caller keeps and closes its fd */
     h->size = (size_t)size;
+    h->device = fake_memfd_device(fd);
     h->refs = 1;
     h->imported = true;
     pthread_mutex_lock(&fake_mem_lock);

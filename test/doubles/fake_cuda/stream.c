@@ -490,6 +490,87 @@ fake_device_address(uint64_t *addr, int device, const char *what)
     return true;
 }
 
+/* --- link traffic ------------------------------------------------------------------------- */
+
+/* The device whose memory addr is (-1: host memory, registered or not). */
+static int
+fake_owner(uint64_t addr)
+{
+    enum fake_mem_kind kind;
+    int device;
+    return fake_mem_lookup((uintptr_t)addr, &kind, &device) && kind == FAKE_MEM_DEVICE ? device
+                                                                                        : -1;
+}
+
+/* Work on device `by` reads bytes of src: from another device they leave it and arrive. */
+static void
+fake_traffic_read(uint64_t src, unsigned long long bytes, int by)
+{
+    int from = fake_owner(src);
+
+    if (from == by) {
+        return;
+    }
+    pthread_mutex_lock(&fake_stats_lock);
+    if (from >= 0) {
+        fake_stats.link_out[from] += bytes;
+    }
+    fake_stats.link_in[by] += bytes;
+    pthread_mutex_unlock(&fake_stats_lock);
+}
+
+/* Work on device `by` writes bytes of dst: to another device they leave and arrive there. */
+static void
+fake_traffic_write(uint64_t dst, unsigned long long bytes, int by)
+{
+    int to = fake_owner(dst);
+
+    if (to == by) {
+        return;
+    }
+    pthread_mutex_lock(&fake_stats_lock);
+    fake_stats.link_out[by] += bytes;
+    if (to >= 0) {
+        fake_stats.link_in[to] += bytes;
+    }
+    pthread_mutex_unlock(&fake_stats_lock);
+}
+
+/* A copy moves bytes from src's place to dst's, whichever engine moves them. */
+static void
+fake_traffic_copy(uint64_t src, uint64_t dst, unsigned long long bytes)
+{
+    int from = fake_owner(src), to = fake_owner(dst);
+
+    if (from == to) {
+        return;
+    }
+    pthread_mutex_lock(&fake_stats_lock);
+    if (from >= 0) {
+        fake_stats.link_out[from] += bytes;
+    }
+    if (to >= 0) {
+        fake_stats.link_in[to] += bytes;
+    }
+    pthread_mutex_unlock(&fake_stats_lock);
+}
+
+/* A kernel batch's reads and writes (untranslated addresses), launched on device `by`. */
+static void
+fake_traffic_kernel(const struct kr_dev_batch *b, size_t elem_bytes, int by)
+{
+    for (uint32_t t = 0; t < b->ntasks && t < KR_DEV_MAX_TASKS; t++) {
+        const struct kr_dev_task *task = &b->tasks[t];
+        unsigned long long bytes = task->count * elem_bytes;
+        for (uint32_t i = 0; i < task->nsrc && task->first_src + i < KR_DEV_MAX_SRCS; i++) {
+            fake_traffic_read(b->srcs[task->first_src + i].ptr, bytes, by);
+        }
+        for (uint32_t i = 0; i < task->ndst && task->first_dst + i < KR_DEV_MAX_DSTS; i++) {
+            fake_traffic_write(b->dsts[task->first_dst + i], bytes, by);
+        }
+    }
+}
+
 /* --- memory operations ---------------------------------------------------------------------- */
 
 /* Stream memory operations reach device memory or registered host memory, by either of its
@@ -545,6 +626,7 @@ cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
     }
     struct CUstream_st *s = fake_stream(stream);
     uint64_t to = dst, from = src;
+    fake_traffic_copy(src, dst, bytes);
     if (s != NULL && (!fake_device_address(&to, s->ctx->device, "a copy") ||
                       !fake_device_address(&from, s->ctx->device, "a copy"))) {
         fake_op_free(op);
@@ -810,6 +892,9 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
     }
     memcpy(op->params, params[0], bytes);
     struct CUstream_st *s = fake_stream(stream);
+    if (s != NULL) {
+        fake_traffic_kernel(op->params, fake_kernel_elem_bytes(f->kernel), s->ctx->device);
+    }
     if (s != NULL && !fake_batch_translate(op->params, s->ctx->device)) {
         fake_op_free(op);
         return CUDA_ERROR_ILLEGAL_ADDRESS;
