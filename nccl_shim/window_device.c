@@ -13,12 +13,14 @@
 
 #include "base/check.h"
 #include "base/clock.h"
-#include "base/env.h"
 #include "comm.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
 #include "window.h"
+
+/* How long teardown waits for the streams that used a window's memory. */
+#define SHIM_DWIN_TEARDOWN_MS 5000
 
 struct shim_dsignals {
     const struct gpu_device *gpu;
@@ -101,8 +103,8 @@ shim_dsignals_free(struct shim_dsignals *s)
                 __atomic_store_n(&own[w], s->counted[w], __ATOMIC_RELEASE);
             }
         }
-        bool posted = gpu_stream_marks_wait(&s->posted, 1000);
-        bool waited = gpu_stream_marks_wait(&s->waited, 1000);
+        bool posted = gpu_stream_marks_wait(&s->posted, SHIM_DWIN_TEARDOWN_MS);
+        bool waited = gpu_stream_marks_wait(&s->waited, SHIM_DWIN_TEARDOWN_MS);
         gpu_stream_marks_free(&s->posted);
         gpu_stream_marks_free(&s->waited);
         /* Memory a stream may still touch stays mapped and registered: a fault is worse. */
@@ -233,8 +235,12 @@ shim_dwin_take(struct shim_dwin *dw, struct shim_dsignals *signals,
     if (r < 0 || r >= dw->nranks || r == dw->rank || expected[r] == 0) {
         WARN("rank %d: an unexpected message on the window's socket (from rank %d)", dw->rank,
              r);
-        res = ncclRemoteError;
-    } else if (msg->kind == CIPC_FD_CUMEM && hellos[r].size > 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return ncclRemoteError;
+    }
+    if (msg->kind == CIPC_FD_CUMEM && hellos[r].size > 0) {
         res = fd < 0 ? ncclRemoteError
                      : gpu_mem_import(fd, hellos[r].map_size, dw->gpu->ordinal, &dw->parts[r]);
         dw->ptrs[r] = (void *)(uintptr_t)(dw->parts[r].base + hellos[r].offset);
@@ -334,11 +340,16 @@ shim_dwin_free(struct shim_dwin *dw)
         return;
     }
     if (dw->parts != NULL && gpu_ctx_push(dw->gpu->ctx) == ncclSuccess) {
-        /* Our puts into the peers' parts first; a mapping goes only once nothing uses it. */
-        if (gpu_stream_marks_wait(&dw->puts, 0)) {
+        /* Our puts into the peers' parts first; a mapping goes only once nothing uses it. A
+         * stream held up for good (waiting for a signal that never comes) leaves the mappings
+         * in place rather than hold the caller, who may be tearing down after a failure. */
+        if (gpu_stream_marks_wait(&dw->puts, SHIM_DWIN_TEARDOWN_MS)) {
             for (int r = 0; r < dw->nranks; r++) {
                 gpu_mem_unimport(&dw->parts[r]);
             }
+        } else {
+            INFO(SHIM_INIT, "rank %d: streams that put into a device window did not finish in "
+                 "%d ms: its peers' parts stay mapped", dw->rank, SHIM_DWIN_TEARDOWN_MS);
         }
         gpu_stream_marks_free(&dw->puts);
         gpu_ctx_pop();
