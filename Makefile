@@ -351,7 +351,8 @@ $(BUILD)/test/netns/hostloss: test/netns/hostloss.c $(wildcard test/mp/*.h) $(LI
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itest -o $@ $< $(CONSUMER_LDFLAGS) -lnccl -lm
 
-test-netns: $(BUILD)/test/mp/collectives $(BUILD)/test/netns/hostloss $(FAKE_CUDA)
+test-netns: $(BUILD)/test/mp/collectives $(BUILD)/test/mp/streams $(BUILD)/test/netns/hostloss \
+            $(FAKE_CUDA)
 	@BUILD=$(BUILD) test/netns/run.sh
 
 install: $(LIB)

@@ -36,9 +36,12 @@
 #include "base/env.h"
 #include "comm.h"
 #include "engine/exchange.h"
+#include "gpu/driver.h"
 #include "gpu/memory.h"
+#include "gpu/stream.h"
 #include "transports/transport.h"
 #include "window_device.h"
+#include "window_remote.h"
 
 #define SHIM_WINDOW_MAGIC 0x77696e646f77ull /* "window" */
 /* A wait polls this long before it sleeps between looks (1 ms at a time): a signal that lands
@@ -61,7 +64,8 @@ struct ncclWindow_vidmem {
     size_t size;
     struct tp_mem *mem;       /* host: NULL for an empty part */
     struct shim_remote *parts; /* host: every rank's part */
-    struct shim_dwin *dwin;   /* device: every rank's part, mapped */
+    struct shim_dwin *dwin;   /* device, one host: every rank's part, mapped */
+    struct shim_rwin *rwin;   /* device, across hosts: mirrors and the proxy */
     struct ncclWindow_vidmem *next;
 };
 
@@ -83,8 +87,10 @@ enum shim_window_kind {
 
 struct shim_windows {
     enum shim_window_kind kind;
-    struct shim_dsignals *dsignals; /* device windows' signal words */
-    bool dsignals_traded;           /* every rank maps every rank's */
+    struct shim_dsignals *dsignals; /* device windows' signal words, on one host */
+    struct shim_rproxy *rproxy;     /* device windows across hosts: their proxy */
+    bool dsignals_traded;           /* device signals work: every rank maps every rank's
+                                       words, or the proxies are connected */
     struct ncclWindow_vidmem *list;
     uint32_t next_id;
     struct tp_mem *signals_mem;    /* this rank's signal words, which peers add to */
@@ -195,15 +201,23 @@ shim_window_release(struct ncclComm *comm, struct ncclWindow_vidmem *win)
     }
     tp_mem_deregister(comm->tp, win->mem);
     shim_dwin_free(win->dwin);
+    shim_rwin_free(win->rwin);
     free(win->parts);
     win->magic = 0;
     free(win);
 }
 
+/* Device windows of ranks that do not share a host go through a proxy (window_remote.h). */
+static bool
+shim_window_remote(const struct ncclComm *comm)
+{
+    return comm->nranks > 1 && comm->shm == NULL;
+}
+
 /* The kind of this rank's part: by its memory, or, for an empty one, the communicator's. */
 static ncclResult_t
-shim_window_part_kind(struct ncclComm *comm, const struct shim_windows *ws, void *buff,
-                      size_t size, enum shim_window_kind *kind_out)
+shim_window_part_kind(const struct shim_windows *ws, void *buff, size_t size,
+                      enum shim_window_kind *kind_out)
 {
     enum shim_window_kind kind = ws->kind;
 
@@ -222,12 +236,6 @@ shim_window_part_kind(struct ncclComm *comm, const struct shim_windows *ws, void
              "memory (its signals follow its windows, so they are all of one kind)", buff,
              kind == SHIM_WINDOWS_HOST ? "host" : "device",
              ws->kind == SHIM_WINDOWS_HOST ? "host" : "device");
-        return ncclInvalidUsage;
-    }
-    if (kind == SHIM_WINDOWS_DEVICE && comm->nranks > 1 && comm->shm == NULL) {
-        WARN("ncclCommWindowRegister: device windows need every rank on one host, with the "
-             "shared-memory path on: this communicator %s",
-             shim_env_int(SHIM_ENV_NCCL_SHM_DISABLE) ? "has NCCL_SHM_DISABLE=1" : "spans hosts");
         return ncclInvalidUsage;
     }
     *kind_out = kind;
@@ -322,29 +330,42 @@ shim_window_register(struct ncclComm *comm, void *buff, size_t size, ncclWindow_
     SHIM_CHECK_GOTO(shim_calloc(&win->parts, (size_t)comm->nranks), res, out);
     /* A rank that refused still takes part, so that every rank learns it and none waits. */
     if (mine == ncclSuccess) {
-        mine = shim_window_part_kind(comm, ws, buff, size, &kind);
+        mine = shim_window_part_kind(ws, buff, size, &kind);
     }
     struct shim_window_hello h = {.kind = kind};
     const void *keys[2] = {NULL, NULL};
     size_t key_lens[2] = {0, 0};
-    if (mine == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
+    void *remote = NULL;
+    size_t remote_len = 0;
+    if (mine == ncclSuccess && kind == SHIM_WINDOWS_DEVICE && shim_window_remote(comm)) {
+        mine = shim_rwin_prepare(comm, &ws->rproxy, win->id, buff, size, &win->rwin, &remote,
+                                 &remote_len);
+    } else if (mine == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
         mine = shim_dwin_prepare(comm, &ws->dsignals, !ws->dsignals_traded, buff, size,
                                  &win->dwin, &h.dev);
     } else if (mine == ncclSuccess) {
         mine = shim_window_host_prepare(comm, ws, win, &h, keys, key_lens);
     }
     h.ok = mine == ncclSuccess;
-    size_t len = sizeof(h) + key_lens[0] + key_lens[1];
-    SHIM_CHECK_GOTO(shim_calloc(&hello, len), res, out);
-    memcpy(hello, &h, sizeof(h));
-    memcpy(hello + sizeof(h), keys[0], key_lens[0]);
-    memcpy(hello + sizeof(h) + key_lens[0], keys[1], key_lens[1]);
+    size_t len = sizeof(h) + key_lens[0] + key_lens[1] + remote_len;
+    res = shim_calloc(&hello, len);
+    if (res == ncclSuccess) {
+        memcpy(hello, &h, sizeof(h));
+        memcpy(hello + sizeof(h), keys[0], key_lens[0]);
+        memcpy(hello + sizeof(h) + key_lens[0], keys[1], key_lens[1]);
+        memcpy(hello + sizeof(h) + key_lens[0] + key_lens[1], remote, remote_len);
+    }
+    free(remote);
+    SHIM_CHECK_GOTO(res, res, out);
     SHIM_CHECK_GOTO(shim_everyone(comm, &everyone), res, out);
     SHIM_CHECK_GOTO(shim_exchange_blobs(comm, everyone, comm->nranks, comm->rank, hello, len,
                                         &blobs),
                     res, out);
     res = mine != ncclSuccess ? mine : shim_window_agree(comm, &blobs, win->id, &kind);
-    if (res == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
+    if (res == ncclSuccess && kind == SHIM_WINDOWS_DEVICE && win->rwin != NULL) {
+        res = shim_rwin_attach(comm, ws->rproxy, win->rwin, &blobs, sizeof(h));
+        ws->dsignals_traded |= res == ncclSuccess;
+    } else if (res == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
         SHIM_CHECK_GOTO(shim_calloc(&dev_hellos, (size_t)comm->nranks), res, out);
         for (int r = 0; r < comm->nranks; r++) {
             memcpy(&dev_hellos[r], blobs.data + blobs.offsets[r] +
@@ -489,6 +510,8 @@ shim_window_deregister(struct ncclComm *comm, ncclWindow_t win)
         /* Waits for this rank's puts into the peers' parts, and unmaps them. */
         shim_dwin_free(win->dwin);
         win->dwin = NULL;
+    } else if (win->rwin != NULL) {
+        shim_rwin_drain(win->rwin); /* this rank's puts left; the mirror goes after */
     } else {
         struct tp_request flush = {0};
         SHIM_CHECK(shim_pending_finish(comm, comm->windows));
@@ -518,6 +541,28 @@ shim_window_user_ptr(struct ncclComm *comm, ncclWindow_t win, void **ptr_out)
 }
 
 ncclResult_t
+shim_window_check_stream(const struct gpu_device *gpu, cudaStream_t stream, const char *api)
+{
+    CUcontext ctx;
+    bool capturing = false;
+
+    SHIM_CHECK(gpu_stream_ctx(stream, gpu->ordinal, &ctx));
+    if (ctx != gpu->ctx) {
+        WARN("%s: stream %p is not a stream of the communicator's device %d", api,
+             (void *)stream, gpu->ordinal);
+        return ncclInvalidArgument;
+    }
+    SHIM_CHECK(gpu_stream_capturing(stream, ctx, &capturing));
+    if (capturing) {
+        WARN("%s: stream %p is being captured into a CUDA graph: ncclshim numbers signals when "
+             "they are called, and a graph would replay the numbers; run it outside the "
+             "capture", api, (void *)stream);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
 shim_window_device_ptr(ncclWindow_t win, size_t offset, int peer, void **ptr_out,
                        const char *api)
 {
@@ -526,8 +571,9 @@ shim_window_device_ptr(ncclWindow_t win, size_t offset, int peer, void **ptr_out
         return ncclInvalidArgument;
     }
     if (win->dwin == NULL) {
-        WARN("%s: window %u is host memory: only device windows have device pointers", api,
-             win->id);
+        WARN("%s: window %u is %s: only device windows of ranks on one host have device "
+             "pointers", api, win->id, win->rwin != NULL ? "a device window across hosts"
+                                                        : "host memory");
         return ncclInvalidUsage;
     }
     if (peer < 0 || peer >= win->comm->nranks || offset > shim_dwin_peer_size(win->dwin, peer)) {
@@ -571,7 +617,10 @@ shim_signal_self(struct shim_windows *ws, size_t word)
 static size_t
 shim_window_part_size(const struct ncclWindow_vidmem *win, int peer)
 {
-    return win->dwin != NULL ? shim_dwin_peer_size(win->dwin, peer) : win->parts[peer].size;
+    if (win->dwin != NULL) {
+        return shim_dwin_peer_size(win->dwin, peer);
+    }
+    return win->rwin != NULL ? shim_rwin_peer_size(win->rwin, peer) : win->parts[peer].size;
 }
 
 ncclResult_t
@@ -595,6 +644,11 @@ shim_put_signal(struct ncclComm *comm, const void *src, size_t bytes, int peer,
         WARN("ncclPutSignal: %zu bytes at offset %zu overrun rank %d's part of window %u "
              "(%zu bytes)", bytes, offset, peer, win->id, shim_window_part_size(win, peer));
         return ncclInvalidArgument;
+    }
+    if (comm->windows->kind == SHIM_WINDOWS_DEVICE && comm->windows->rproxy != NULL) {
+        return shim_rwin_put_signal(comm, comm->windows->rproxy,
+                                    win != NULL ? win->rwin : NULL, src, bytes, peer, offset,
+                                    sig_idx, ctx, stream);
     }
     if (comm->windows->kind == SHIM_WINDOWS_DEVICE) {
         return shim_dwin_put_signal(comm, comm->windows->dsignals,
@@ -679,9 +733,15 @@ shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs, int n
     struct shim_windows *ws = comm->windows;
     if (ws != NULL && ws->kind == SHIM_WINDOWS_DEVICE) {
         for (int i = 0; i < ndescs; i++) {
-            SHIM_CHECK(shim_dwin_wait_signal(comm, ws->dsignals, descs[i].peer,
-                                             descs[i].sigIdx, descs[i].ctx,
-                                             (uint32_t)descs[i].opCnt, stream));
+            if (ws->rproxy != NULL) {
+                SHIM_CHECK(shim_rwin_wait_signal(comm, ws->rproxy, descs[i].peer,
+                                                 descs[i].sigIdx, descs[i].ctx,
+                                                 (uint32_t)descs[i].opCnt, stream));
+            } else {
+                SHIM_CHECK(shim_dwin_wait_signal(comm, ws->dsignals, descs[i].peer,
+                                                 descs[i].sigIdx, descs[i].ctx,
+                                                 (uint32_t)descs[i].opCnt, stream));
+            }
         }
         return ncclSuccess;
     }
@@ -716,15 +776,18 @@ shim_windows_free(struct ncclComm *comm)
         ws->pending = p->next;
         free(p);
     }
+    shim_rproxy_stop(ws->rproxy); /* first: its windows then wait for nothing */
     while (ws->list != NULL) {
         struct ncclWindow_vidmem *w = ws->list;
         ws->list = w->next;
         shim_dwin_free(w->dwin);
+        shim_rwin_free(w->rwin);
         w->magic = 0;
         free(w->parts);
         free(w);
     }
     shim_dsignals_free(ws->dsignals);
+    shim_rproxy_free(ws->rproxy);
     free(ws->counted);
     free(ws->signal_parts);
     free(ws);

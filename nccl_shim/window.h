@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Windows (ncclCommWindowRegister) and the one-sided operations on them: ncclPutSignal,
- * ncclSignal, ncclWaitSignal, on host memory (window.c) and on device memory of ranks that
- * share a host (window_device.c). A communicator's windows are all of one kind, which its
+ * ncclSignal, ncclWaitSignal, on host memory (window.c), on device memory of ranks that
+ * share a host (window_device.c) and of ranks that do not (window_remote.c). A communicator's windows are all of one kind, which its
  * first window decides: the signals, which name no window, follow it. A window is collective: every rank registers
  * its part in the same order, so the n-th window of a communicator is the same window on
  * every rank, and its number is all a rank needs to name a peer's part.
@@ -46,6 +46,13 @@ ncclResult_t shim_put_signal(struct ncclComm *comm, const void *src, size_t byte
  * windows hold stream until then. */
 ncclResult_t shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs,
                               int ndescs, cudaStream_t stream);
+
+/* For the one-sided calls on device windows: stream is one of gpu's (its primary context's)
+ * and not being captured (the calls pick numbers when they are made, which a graph would
+ * replay); ncclInvalidArgument or ncclInvalidUsage with a WARN naming api otherwise. */
+struct gpu_device;
+ncclResult_t shim_window_check_stream(const struct gpu_device *gpu, cudaStream_t stream,
+                                      const char *api);
 
 /* Peer's part of a device window at offset, as this process's device reaches it: a real
  * pointer (NCCL's device pointer queries). ncclInvalidUsage with a WARN naming api for a host

@@ -380,29 +380,6 @@ shim_dwin_peer_size(const struct shim_dwin *dw, int peer)
 
 /* --- the operations ----------------------------------------------------------------------- */
 
-/* The stream must be one of the communicator's device, and not being captured. */
-static ncclResult_t
-shim_dwin_check_stream(const struct gpu_device *gpu, cudaStream_t stream, const char *api)
-{
-    CUcontext ctx;
-    bool capturing = false;
-
-    SHIM_CHECK(gpu_stream_ctx(stream, gpu->ordinal, &ctx));
-    if (ctx != gpu->ctx) {
-        WARN("%s: stream %p is not a stream of the communicator's device %d", api,
-             (void *)stream, gpu->ordinal);
-        return ncclInvalidArgument;
-    }
-    SHIM_CHECK(gpu_stream_capturing(stream, ctx, &capturing));
-    if (capturing) {
-        WARN("%s: stream %p is being captured into a CUDA graph: ncclshim numbers signals when "
-             "they are called, and a graph would replay the numbers; run it outside the "
-             "capture", api, (void *)stream);
-        return ncclInvalidUsage;
-    }
-    return ncclSuccess;
-}
-
 static struct gpu_flag
 shim_dsignal_flag(const struct shim_dsignals *s, int owner, size_t word)
 {
@@ -419,7 +396,7 @@ shim_dwin_put_signal(struct ncclComm *comm, struct shim_dsignals *s, struct shim
     const char *api = dw != NULL && bytes > 0 ? "ncclPutSignal" : "ncclSignal";
     ncclResult_t res;
 
-    SHIM_CHECK(shim_dwin_check_stream(s->gpu, stream, api));
+    SHIM_CHECK(shim_window_check_stream(s->gpu, stream, api));
     SHIM_CHECK(gpu_ctx_push(s->gpu->ctx));
     if (bytes > 0) {
         CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dw->ptrs[peer] + offset;
@@ -447,7 +424,7 @@ shim_dwin_wait_signal(struct ncclComm *comm, struct shim_dsignals *s, int peer, 
     size_t w = shim_signal_word(peer, sig, ctx);
 
     (void)comm;
-    SHIM_CHECK(shim_dwin_check_stream(s->gpu, stream, "ncclWaitSignal"));
+    SHIM_CHECK(shim_window_check_stream(s->gpu, stream, "ncclWaitSignal"));
     if (count == 0) {
         return ncclSuccess;
     }

@@ -283,6 +283,9 @@ staged_cases() {
     for part in returns order group memapi refuse; do
         run_case "staged-streams-$part-n3" 3 60 "${noteam[@]}" -- "$bindir/streams" -p "$part"
     done
+    run_case staged-streams-window-n3 3 60 "${noteam[@]}" -- "$bindir/streams" -p window -X
+    run_case staged-streams-window-n4-tcp 4 60 "${noteam[@]}" UCX_TLS=tcp -- \
+        "$bindir/streams" -p window -X
     # One hardware queue per context: the lanes share the user's.
     run_case staged-collectives-quick-n3-onequeue 3 120 "${noteam[@]}" \
         CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/collectives" -q -D mixed -c "$colls"
@@ -334,6 +337,8 @@ elif [[ $quick == 1 ]]; then
     run_case device-streams-graph-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graph
     run_case device-streams-churn-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p churn
     run_case device-streams-window-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p window
+    run_case staged-streams-window-n3 3 60 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \
+        "$bindir/streams" -p window -X
     run_case device-fault-allreduce-n3-leader 1 90 "${dev[@]}" -- \
         "$bindir/fault" -n 3 -c allreduce -D -v 0
     run_case staged-collectives-quick-n3 3 240 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \

@@ -47,9 +47,11 @@
  *             all-reduces on device buffers of the grown communicator are right;
  *   window    windows on ncclMemAlloc memory: a part in cudaMalloc memory refused on every
  *             rank; every rank puts a block into every rank's part on its stream and waits
- *             for all the signals there: the parts are right; a peer's part read through
- *             ncclGetPeerDevicePointer; two signals alone, awaited on a stream; a host window
- *             beside the device one refused;
+ *             for all the signals there (rank 0 late): the parts are right; a peer's part
+ *             read through ncclGetPeerDevicePointer; two signals alone, awaited on a stream;
+ *             a host window beside the device one refused (-X, ranks that do not share a
+ *             host: through the proxies; cudaMalloc parts serve, device pointers are
+ *             refused);
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -90,6 +92,8 @@
 #define ST_COUNT 4099 /* odd, past a few kernel vectors */
 
 static struct mp_cuda st_cu;
+/* -X: the ranks do not share a host (or act as if: NCCL_SHM_DISABLE=1). */
+static bool st_across;
 /* The memory kind of st_buffer's buffers (-k; device memory by default). */
 static enum mp_mem_kind st_kind = MP_MEM_DEVICE;
 
@@ -635,13 +639,22 @@ part_window(const struct mp_world *w)
     void *ptr = NULL;
     char host[64];
 
-    /* cudaMalloc memory is not a window part (NCCL's are ncclMemAlloc's): refused on every
-     * rank, none left waiting. */
+    /* On one host, cudaMalloc memory is not a window part (peers map parts, and NCCL's are
+     * ncclMemAlloc's): refused on every rank, none left waiting. Across hosts (no host
+     * team) nothing is mapped, and any device memory serves. */
+    const bool across = st_across && n > 1;
     float *legacy = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, 4096);
-    MP_EXPECT(ncclCommWindowRegister(w->comm, legacy, 4096, &refused, NCCL_WIN_DEFAULT) ==
-                  ncclInvalidUsage, "a window on cudaMalloc memory was not refused");
-    MP_EXPECT(strstr(mp_last_error(w->comm), "ncclMemAlloc") != NULL,
-              "no clear message: \"%s\"", mp_last_error(w->comm));
+    ncclResult_t res = ncclCommWindowRegister(w->comm, legacy, 4096, &refused,
+                                              NCCL_WIN_DEFAULT);
+    if (across) {
+        MP_CHECK_COMM(w->comm, res);
+        mp_barrier(w->comm, n);
+        MP_CHECK_COMM(w->comm, ncclCommWindowDeregister(w->comm, refused));
+    } else {
+        MP_EXPECT(res == ncclInvalidUsage, "a window on cudaMalloc memory was not refused");
+        MP_EXPECT(strstr(mp_last_error(w->comm), "ncclMemAlloc") != NULL,
+                  "no clear message: \"%s\"", mp_last_error(w->comm));
+    }
     mp_cuda_free(&st_cu, MP_MEM_DEVICE, legacy);
 
     MP_CHECK_COMM(w->comm, ncclMemAlloc((void **)&part, part_bytes));
@@ -669,13 +682,20 @@ part_window(const struct mp_world *w)
                            s, "window") == 0,
                   "rank %d's block in this rank's part is wrong after the wait", p);
     }
-    /* The right neighbour's part, read through its pointer here: rank 0's block. */
+    /* The right neighbour's part, read through its pointer here: rank 0's block. Across
+     * hosts there is no such pointer: refused. */
     mp_barrier(w->comm, n);
-    MP_CHECK_COMM(w->comm, ncclGetPeerDevicePointer(win, 0, right, &ptr));
-    MP_EXPECT(st_check(ptr, ST_WIN_BLOCK, 0, 1, s, "peer pointer") == 0,
-              "rank %d's part read through ncclGetPeerDevicePointer is wrong", right);
-    MP_CHECK_COMM(w->comm, ncclGetLsaDevicePointer(win, 0, w->rank, &ptr));
-    MP_EXPECT(ptr == part, "this rank's own LSA pointer is %p, its part %p", ptr, (void *)part);
+    if (across) {
+        MP_EXPECT(ncclGetPeerDevicePointer(win, 0, right, &ptr) == ncclInvalidUsage,
+                  "a device pointer into another host's part was not refused");
+    } else {
+        MP_CHECK_COMM(w->comm, ncclGetPeerDevicePointer(win, 0, right, &ptr));
+        MP_EXPECT(st_check(ptr, ST_WIN_BLOCK, 0, 1, s, "peer pointer") == 0,
+                  "rank %d's part read through ncclGetPeerDevicePointer is wrong", right);
+        MP_CHECK_COMM(w->comm, ncclGetLsaDevicePointer(win, 0, w->rank, &ptr));
+        MP_EXPECT(ptr == part, "this rank's own LSA pointer is %p, its part %p", ptr,
+                  (void *)part);
+    }
     /* Signals alone, twice, on another index and context: the stream waits for both. */
     MP_CHECK_COMM(w->comm, ncclSignal(right, 3, 1, 0, w->comm, s));
     MP_CHECK_COMM(w->comm, ncclSignal(right, 3, 1, 0, w->comm, s));
@@ -1053,7 +1073,7 @@ main(int argc, char **argv)
     int opt, poster = 0;
     bool graph = false, host = false, revoke = false;
 
-    while ((opt = getopt(argc, argv, "p:r:gk:HR")) != -1) {
+    while ((opt = getopt(argc, argv, "p:r:gk:HRX")) != -1) {
         if (opt == 'p') {
             part = optarg;
         } else if (opt == 'k') {
@@ -1066,11 +1086,13 @@ main(int argc, char **argv)
             host = true;
         } else if (opt == 'R') {
             revoke = true;
+        } else if (opt == 'X') {
+            st_across = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
                             "churn|graph|twographs|globalcapture|abort|abortblocked|"
                             "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window "
-                            "[-r POSTER] [-g] [-k KIND] [-H] [-R]\n");
+                            "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
             return 2;
         }
     }

@@ -59,7 +59,7 @@ if ! probe=$(ip netns add "ns-probe-$tag" 2>&1); then
     skip "cannot create a network namespace: $probe"
 fi
 ip netns del "ns-probe-$tag"
-for prog in "$bindir/mp/collectives" "$bindir/netns/hostloss"; do
+for prog in "$bindir/mp/collectives" "$bindir/mp/streams" "$bindir/netns/hostloss"; do
     if [[ ! -x $prog ]]; then
         echo "netns: $prog is missing (run make test-netns)"
         echo "netns: 0 passed, 1 failed"
@@ -314,6 +314,8 @@ else
     # user's streams' queue.
     run_case device-collectives-quick-n4-onequeue 4 180 "${dev[@]}" \
         CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/mp/collectives" -q -D mixed -c "$colls"
+    # Device windows across the hosts: mirrors, logs and each rank's proxy, over TCP.
+    run_case device-streams-window-n4 4 120 "${dev[@]}" -- "$bindir/mp/streams" -p window -X
 fi
 
 echo "netns: $passed passed, $failed failed"
