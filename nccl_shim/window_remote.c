@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/check.h"
@@ -80,6 +81,7 @@ struct shim_rproxy {
     pthread_t thread;
     bool running, stop;
     bool stopped;                   /* the thread joined and the worker gone */
+    bool stuck;                     /* a put's copy into staging never ran: staging stays */
     struct tp_mem *recv_mem;        /* heads[source], then logs[source][SHIM_RWIN_LOG] */
     uint64_t *heads;
     struct shim_rrecord *logs;
@@ -321,6 +323,7 @@ shim_rproxy_main(void *arg)
              ncclGetErrorString(res));
         shim_comm_set_async_error(p->comm, res);
     }
+    p->stop = true; /* whoever waits for it stops waiting */
     pthread_cond_broadcast(&p->room);
     pthread_mutex_unlock(&p->lock);
     gpu_ctx_pop();
@@ -402,6 +405,34 @@ shim_rproxy_stop(struct shim_rproxy *p)
     tp_worker_destroy(p->tp);
     p->tp = NULL;
     p->stopped = true;
+    /* Streams waiting for signals that will never come go on; then the copies of puts never
+     * sent, queued on users' streams, must have run before their staging goes (bounded: a
+     * stream held for good keeps the staging). */
+    bool ctx = p->gpu != NULL && gpu_ctx_push(p->gpu->ctx) == ncclSuccess;
+    volatile uint32_t *words = p->words.host;
+    for (size_t w = 0; words != NULL && w < shim_rwords(p->nranks); w++) {
+        if ((int32_t)(p->counted[w] - words[w]) > 0) {
+            __atomic_store_n(&words[w], p->counted[w], __ATOMIC_RELEASE);
+        }
+    }
+    int64_t until = shim_clock_ms() + 5000;
+    while (p->jobs != NULL) {
+        struct shim_rjob *job = p->jobs;
+        while (gpu_cu.cuEventQuery(job->ready) == CUDA_ERROR_NOT_READY &&
+               shim_clock_ms() < until) {
+            usleep(100);
+        }
+        if (gpu_cu.cuEventQuery(job->ready) == CUDA_ERROR_NOT_READY) {
+            p->stuck = true; /* its stream never got there: staging stays */
+        }
+        p->jobs = job->next;
+        gpu_cu.cuEventDestroy(job->ready);
+        free(job);
+    }
+    p->jobs_tail = &p->jobs;
+    if (ctx) {
+        gpu_ctx_pop();
+    }
 }
 
 void
@@ -412,22 +443,8 @@ shim_rproxy_free(struct shim_rproxy *p)
     }
     shim_rproxy_stop(p);
     bool ctx = p->gpu != NULL && gpu_ctx_push(p->gpu->ctx) == ncclSuccess;
-    /* Streams waiting for signals that will never come go on. */
-    volatile uint32_t *words = p->words.host;
-    for (size_t w = 0; words != NULL && w < shim_rwords(p->nranks); w++) {
-        if ((int32_t)(p->counted[w] - words[w]) > 0) {
-            __atomic_store_n(&words[w], p->counted[w], __ATOMIC_RELEASE);
-        }
-    }
     bool passed = gpu_stream_marks_wait(&p->waited, 5000);
     gpu_stream_marks_free(&p->waited);
-    while (p->jobs != NULL) {
-        struct shim_rjob *job = p->jobs;
-        p->jobs = job->next;
-        gpu_cu.cuEventSynchronize(job->ready); /* its copy into staging still runs */
-        gpu_cu.cuEventDestroy(job->ready);
-        free(job);
-    }
     if (p->copy_stream != NULL) {
         gpu_cu.cuStreamSynchronize(p->copy_stream);
     }
@@ -707,7 +724,9 @@ shim_rwin_free(struct shim_rwin *w)
             gpu_cu.cuStreamSynchronize(p->copy_stream); /* copies out of its mirror */
         }
         gpu_host_unimport(&w->mirror);
-        gpu_host_unimport(&w->stage);
+        if (!p->stuck) {
+            gpu_host_unimport(&w->stage);
+        }
         gpu_ctx_pop();
     }
     if (w->mirror_fd >= 0) {
@@ -752,7 +771,15 @@ shim_rwin_reserve(struct shim_rproxy *p, struct shim_rwin *w, size_t bytes, uint
                  "waiting for staging room");
             res = ncclRemoteError;
         } else {
-            pthread_cond_wait(&p->room, &p->lock);
+            /* Looks again every 10 ms: an abort from another thread wakes no one here. */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 10 * 1000 * 1000;
+            if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&p->room, &p->lock, &until);
         }
     }
     if (res == ncclSuccess) {
