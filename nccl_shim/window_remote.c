@@ -223,6 +223,25 @@ shim_rproxy_window(struct shim_rproxy *p, uint32_t id)
     return NULL;
 }
 
+/* A record's bytes from the mirror into the part, on the proxy's stream, and d->copied after. */
+static ncclResult_t
+shim_rproxy_copy_in(struct shim_rproxy *p, struct shim_rwin *w, const struct shim_rrecord *rec,
+                    struct shim_rdelivery *d)
+{
+    ncclResult_t res;
+
+    GPU_CU_CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)w->part + rec->offset,
+                               w->mirror.dev + rec->offset, rec->bytes, p->copy_stream));
+    GPU_CU_CHECK(cuEventCreate(&d->copied, CU_EVENT_DISABLE_TIMING));
+    GPU_CU_CHECK_GOTO(cuEventRecord(d->copied, p->copy_stream), res, err);
+    return ncclSuccess;
+
+err:
+    gpu_cu.cuEventDestroy(d->copied);
+    d->copied = NULL;
+    return res;
+}
+
 /* Reads the new records of source src: each copy from the mirror into the part is enqueued,
  * its count queued behind it; then tells src how far this rank read. */
 static ncclResult_t
@@ -234,6 +253,11 @@ shim_rproxy_receive(struct shim_rproxy *p, int src, bool *moved_out)
         struct shim_rrecord rec;
         memcpy(&rec, &p->logs[(size_t)src * SHIM_RWIN_LOG + p->processed[src] % SHIM_RWIN_LOG],
                sizeof(rec));
+        if (rec.sig >= SHIM_SIGNAL_IDXS || rec.ctx >= SHIM_SIGNAL_CTXS) {
+            WARN("rank %d: rank %d's log holds a record of signal %u, context %u: a broken "
+                 "peer", p->rank, src, rec.sig, rec.ctx);
+            return ncclRemoteError;
+        }
         struct shim_rdelivery *d;
         SHIM_CHECK(shim_calloc(&d, 1));
         d->word = shim_signal_word(src, (int)rec.sig, (int)rec.ctx);
@@ -245,11 +269,10 @@ shim_rproxy_receive(struct shim_rproxy *p, int src, bool *moved_out)
                  rec.window, w == NULL ? "does not have" : "holds fewer bytes of");
             w = NULL; /* counted, not copied */
         }
-        if (w != NULL) {
-            GPU_CU_CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)w->part + rec.offset,
-                                       w->mirror.dev + rec.offset, rec.bytes, p->copy_stream));
-            GPU_CU_CHECK(cuEventCreate(&d->copied, CU_EVENT_DISABLE_TIMING));
-            GPU_CU_CHECK(cuEventRecord(d->copied, p->copy_stream));
+        ncclResult_t res = w != NULL ? shim_rproxy_copy_in(p, w, &rec, d) : ncclSuccess;
+        if (res != ncclSuccess) {
+            free(d);
+            return res;
         }
         *p->deliveries_tail = d;
         p->deliveries_tail = &d->next;
