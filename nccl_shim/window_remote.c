@@ -23,6 +23,9 @@
 #include "window.h"
 
 #define SHIM_RWIN_LOG 1024 /* records a source may have unread in its target's log */
+/* The proxy's sleep between looks when nothing moved: from this, doubling up to that. */
+#define SHIM_RPROXY_IDLE_MIN_US 20u
+#define SHIM_RPROXY_IDLE_MAX_US 1000u
 
 /* What a put tells its target, after its bytes. */
 struct shim_rrecord {
@@ -320,6 +323,8 @@ shim_rproxy_main(void *arg)
     struct shim_rproxy *p = arg;
     ncclResult_t res = ncclSuccess;
 
+    unsigned idle_us = SHIM_RPROXY_IDLE_MIN_US;
+
     shim_log_bind(&p->comm->log);
     gpu_ctx_push(p->gpu->ctx);
     pthread_mutex_lock(&p->lock);
@@ -335,9 +340,15 @@ shim_rproxy_main(void *arg)
             }
         }
         shim_rproxy_deliver(p, &moved);
-        if (!moved) {
+        /* Puts that land in hardware and streams that reach an event wake no one: poll, less
+         * often the longer nothing moves. */
+        if (moved) {
+            idle_us = SHIM_RPROXY_IDLE_MIN_US;
+        } else {
             pthread_mutex_unlock(&p->lock);
-            usleep(20);
+            usleep(idle_us);
+            idle_us = idle_us * 2 > SHIM_RPROXY_IDLE_MAX_US ? SHIM_RPROXY_IDLE_MAX_US
+                                                             : idle_us * 2;
             pthread_mutex_lock(&p->lock);
         }
     }
@@ -510,7 +521,6 @@ shim_rwin_prepare(struct ncclComm *comm, struct shim_rproxy **proxy, uint32_t id
 {
     struct shim_rwin *w;
     ncclResult_t res;
-    bool first = *proxy == NULL;
 
     if (size > 0) {
         struct gpu_mem_info info;
@@ -521,10 +531,13 @@ shim_rwin_prepare(struct ncclComm *comm, struct shim_rproxy **proxy, uint32_t id
             return ncclInvalidUsage;
         }
     }
-    if (first) {
+    if (*proxy == NULL) {
         SHIM_CHECK(shim_rproxy_create(comm, proxy));
     }
     struct shim_rproxy *p = *proxy;
+    /* Until a registration connected the proxies (an earlier one may have failed), every
+     * one brings the proxy's address and keys. */
+    bool first = !p->running;
     SHIM_CHECK(shim_calloc(&w, 1));
     w->proxy = p;
     w->id = id;

@@ -644,6 +644,12 @@ part_window(const struct mp_world *w)
      * team) nothing is mapped, and any device memory serves. */
     const bool across = st_across && n > 1;
     float *legacy = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, 4096);
+    /* One rank's bad part fails the registration on every rank; the next one still works
+     * (what the others prepared for it, a proxy across hosts, serves again). */
+    ncclResult_t bad = ncclCommWindowRegister(w->comm, w->rank == 0 ? NULL : legacy, 4096,
+                                              &refused, NCCL_WIN_DEFAULT);
+    MP_EXPECT(bad == (w->rank == 0 ? ncclInvalidArgument : ncclInvalidUsage),
+              "a registration with rank 0's part NULL gave %s", ncclGetErrorString(bad));
     ncclResult_t res = ncclCommWindowRegister(w->comm, legacy, 4096, &refused,
                                               NCCL_WIN_DEFAULT);
     if (across) {
