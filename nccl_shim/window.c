@@ -36,9 +36,7 @@
 #include "base/env.h"
 #include "comm.h"
 #include "engine/exchange.h"
-#include "gpu/driver.h"
 #include "gpu/memory.h"
-#include "gpu/stream.h"
 #include "transports/transport.h"
 #include "window_device.h"
 #include "window_remote.h"
@@ -537,28 +535,6 @@ shim_window_user_ptr(struct ncclComm *comm, ncclWindow_t win, void **ptr_out)
         return ncclInvalidArgument;
     }
     *ptr_out = win->buff;
-    return ncclSuccess;
-}
-
-ncclResult_t
-shim_window_check_stream(const struct gpu_device *gpu, cudaStream_t stream, const char *api)
-{
-    CUcontext ctx;
-    bool capturing = false;
-
-    SHIM_CHECK(gpu_stream_ctx(stream, gpu->ordinal, &ctx));
-    if (ctx != gpu->ctx) {
-        WARN("%s: stream %p is not a stream of the communicator's device %d", api,
-             (void *)stream, gpu->ordinal);
-        return ncclInvalidArgument;
-    }
-    SHIM_CHECK(gpu_stream_capturing(stream, ctx, &capturing));
-    if (capturing) {
-        WARN("%s: stream %p is being captured into a CUDA graph: ncclshim numbers signals when "
-             "they are called, and a graph would replay the numbers; run it outside the "
-             "capture", api, (void *)stream);
-        return ncclInvalidUsage;
-    }
     return ncclSuccess;
 }
 

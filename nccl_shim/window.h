@@ -13,19 +13,10 @@
 #include <nccl.h>
 #include <stddef.h>
 
+#include "signal.h"
+
 struct ncclComm;
 
-/* Signal words, per source rank: sigIdx 0..15, ctx 0..7 (NCCL itself takes only 0 and 0). A
- * rank's words are numbered [source rank][sigIdx][ctx]. */
-#define SHIM_SIGNAL_IDXS 16
-#define SHIM_SIGNAL_CTXS 8
-#define SHIM_SIGNAL_WORDS_PER_RANK (SHIM_SIGNAL_IDXS * SHIM_SIGNAL_CTXS)
-
-static inline size_t
-shim_signal_word(int rank, int sig, int ctx)
-{
-    return ((size_t)rank * SHIM_SIGNAL_IDXS + (size_t)sig) * SHIM_SIGNAL_CTXS + (size_t)ctx;
-}
 
 /* Registers buff (size bytes) as this rank's part of the communicator's next window. */
 ncclResult_t shim_window_register(struct ncclComm *comm, void *buff, size_t size,
@@ -46,13 +37,6 @@ ncclResult_t shim_put_signal(struct ncclComm *comm, const void *src, size_t byte
  * windows hold stream until then. */
 ncclResult_t shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs,
                               int ndescs, cudaStream_t stream);
-
-/* For the one-sided calls on device windows: stream is one of gpu's (its primary context's)
- * and not being captured (the calls pick numbers when they are made, which a graph would
- * replay); ncclInvalidArgument or ncclInvalidUsage with a WARN naming api otherwise. */
-struct gpu_device;
-ncclResult_t shim_window_check_stream(const struct gpu_device *gpu, cudaStream_t stream,
-                                      const char *api);
 
 /* Peer's part of a device window at offset, as this process's device reaches it: a real
  * pointer (NCCL's device pointer queries). ncclInvalidUsage with a WARN naming api for a host

@@ -17,7 +17,7 @@
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
-#include "window.h"
+#include "signal.h"
 
 /* How long teardown waits for the streams that used a window's memory. */
 #define SHIM_DWIN_TEARDOWN_MS 5000
@@ -396,7 +396,7 @@ shim_dwin_put_signal(struct ncclComm *comm, struct shim_dsignals *s, struct shim
     const char *api = dw != NULL && bytes > 0 ? "ncclPutSignal" : "ncclSignal";
     ncclResult_t res;
 
-    SHIM_CHECK(shim_window_check_stream(s->gpu, stream, api));
+    SHIM_CHECK(shim_signal_check_stream(s->gpu, stream, api));
     SHIM_CHECK(gpu_ctx_push(s->gpu->ctx));
     if (bytes > 0) {
         CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dw->ptrs[peer] + offset;
@@ -424,7 +424,7 @@ shim_dwin_wait_signal(struct ncclComm *comm, struct shim_dsignals *s, int peer, 
     size_t w = shim_signal_word(peer, sig, ctx);
 
     (void)comm;
-    SHIM_CHECK(shim_window_check_stream(s->gpu, stream, "ncclWaitSignal"));
+    SHIM_CHECK(shim_signal_check_stream(s->gpu, stream, "ncclWaitSignal"));
     if (count == 0) {
         return ncclSuccess;
     }

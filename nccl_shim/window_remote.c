@@ -20,7 +20,7 @@
 #include "gpu/memory.h"
 #include "gpu/stream.h"
 #include "transports/transport.h"
-#include "window.h"
+#include "signal.h"
 
 #define SHIM_RWIN_LOG 1024 /* records a source may have unread in its target's log */
 /* The proxy's sleep between looks when nothing moved: from this, doubling up to that. */
@@ -835,7 +835,7 @@ shim_rwin_put_signal(struct ncclComm *comm, struct shim_rproxy *p, struct shim_r
     struct shim_rjob *job = NULL;
     ncclResult_t res;
 
-    SHIM_CHECK(shim_window_check_stream(p->gpu, stream, bytes > 0 ? "ncclPutSignal"
+    SHIM_CHECK(shim_signal_check_stream(p->gpu, stream, bytes > 0 ? "ncclPutSignal"
                                                                 : "ncclSignal"));
     SHIM_CHECK(gpu_ctx_push(p->gpu->ctx));
     if (peer == comm->rank) {
@@ -895,7 +895,7 @@ shim_rwin_wait_signal(struct ncclComm *comm, struct shim_rproxy *p, int peer, in
     ncclResult_t res;
 
     (void)comm;
-    SHIM_CHECK(shim_window_check_stream(p->gpu, stream, "ncclWaitSignal"));
+    SHIM_CHECK(shim_signal_check_stream(p->gpu, stream, "ncclWaitSignal"));
     if (count == 0) {
         return ncclSuccess;
     }
