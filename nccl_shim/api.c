@@ -570,6 +570,54 @@ shim_api_one_sided_leave(ncclComm_t comm, ncclResult_t res)
     return res;
 }
 
+/* A window's registration or deregistration: collective, so inside a group (which may hold
+ * several ranks of one clique, driven by this thread) it runs on a thread of its own, and
+ * ncclGroupEnd joins it; the caller reads *win after ncclGroupEnd, as with NCCL. */
+struct shim_window_call {
+    ncclComm_t comm;
+    bool reg;                /* register, else deregister */
+    void *buff;
+    size_t size;
+    ncclWindow_t *win_out;   /* register */
+    ncclWindow_t win;        /* deregister */
+};
+
+static ncclResult_t
+shim_api_window_call_run(void *arg)
+{
+    struct shim_window_call *c = arg;
+    ncclComm_t comm = c->comm;
+
+    shim_comm_bind(comm);
+    ncclResult_t res = c->reg ? shim_window_register(comm, c->buff, c->size, c->win_out)
+                              : shim_window_deregister(comm, c->win);
+    free(c);
+    return shim_api_one_sided_leave(comm, res);
+}
+
+static ncclResult_t
+shim_api_window_call(const struct shim_window_call *call, const char *api)
+{
+    struct shim_window_call *c;
+
+    SHIM_CHECK(shim_api_one_sided_enter(call->comm, api));
+    ncclResult_t res = shim_calloc(&c, 1);
+    if (res != ncclSuccess) {
+        return shim_api_one_sided_leave(call->comm, res);
+    }
+    *c = *call;
+    if (!shim_group_active()) {
+        return shim_api_window_call_run(c);
+    }
+    shim_comm_bind(NULL); /* the thread binds it */
+    res = shim_group_spawn(shim_api_window_call_run, c);
+    if (res != ncclSuccess) {
+        free(c);
+        __atomic_sub_fetch(&call->comm->calls_inside, 1, __ATOMIC_ACQ_REL);
+    }
+    return res;
+}
+
 SHIM_API ncclResult_t
 ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
                        int winFlags)
@@ -582,8 +630,9 @@ ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *w
         WARN("ncclCommWindowRegister: winFlags 0x%x has unknown bits", winFlags);
         return ncclInvalidArgument;
     }
-    SHIM_CHECK(shim_api_one_sided_enter(comm, "ncclCommWindowRegister"));
-    return shim_api_one_sided_leave(comm, shim_window_register(comm, buff, size, win));
+    struct shim_window_call call = {.comm = comm, .reg = true, .buff = buff, .size = size,
+                                    .win_out = win};
+    return shim_api_window_call(&call, "ncclCommWindowRegister");
 }
 SHIM_ALIAS(ncclCommWindowRegister)
 
@@ -591,8 +640,8 @@ SHIM_API ncclResult_t
 ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 {
     shim_error_clear();
-    SHIM_CHECK(shim_comm_check(comm, "ncclCommWindowDeregister"));
-    return shim_window_deregister(comm, win);
+    struct shim_window_call call = {.comm = comm, .win = win};
+    return shim_api_window_call(&call, "ncclCommWindowDeregister");
 }
 SHIM_ALIAS(ncclCommWindowDeregister)
 

@@ -2,8 +2,9 @@
 /*
  * Group state lives in thread-local storage, as NCCL's does: a group belongs to the thread
  * that opened it. What the outermost ncclGroupEnd does:
- *   1. wait for communicator inits started inside the group (they ran on their own threads,
- *      because every rank of a single-process clique must join the rendezvous at once);
+ *   1. wait for communicator inits started inside the group, and for the collective calls
+ *      that run on threads of their own (window registration): each ran on its own thread,
+ *      because every rank of a single-process clique must take part at once;
  *   2. enqueue the ops on device memory together (shim_devexec_run): stream ordered, they
  *      return at once;
  *   3. run every op on host memory together on this thread (shim_exec_run), each after the
@@ -13,6 +14,7 @@
  */
 #include "group.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "base/check.h"
@@ -31,6 +33,16 @@ struct shim_group {
     int ndevops, devop_capacity;
     struct ncclComm **inits;
     int ninits, init_capacity;
+    struct shim_group_task **tasks;
+    int ntasks, task_capacity;
+};
+
+/* A call running on a thread of its own until ncclGroupEnd joins it. */
+struct shim_group_task {
+    pthread_t thread;
+    ncclResult_t (*fn)(void *);
+    void *arg;
+    ncclResult_t res;
 };
 
 static __thread struct shim_group shim_group;
@@ -72,6 +84,36 @@ shim_group_fail(ncclResult_t res)
     if (shim_group.depth > 0 && shim_group.error == ncclSuccess) {
         shim_group.error = res;
     }
+}
+
+static void *
+shim_group_task_main(void *arg)
+{
+    struct shim_group_task *task = arg;
+    task->res = task->fn(task->arg);
+    return NULL;
+}
+
+ncclResult_t
+shim_group_spawn(ncclResult_t (*fn)(void *), void *arg)
+{
+    struct shim_group_task *task;
+
+    SHIM_CHECK(shim_calloc(&task, 1));
+    task->fn = fn;
+    task->arg = arg;
+    ncclResult_t res = shim_group_push((void ***)&shim_group.tasks, &shim_group.ntasks,
+                                       &shim_group.task_capacity, task);
+    if (res == ncclSuccess && pthread_create(&task->thread, NULL, shim_group_task_main,
+                                             task) != 0) {
+        WARN("cannot start a thread for a call inside a group");
+        shim_group.ntasks--;
+        res = ncclSystemError;
+    }
+    if (res != ncclSuccess) {
+        free(task);
+    }
+    return res;
 }
 
 ncclResult_t
@@ -212,6 +254,13 @@ shim_group_end(void)
             res = init_res;
         }
     }
+    for (int i = 0; i < shim_group.ntasks; i++) {
+        pthread_join(shim_group.tasks[i]->thread, NULL);
+        if (res == ncclSuccess) {
+            res = shim_group.tasks[i]->res;
+        }
+        free(shim_group.tasks[i]);
+    }
     /* Counted in once per op (a communicator may be counted several times), and out once its
      * op is done with: an exec's destroy still touches its communicator. */
     for (int i = 0; i < shim_group.ndevops; i++) {
@@ -237,6 +286,7 @@ shim_group_end(void)
     free(shim_group.execs);
     free(shim_group.devops);
     free(shim_group.inits);
+    free(shim_group.tasks);
     shim_group = (struct shim_group){0};
     return res;
 }

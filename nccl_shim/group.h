@@ -19,6 +19,10 @@ bool shim_group_active(void);
 
 /* Runs op now, or queues it until the outermost ncclGroupEnd. */
 ncclResult_t shim_group_enqueue(const struct shim_op *op);
+/* Inside a group: runs fn(arg) on a thread of its own at once, and ncclGroupEnd joins it and
+ * returns its error (a collective call that must not wait for the other ranks of a clique
+ * this thread drives too). */
+ncclResult_t shim_group_spawn(ncclResult_t (*fn)(void *), void *arg);
 /* A communicator whose non-blocking init ncclGroupEnd must wait for. */
 ncclResult_t shim_group_add_init(struct ncclComm *comm);
 /* Remembers a failed call inside a group: ncclGroupEnd then returns it and runs nothing. */

@@ -25,7 +25,8 @@
  *     around the ring; a 1 MiB put whose target sits in a host all-reduce meanwhile (its wait
  *     must serve the put); a signal before any window, bad peers, indices, windows, a put
  *     past the peer's part, and the device pointer queries of a host window, refused with a
- *     message.
+ *     message; a clique of two communicators driven by one thread registers and deregisters a
+ *     window on each inside a group.
  * Built against an older nccl.h (2.28), it has nothing to test and says so.
  */
 #include "common.h"
@@ -453,6 +454,37 @@ an_test_grow(const struct mp_world *w)
     }
 }
 
+/* One thread drives a clique of two communicators (ncclCommInitAll) and registers and
+ * deregisters a window on each inside a group: each registration is collective, so the first
+ * must not wait for the second's rank inline (it would, for good). */
+static void
+an_test_window_group(void)
+{
+    ncclComm_t comms[2] = {NULL, NULL};
+    float a[64], b[64];
+    ncclWindow_t wa = NULL, wb = NULL;
+
+    MP_CHECK(ncclCommInitAll(comms, 2, NULL));
+    MP_CHECK(ncclGroupStart());
+    MP_CHECK_COMM(comms[0], ncclCommWindowRegister(comms[0], a, sizeof(a), &wa,
+                                                   NCCL_WIN_DEFAULT));
+    MP_CHECK_COMM(comms[1], ncclCommWindowRegister(comms[1], b, sizeof(b), &wb,
+                                                   NCCL_WIN_DEFAULT));
+    MP_CHECK(ncclGroupEnd());
+    MP_EXPECT(wa != NULL && wb != NULL, "windows registered in a group: %p, %p", (void *)wa,
+              (void *)wb);
+    void *ptr = NULL;
+    MP_CHECK_COMM(comms[1], ncclWinGetUserPtr(comms[1], wb, &ptr));
+    MP_EXPECT(ptr == b, "the grouped window's user pointer is %p, registered %p", ptr,
+              (void *)b);
+    MP_CHECK(ncclGroupStart());
+    MP_CHECK_COMM(comms[0], ncclCommWindowDeregister(comms[0], wa));
+    MP_CHECK_COMM(comms[1], ncclCommWindowDeregister(comms[1], wb));
+    MP_CHECK(ncclGroupEnd());
+    MP_CHECK(ncclCommDestroy(comms[0]));
+    MP_CHECK(ncclCommDestroy(comms[1]));
+}
+
 int
 main(void)
 {
@@ -469,6 +501,8 @@ main(void)
     an_test_windows(&world);
     if (world.nranks > 1) {
         an_test_grow(&world);
+    } else {
+        an_test_window_group();
     }
     long wrong = mp_allreduce_check(world.comm, world.rank, world.nranks, ncclFloat32, 1000,
                                     false, 21);
