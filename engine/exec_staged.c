@@ -349,8 +349,18 @@ shim_staged_interrupt(struct ncclComm *comm)
 static ncclResult_t
 shim_staged_release_memory(struct ncclComm *comm)
 {
-    (void)comm; /* its staging is pinned host memory, not the GPU's */
-    return ncclSuccess;
+    struct shim_staged *staged = comm->staged;
+    ncclResult_t res;
+
+    if (staged == NULL) {
+        return ncclSuccess;
+    }
+    /* The batches are done (suspension drained them): the pinned copies go, and the next
+     * batch pins them again. Host memory, so ncclCommMemStats does not count it. */
+    SHIM_CHECK(gpu_ctx_push(staged->gpu->ctx));
+    res = gpu_staging_trim(staged->staging);
+    gpu_ctx_pop();
+    return res;
 }
 
 static uint64_t

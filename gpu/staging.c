@@ -141,6 +141,19 @@ gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes)
 }
 
 ncclResult_t
+gpu_staging_trim(struct gpu_staging *st)
+{
+    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
+        GPU_CU_CHECK(cuStreamSynchronize(st->lanes[lane]));
+    }
+    gpu_staging_unpin(st->host, st->host_bytes);
+    st->host = NULL;
+    st->host_dev = 0;
+    st->host_bytes = 0;
+    return ncclSuccess;
+}
+
+ncclResult_t
 gpu_staging_arrive(struct gpu_staging *st, CUstream user)
 {
     GPU_CU_CHECK(cuEventRecord(st->arrived, user));

@@ -74,6 +74,10 @@ void gpu_staging_destroy(struct gpu_staging *st);
  * may still use the old memory. */
 ncclResult_t gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes);
 
+/* Suspension: gives the pinned memory back once the lanes' work is finished; the next
+ * reserve pins it again. */
+ncclResult_t gpu_staging_trim(struct gpu_staging *st);
+
 /* The gate's halves, in this order, each once per batch: the user's stream records arrived
  * (the caller); both lanes wait for it (the batch's first work); the in lane records done
  * (after the batch's last work); the user's stream waits for it (the caller, once the batch

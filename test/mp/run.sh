@@ -284,6 +284,7 @@ staged_cases() {
         run_case "staged-streams-$part-n3" 3 60 "${noteam[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case staged-streams-window-n3 3 60 "${noteam[@]}" -- "$bindir/streams" -p window -X
+    run_case staged-streams-suspend-n3 3 60 "${noteam[@]}" -- "$bindir/streams" -p suspend -X
     run_case staged-streams-window-n4-tcp 4 60 "${noteam[@]}" UCX_TLS=tcp -- \
         "$bindir/streams" -p window -X
     # One hardware queue per context: the lanes share the user's.

@@ -42,7 +42,8 @@
  *   suspend   ncclCommSuspend(NCCL_SUSPEND_MEM) after device all-reduces on cudaMalloc memory:
  *             the staging memory on the device (ncclCommMemStats, which counts it) is freed
  *             and the leader lets its mappings go (counted by the double); a collective
- *             while suspended is refused; resumed, all-reduces are right again;
+ *             while suspended is refused; resumed, all-reduces are right again (-X: the
+ *             network path's pinned staging is unregistered, counted by the double);
  *   grow      all ranks but the last split off and grow back to all through ncclCommGrow;
  *             all-reduces on device buffers of the grown communicator are right;
  *   window    windows on ncclMemAlloc memory: a part in cudaMalloc memory refused on every
@@ -564,6 +565,27 @@ part_suspend(const struct mp_world *w)
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
     MP_EXPECT(st_check(x, ST_COUNT, sum, (float)n, s, "before suspension") == 0,
               "wrong all-reduce before suspension");
+    if (st_across) {
+        /* The network path stages through pinned host memory: suspension unregisters it (the
+         * double counts registrations), resumption pins it again at the next call. */
+        struct mp_fake_stats before = {0}, after = {0};
+        MP_ASSERT(st_cu.fake_stats != NULL, "-X suspend counts the double's registrations");
+        mp_barrier(w->comm, n);
+        st_cu.fake_stats(&before);
+        MP_CHECK_COMM(w->comm, ncclCommSuspend(w->comm, NCCL_SUSPEND_MEM));
+        st_cu.fake_stats(&after);
+        MP_EXPECT(after.registrations < before.registrations,
+                  "suspension left the network path's staging registered (%d, then %d)",
+                  before.registrations, after.registrations);
+        MP_EXPECT(ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s) ==
+                      ncclInvalidUsage, "an all-reduce while suspended was not refused");
+        MP_CHECK_COMM(w->comm, ncclCommResume(w->comm));
+        float *z = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+        MP_CHECK_COMM(w->comm, ncclAllReduce(z, z, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        MP_EXPECT(st_check(z, ST_COUNT, sum, (float)n, s, "after resumption") == 0,
+                  "wrong all-reduce after ncclCommResume");
+        return;
+    }
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemSuspend, &suspendable));
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
     /* Rank 0, the leader, uses its own buffers as they are; the others stage on the device. */
