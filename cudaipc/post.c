@@ -312,22 +312,11 @@ cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
 static ncclResult_t
 cipc_stage_seg_host(struct cipc_team *team, struct cipc_stage_seg *seg)
 {
-    seg->memfd = memfd_create("ncclshim-staging", MFD_CLOEXEC);
-    if (seg->memfd < 0 || ftruncate(seg->memfd, (off_t)seg->size) != 0) {
-        WARN("cudaipc: cannot make a %zu-byte staging segment: %s", seg->size,
-             strerror(errno));
-        return ncclSystemError;
-    }
-    seg->host = mmap(NULL, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                     seg->memfd, 0);
-    if (seg->host == MAP_FAILED) {
-        WARN("cudaipc: cannot map a %zu-byte staging segment: %s", seg->size, strerror(errno));
-        seg->host = NULL;
-        return ncclSystemError;
-    }
-    GPU_CU_CHECK(cuMemHostRegister(seg->host, seg->size, CU_MEMHOSTREGISTER_PORTABLE |
-                                                             CU_MEMHOSTREGISTER_DEVICEMAP));
-    GPU_CU_CHECK(cuMemHostGetDevicePointer(&seg->dev, seg->host, 0));
+    struct gpu_host_import shared;
+
+    SHIM_CHECK(gpu_host_segment("ncclshim-staging", seg->size, &seg->memfd, &shared));
+    seg->host = shared.host;
+    seg->dev = shared.dev;
     SHIM_CHECK(cipc_channel_open(team));
     struct cipc_channel_msg msg = {.kind = CIPC_FD_STAGING, .rank = team->rank, .key = seg->gen,
                                    .size = seg->size};

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/check.h"
 #include "driver.h"
@@ -161,16 +162,17 @@ gpu_mem_unimport(struct gpu_mem_import *imp)
     memset(imp, 0, sizeof(*imp));
 }
 
-ncclResult_t
-gpu_host_import(int fd, size_t size, struct gpu_host_import *out)
+/* fd's size bytes mapped (populate: at once) and registered for every device's streams. */
+static ncclResult_t
+gpu_host_map(int fd, size_t size, bool populate, struct gpu_host_import *out)
 {
     struct gpu_host_import imp = {.size = size};
     ncclResult_t res;
 
-    imp.host = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    imp.host = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
+                    fd, 0);
     if (imp.host == MAP_FAILED) {
-        WARN("cannot map another process's %zu-byte shared segment: %s", size,
-             strerror(errno));
+        WARN("cannot map a %zu-byte shared segment: %s", size, strerror(errno));
         return ncclSystemError;
     }
     GPU_CU_CHECK_GOTO(cuMemHostRegister(imp.host, size, CU_MEMHOSTREGISTER_PORTABLE |
@@ -185,6 +187,33 @@ err_unregister:
 err_unmap:
     munmap(imp.host, size);
     return res;
+}
+
+ncclResult_t
+gpu_host_import(int fd, size_t size, struct gpu_host_import *out)
+{
+    return gpu_host_map(fd, size, false, out);
+}
+
+ncclResult_t
+gpu_host_segment(const char *name, size_t size, int *fd_out, struct gpu_host_import *out)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC);
+
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        WARN("cannot make a %zu-byte shared segment (%s): %s", size, name, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return ncclSystemError;
+    }
+    ncclResult_t res = gpu_host_map(fd, size, true, out);
+    if (res != ncclSuccess) {
+        close(fd);
+        return res;
+    }
+    *fd_out = fd;
+    return ncclSuccess;
 }
 
 void

@@ -81,6 +81,11 @@ struct gpu_host_import {
     size_t size;
 };
 ncclResult_t gpu_host_import(int fd, size_t size, struct gpu_host_import *out);
+/* This process's own such segment: a fresh memory file (name shows in /proc) of size bytes,
+ * mapped and populated here, registered like an import; *fd_out stays open, for other
+ * processes to import (the caller closes it). Nothing is left behind on failure. */
+ncclResult_t gpu_host_segment(const char *name, size_t size, int *fd_out,
+                              struct gpu_host_import *out);
 void gpu_host_unimport(struct gpu_host_import *imp);
 
 /* ncclMemAlloc: device memory of the current device (device 0 without a current context)

@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/check.h"
@@ -70,17 +69,13 @@ shim_dsignals_create(struct ncclComm *comm, const struct gpu_device *gpu,
     s->nranks = comm->nranks;
     s->rank = comm->rank;
     s->bytes = words * sizeof(uint32_t);
-    s->fd = memfd_create("ncclshim-signals", MFD_CLOEXEC);
-    if (s->fd < 0 || ftruncate(s->fd, (off_t)s->bytes) != 0) {
-        WARN("rank %d: cannot make a %zu-byte segment for signal words: %s", comm->rank,
-             s->bytes, strerror(errno));
-        res = ncclSystemError;
-        goto err;
-    }
+    s->fd = -1;
     SHIM_CHECK_GOTO(shim_calloc(&s->words, (size_t)comm->nranks), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&s->sent, words), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&s->counted, words), res, err);
-    SHIM_CHECK_GOTO(gpu_host_import(s->fd, s->bytes, &s->words[comm->rank]), res, err);
+    SHIM_CHECK_GOTO(gpu_host_segment("ncclshim-signals", s->bytes, &s->fd,
+                                     &s->words[comm->rank]),
+                    res, err);
     *out = s;
     return ncclSuccess;
 

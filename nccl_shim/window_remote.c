@@ -4,11 +4,9 @@
  */
 #include "window_remote.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,28 +117,6 @@ static size_t
 shim_rwords(int nranks)
 {
     return (size_t)nranks * SHIM_SIGNAL_WORDS_PER_RANK;
-}
-
-/* A memory file of bytes, mapped and registered with the driver. */
-static ncclResult_t
-shim_rsegment(size_t bytes, int *fd_out, struct gpu_host_import *seg)
-{
-    int fd = memfd_create("ncclshim-rwin", MFD_CLOEXEC);
-
-    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
-        WARN("cannot make a %zu-byte segment for a window: %s", bytes, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-        }
-        return ncclSystemError;
-    }
-    ncclResult_t res = gpu_host_import(fd, bytes, seg);
-    if (res != ncclSuccess) {
-        close(fd);
-        return res;
-    }
-    *fd_out = fd;
-    return ncclSuccess;
 }
 
 /* --- the proxy's thread ------------------------------------------------------------------- */
@@ -404,7 +380,8 @@ shim_rproxy_create(struct ncclComm *comm, struct shim_rproxy **out)
                     res, err);
     p->acks = tp_mem_base(p->acks_mem);
     SHIM_CHECK_GOTO(gpu_ctx_push(p->gpu->ctx), res, err);
-    res = shim_rsegment(shim_rwords(n) * sizeof(uint32_t), &p->words_fd, &p->words);
+    res = gpu_host_segment("ncclshim-signals", shim_rwords(n) * sizeof(uint32_t), &p->words_fd,
+                           &p->words);
     if (res == ncclSuccess) {
         res = gpu_cu.cuStreamCreate(&p->copy_stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS
                   ? ncclSuccess
@@ -549,7 +526,7 @@ shim_rwin_prepare(struct ncclComm *comm, struct shim_rproxy **proxy, uint32_t id
     size_t key_len = 0;
     if (size > 0) {
         SHIM_CHECK_GOTO(gpu_ctx_push(p->gpu->ctx), res, err);
-        res = shim_rsegment(size, &w->mirror_fd, &w->mirror);
+        res = gpu_host_segment("ncclshim-mirror", size, &w->mirror_fd, &w->mirror);
         gpu_ctx_pop();
         SHIM_CHECK_GOTO(res, res, err);
         pthread_mutex_lock(&p->lock);
@@ -683,7 +660,7 @@ shim_rwin_attach(struct ncclComm *comm, struct shim_rproxy *p, struct shim_rwin 
     SHIM_CHECK_GOTO(res, res, out);
     if (stage > 0) {
         SHIM_CHECK_GOTO(gpu_ctx_push(p->gpu->ctx), res, out);
-        res = shim_rsegment(stage, &w->stage_fd, &w->stage);
+        res = gpu_host_segment("ncclshim-stage", stage, &w->stage_fd, &w->stage);
         gpu_ctx_pop();
         SHIM_CHECK_GOTO(res, res, out);
     }
