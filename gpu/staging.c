@@ -120,27 +120,6 @@ gpu_staging_round(size_t bytes)
 }
 
 ncclResult_t
-gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes)
-{
-    if (host_bytes <= st->host_bytes) {
-        return ncclSuccess;
-    }
-    for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
-        GPU_CU_CHECK(cuStreamSynchronize(st->lanes[lane]));
-    }
-    gpu_staging_unpin(st->host, st->host_bytes);
-    st->host = NULL;
-    st->host_dev = 0;
-    st->host_bytes = 0;
-    size_t size = gpu_staging_round(host_bytes);
-    SHIM_CHECK(gpu_staging_pin(size, (void **)&st->host));
-    st->host_bytes = size;
-    GPU_CU_CHECK(cuMemHostGetDevicePointer(&st->host_dev, st->host, 0));
-    INFO(SHIM_ALLOC, "device %d staging: %zu bytes pinned", st->device->ordinal, st->host_bytes);
-    return ncclSuccess;
-}
-
-ncclResult_t
 gpu_staging_trim(struct gpu_staging *st)
 {
     for (int lane = 0; lane < GPU_LANE_COUNT; lane++) {
@@ -150,6 +129,21 @@ gpu_staging_trim(struct gpu_staging *st)
     st->host = NULL;
     st->host_dev = 0;
     st->host_bytes = 0;
+    return ncclSuccess;
+}
+
+ncclResult_t
+gpu_staging_reserve(struct gpu_staging *st, size_t host_bytes)
+{
+    if (host_bytes <= st->host_bytes) {
+        return ncclSuccess;
+    }
+    SHIM_CHECK(gpu_staging_trim(st)); /* the lanes may still use the old memory */
+    size_t size = gpu_staging_round(host_bytes);
+    SHIM_CHECK(gpu_staging_pin(size, (void **)&st->host));
+    st->host_bytes = size;
+    GPU_CU_CHECK(cuMemHostGetDevicePointer(&st->host_dev, st->host, 0));
+    INFO(SHIM_ALLOC, "device %d staging: %zu bytes pinned", st->device->ordinal, st->host_bytes);
     return ncclSuccess;
 }
 

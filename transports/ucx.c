@@ -417,6 +417,16 @@ tp_recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info
     u->got = status == UCS_OK ? info->length : 0;
 }
 
+/* req now stands for sp (NULL: done at once), of len bytes with peer. */
+static void
+tp_request_set(struct tp_request *req, ucs_status_ptr_t sp, size_t len, int peer)
+{
+    req->handle = sp;
+    req->expected_len = len;
+    req->peer = peer;
+    req->active = true;
+}
+
 static ncclResult_t
 tp_request_check_idle(const struct tp_worker *w, const struct tp_request *req, const char *op,
                       uint64_t tag)
@@ -724,10 +734,7 @@ tp_send_post(struct tp_worker *worker, int peer, const void *buf, size_t len, ui
     if (sp != NULL) {
         tp_req_track(worker, sp, tag, len, false);
     }
-    req->handle = sp; /* NULL: completed at once, the buffer may be reused */
-    req->expected_len = len;
-    req->peer = peer;
-    req->active = true;
+    tp_request_set(req, sp, len, peer); /* NULL: completed at once, the buffer may be reused */
     return ncclSuccess;
 }
 
@@ -773,10 +780,7 @@ tp_recv_post(struct tp_worker *worker, int peer, void *buf, size_t len, uint64_t
     if (sp != NULL) { /* always, with NO_IMM_CMPL */
         tp_req_track(worker, sp, tag, len, true);
     }
-    req->handle = sp;
-    req->expected_len = len;
-    req->peer = peer;
-    req->active = true;
+    tp_request_set(req, sp, len, peer);
     return ncclSuccess;
 }
 
@@ -1043,10 +1047,7 @@ tp_rma_posted(struct tp_worker *worker, ucs_status_ptr_t sp, const char *what, i
     if (sp != NULL) {
         tp_req_track(worker, sp, tag, len, false);
     }
-    req->handle = sp;
-    req->expected_len = len;
-    req->peer = peer;
-    req->active = true;
+    tp_request_set(req, sp, len, peer);
     return ncclSuccess;
 }
 
