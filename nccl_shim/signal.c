@@ -31,3 +31,13 @@ shim_signal_check_stream(const struct gpu_device *gpu, cudaStream_t stream, cons
     }
     return ncclSuccess;
 }
+
+void
+shim_signal_release_waits(volatile uint32_t *words, const uint32_t *counted, size_t nwords)
+{
+    for (size_t w = 0; words != NULL && w < nwords; w++) {
+        if ((int32_t)(counted[w] - words[w]) > 0) {
+            __atomic_store_n(&words[w], counted[w], __ATOMIC_RELEASE);
+        }
+    }
+}

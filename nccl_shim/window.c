@@ -46,13 +46,6 @@
  * in hardware wakes no one. */
 #define SHIM_WINDOW_SPIN_NS 200000u
 
-/* A rank's registered memory as another reaches it. */
-struct shim_remote {
-    uint64_t base;
-    uint64_t size;
-    struct tp_rkey *rkey;     /* NULL for this rank itself and for an empty part */
-};
-
 /* ncclWindow_t points at one of these: this rank's part of a window, and every rank's. */
 struct ncclWindow_vidmem {
     uint64_t magic;
@@ -148,7 +141,7 @@ static ncclResult_t shim_window_wait_request(struct ncclComm *comm, struct tp_re
 static ncclResult_t
 shim_signals_register(struct ncclComm *comm, struct shim_windows *ws)
 {
-    size_t words = (size_t)comm->nranks * SHIM_SIGNAL_WORDS_PER_RANK;
+    size_t words = shim_signal_words(comm->nranks);
 
     SHIM_CHECK(shim_calloc(&ws->counted, words));
     SHIM_CHECK(shim_calloc(&ws->signal_parts, (size_t)comm->nranks));
@@ -198,7 +191,7 @@ shim_window_release(struct ncclComm *comm, struct ncclWindow_vidmem *win)
         tp_rkey_release(comm->tp, win->parts[r].rkey);
     }
     tp_mem_deregister(comm->tp, win->mem);
-    shim_dwin_free(win->dwin);
+    shim_dwin_free(win->dwin, comm->windows->dsignals);
     shim_rwin_free(win->rwin);
     free(win->parts);
     win->magic = 0;
@@ -506,7 +499,7 @@ shim_window_deregister(struct ncclComm *comm, ncclWindow_t win)
     }
     if (win->dwin != NULL) {
         /* Waits for this rank's puts into the peers' parts, and unmaps them. */
-        shim_dwin_free(win->dwin);
+        shim_dwin_free(win->dwin, comm->windows->dsignals);
         win->dwin = NULL;
     } else if (win->rwin != NULL) {
         shim_rwin_drain(win->rwin); /* this rank's puts left; the mirror goes after */
@@ -756,7 +749,7 @@ shim_windows_free(struct ncclComm *comm)
     while (ws->list != NULL) {
         struct ncclWindow_vidmem *w = ws->list;
         ws->list = w->next;
-        shim_dwin_free(w->dwin);
+        shim_dwin_free(w->dwin, ws->dsignals);
         shim_rwin_free(w->rwin);
         w->magic = 0;
         free(w->parts);

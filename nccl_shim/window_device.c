@@ -29,7 +29,7 @@ struct shim_dsignals {
     struct gpu_host_import *words;   /* every rank's segment as this process reaches it */
     uint32_t *sent;                  /* [peer][sigIdx][ctx]: signals this rank sent there */
     uint32_t *counted;               /* [source][sigIdx][ctx]: what waits here counted */
-    struct gpu_stream_marks posted;  /* streams that wrote peers' words */
+    struct gpu_stream_marks posted;  /* streams that wrote peers' words, after their puts */
     struct gpu_stream_marks waited;  /* streams that wait on this rank's words */
 };
 
@@ -45,16 +45,9 @@ struct shim_dwin {
     struct gpu_mem_import *parts;    /* every peer's mapping (this rank's stays empty) */
     void **ptrs;                     /* every rank's part as this process reaches it */
     size_t *sizes;
-    struct gpu_stream_marks puts;    /* streams that put into peers' parts */
 };
 
 /* --- signal words ------------------------------------------------------------------------- */
-
-static size_t
-shim_dsignals_words(int nranks)
-{
-    return (size_t)nranks * SHIM_SIGNAL_WORDS_PER_RANK;
-}
 
 static ncclResult_t
 shim_dsignals_create(struct ncclComm *comm, const struct gpu_device *gpu,
@@ -62,7 +55,7 @@ shim_dsignals_create(struct ncclComm *comm, const struct gpu_device *gpu,
 {
     struct shim_dsignals *s;
     ncclResult_t res;
-    size_t words = shim_dsignals_words(comm->nranks);
+    size_t words = shim_signal_words(comm->nranks);
 
     SHIM_CHECK(shim_calloc(&s, 1));
     s->gpu = gpu;
@@ -92,12 +85,8 @@ shim_dsignals_free(struct shim_dsignals *s)
     }
     if (s->words != NULL && gpu_ctx_push(s->gpu->ctx) == ncclSuccess) {
         /* Waits still queued for signals that will never come go on (teardown, abort). */
-        volatile uint32_t *own = s->words[s->rank].host;
-        for (size_t w = 0; own != NULL && w < shim_dsignals_words(s->nranks); w++) {
-            if ((int32_t)(s->counted[w] - own[w]) > 0) {
-                __atomic_store_n(&own[w], s->counted[w], __ATOMIC_RELEASE);
-            }
-        }
+        shim_signal_release_waits(s->words[s->rank].host, s->counted,
+                                  shim_signal_words(s->nranks));
         bool posted = gpu_stream_marks_wait(&s->posted, SHIM_DWIN_TEARDOWN_MS);
         bool waited = gpu_stream_marks_wait(&s->waited, SHIM_DWIN_TEARDOWN_MS);
         gpu_stream_marks_free(&s->posted);
@@ -189,7 +178,7 @@ shim_dwin_prepare(struct ncclComm *comm, struct shim_dsignals **signals, bool br
     return ncclSuccess;
 
 err:
-    shim_dwin_free(dw);
+    shim_dwin_free(dw, NULL); /* nothing was put yet */
     return res;
 }
 
@@ -329,7 +318,7 @@ out:
 }
 
 void
-shim_dwin_free(struct shim_dwin *dw)
+shim_dwin_free(struct shim_dwin *dw, const struct shim_dsignals *signals)
 {
     if (dw == NULL) {
         return;
@@ -338,7 +327,7 @@ shim_dwin_free(struct shim_dwin *dw)
         /* Our puts into the peers' parts first; a mapping goes only once nothing uses it. A
          * stream held up for good (waiting for a signal that never comes) leaves the mappings
          * in place rather than hold the caller, who may be tearing down after a failure. */
-        if (gpu_stream_marks_wait(&dw->puts, SHIM_DWIN_TEARDOWN_MS)) {
+        if (signals == NULL || gpu_stream_marks_wait(&signals->posted, SHIM_DWIN_TEARDOWN_MS)) {
             for (int r = 0; r < dw->nranks; r++) {
                 gpu_mem_unimport(&dw->parts[r]);
             }
@@ -346,7 +335,6 @@ shim_dwin_free(struct shim_dwin *dw)
             INFO(SHIM_INIT, "rank %d: streams that put into a device window did not finish in "
                  "%d ms: its peers' parts stay mapped", dw->rank, SHIM_DWIN_TEARDOWN_MS);
         }
-        gpu_stream_marks_free(&dw->puts);
         gpu_ctx_pop();
     }
     if (dw->listen_fd >= 0) {
@@ -398,7 +386,6 @@ shim_dwin_put_signal(struct ncclComm *comm, struct shim_dsignals *s, struct shim
         GPU_CU_CHECK_GOTO(cuMemcpyAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes,
                                         (CUstream)stream),
                           res, out);
-        SHIM_CHECK_GOTO(gpu_stream_mark(&dw->puts, (CUstream)stream), res, out);
     }
     /* The word peer keeps for this rank: one writer, growing values (stream.h's barrier
      * before the write makes the copy visible first). */

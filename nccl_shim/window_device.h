@@ -57,9 +57,10 @@ ncclResult_t shim_dwin_prepare(struct ncclComm *comm, struct shim_dsignals **sig
  * peer, takes theirs, and maps every peer's part (and, the first time, signal words). */
 ncclResult_t shim_dwin_attach(struct ncclComm *comm, struct shim_dsignals *signals,
                               struct shim_dwin *dwin, const struct shim_dwin_hello *hellos);
-/* Waits for this rank's puts into the window, then unmaps the peers' parts (the caller then
- * tells the peers). NULL is ignored. */
-void shim_dwin_free(struct shim_dwin *dwin);
+/* Waits for this rank's puts (every stream that signalled through signals, which follow the
+ * puts; NULL: none were made), then unmaps the peers' parts (the caller then tells the
+ * peers). NULL dwin is ignored. */
+void shim_dwin_free(struct shim_dwin *dwin, const struct shim_dsignals *signals);
 /* Peer's part as this process's device reaches it (peer may be this rank). */
 void *shim_dwin_peer_ptr(const struct shim_dwin *dwin, int peer);
 /* The size of peer's part. */

@@ -50,13 +50,6 @@ struct shim_rdelivery {
     struct shim_rdelivery *next;
 };
 
-/* A rank's memory peers reach, as they reach it. */
-struct shim_rremote {
-    uint64_t base;
-    uint64_t size;
-    struct tp_rkey *rkey;
-};
-
 struct shim_rwin {
     struct shim_rproxy *proxy;
     uint32_t id;
@@ -68,7 +61,7 @@ struct shim_rwin {
     int stage_fd;
     struct gpu_host_import stage;   /* the staging ring for this rank's puts */
     uint64_t stage_head, stage_tail; /* bytes reserved and freed so far (under the lock) */
-    struct shim_rremote *peers;     /* every rank's mirror */
+    struct shim_remote *peers;     /* every rank's mirror */
     struct shim_rwin *next;
 };
 
@@ -88,7 +81,7 @@ struct shim_rproxy {
     struct shim_rrecord *logs;
     struct tp_mem *acks_mem;        /* acks[target]: records of ours the target read */
     uint64_t *acks;
-    struct shim_rremote *peer_recv, *peer_acks;
+    struct shim_remote *peer_recv, *peer_acks;
     uint64_t *sent, *processed, *ack_out;
     struct tp_request *ack_req;
     int words_fd;
@@ -112,12 +105,6 @@ struct shim_rhello {
     uint64_t recv_base, acks_base;
     uint32_t addr_len, recv_key_len, acks_key_len, pad;
 };
-
-static size_t
-shim_rwords(int nranks)
-{
-    return (size_t)nranks * SHIM_SIGNAL_WORDS_PER_RANK;
-}
 
 /* --- the proxy's thread ------------------------------------------------------------------- */
 
@@ -154,13 +141,13 @@ shim_rproxy_send(struct shim_rproxy *p, bool *sent_out)
     int peer = job->peer;
     struct tp_request put = {0}, rec = {0}, flush = {0}, add = {0};
     if (job->record.bytes > 0) {
-        const struct shim_rremote *m = &job->win->peers[peer];
+        const struct shim_remote *m = &job->win->peers[peer];
         SHIM_CHECK(tp_put_post(p->tp, peer, (char *)job->win->stage.host + job->stage_pos,
                                job->record.bytes, m->base + job->record.offset, m->rkey, 0,
                                &put));
     }
     uint64_t slot = p->sent[peer] % SHIM_RWIN_LOG;
-    const struct shim_rremote *r = &p->peer_recv[peer];
+    const struct shim_remote *r = &p->peer_recv[peer];
     uint64_t logs = r->base + (uint64_t)p->nranks * sizeof(uint64_t);
     SHIM_CHECK(tp_put_post(p->tp, peer, &job->record, sizeof(job->record),
                            logs + ((uint64_t)p->rank * SHIM_RWIN_LOG + slot) *
@@ -262,7 +249,7 @@ shim_rproxy_receive(struct shim_rproxy *p, int src, bool *moved_out)
     SHIM_CHECK(tp_request_test(p->tp, &p->ack_req[src], &idle));
     if (idle && p->ack_out[src] != p->processed[src]) {
         p->ack_out[src] = p->processed[src];
-        const struct shim_rremote *a = &p->peer_acks[src];
+        const struct shim_remote *a = &p->peer_acks[src];
         SHIM_CHECK(tp_put_post(p->tp, src, &p->ack_out[src], sizeof(uint64_t),
                                a->base + (uint64_t)p->rank * sizeof(uint64_t), a->rkey, 0,
                                &p->ack_req[src]));
@@ -367,7 +354,7 @@ shim_rproxy_create(struct ncclComm *comm, struct shim_rproxy **out)
     SHIM_CHECK_GOTO(shim_calloc(&p->processed, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&p->ack_out, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&p->ack_req, (size_t)n), res, err);
-    SHIM_CHECK_GOTO(shim_calloc(&p->counted, shim_rwords(n)), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&p->counted, shim_signal_words(n)), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&p->self_sent, (size_t)SHIM_SIGNAL_WORDS_PER_RANK), res, err);
     SHIM_CHECK_GOTO(tp_worker_create(&p->tp), res, err);
     SHIM_CHECK_GOTO(tp_worker_address(p->tp, &p->addr, &p->addr_len), res, err);
@@ -380,7 +367,7 @@ shim_rproxy_create(struct ncclComm *comm, struct shim_rproxy **out)
                     res, err);
     p->acks = tp_mem_base(p->acks_mem);
     SHIM_CHECK_GOTO(gpu_ctx_push(p->gpu->ctx), res, err);
-    res = gpu_host_segment("ncclshim-signals", shim_rwords(n) * sizeof(uint32_t), &p->words_fd,
+    res = gpu_host_segment("ncclshim-signals", shim_signal_words(n) * sizeof(uint32_t), &p->words_fd,
                            &p->words);
     if (res == ncclSuccess) {
         res = gpu_cu.cuStreamCreate(&p->copy_stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS
@@ -420,12 +407,7 @@ shim_rproxy_stop(struct shim_rproxy *p)
      * sent, queued on users' streams, must have run before their staging goes (bounded: a
      * stream held for good keeps the staging). */
     bool ctx = p->gpu != NULL && gpu_ctx_push(p->gpu->ctx) == ncclSuccess;
-    volatile uint32_t *words = p->words.host;
-    for (size_t w = 0; words != NULL && w < shim_rwords(p->nranks); w++) {
-        if ((int32_t)(p->counted[w] - words[w]) > 0) {
-            __atomic_store_n(&words[w], p->counted[w], __ATOMIC_RELEASE);
-        }
-    }
+    shim_signal_release_waits(p->words.host, p->counted, shim_signal_words(p->nranks));
     int64_t until = shim_clock_ms() + 5000;
     while (p->jobs != NULL) {
         struct shim_rjob *job = p->jobs;
@@ -613,7 +595,7 @@ shim_rwin_attach(struct ncclComm *comm, struct shim_rproxy *p, struct shim_rwin 
             goto out;
         }
         at += sizeof(h);
-        w->peers[r] = (struct shim_rremote){.base = h.mirror_base, .size = h.size};
+        w->peers[r] = (struct shim_remote){.base = h.mirror_base, .size = h.size};
         stage = h.size > stage ? h.size : stage;
         const uint8_t *key = at;
         at += h.mirror_key_len;
