@@ -502,46 +502,13 @@ fake_owner(uint64_t addr)
                                                                                         : -1;
 }
 
-/* Work on device `by` reads bytes of src: from another device they leave it and arrive. */
+/* bytes moved from device `from` to device `to` (-1: host memory) cross their links: out of
+ * the one, into the other; nothing moves within one place. A kernel on device k reads from
+ * its operand's place into k and writes from k into its destination's; a copy moves from its
+ * source's place into its destination's, whichever engine does it. */
 static void
-fake_traffic_read(uint64_t src, unsigned long long bytes, int by)
+fake_traffic(int from, int to, unsigned long long bytes)
 {
-    int from = fake_owner(src);
-
-    if (from == by) {
-        return;
-    }
-    pthread_mutex_lock(&fake_stats_lock);
-    if (from >= 0) {
-        fake_stats.link_out[from] += bytes;
-    }
-    fake_stats.link_in[by] += bytes;
-    pthread_mutex_unlock(&fake_stats_lock);
-}
-
-/* Work on device `by` writes bytes of dst: to another device they leave and arrive there. */
-static void
-fake_traffic_write(uint64_t dst, unsigned long long bytes, int by)
-{
-    int to = fake_owner(dst);
-
-    if (to == by) {
-        return;
-    }
-    pthread_mutex_lock(&fake_stats_lock);
-    fake_stats.link_out[by] += bytes;
-    if (to >= 0) {
-        fake_stats.link_in[to] += bytes;
-    }
-    pthread_mutex_unlock(&fake_stats_lock);
-}
-
-/* A copy moves bytes from src's place to dst's, whichever engine moves them. */
-static void
-fake_traffic_copy(uint64_t src, uint64_t dst, unsigned long long bytes)
-{
-    int from = fake_owner(src), to = fake_owner(dst);
-
     if (from == to) {
         return;
     }
@@ -563,10 +530,10 @@ fake_traffic_kernel(const struct kr_dev_batch *b, size_t elem_bytes, int by)
         const struct kr_dev_task *task = &b->tasks[t];
         unsigned long long bytes = task->count * elem_bytes;
         for (uint32_t i = 0; i < task->nsrc && task->first_src + i < KR_DEV_MAX_SRCS; i++) {
-            fake_traffic_read(b->srcs[task->first_src + i].ptr, bytes, by);
+            fake_traffic(fake_owner(b->srcs[task->first_src + i].ptr), by, bytes);
         }
         for (uint32_t i = 0; i < task->ndst && task->first_dst + i < KR_DEV_MAX_DSTS; i++) {
-            fake_traffic_write(b->dsts[task->first_dst + i], bytes, by);
+            fake_traffic(by, fake_owner(b->dsts[task->first_dst + i]), bytes);
         }
     }
 }
@@ -626,7 +593,7 @@ cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
     }
     struct CUstream_st *s = fake_stream(stream);
     uint64_t to = dst, from = src;
-    fake_traffic_copy(src, dst, bytes);
+    fake_traffic(fake_owner(src), fake_owner(dst), bytes);
     if (s != NULL && (!fake_device_address(&to, s->ctx->device, "a copy") ||
                       !fake_device_address(&from, s->ctx->device, "a copy"))) {
         fake_op_free(op);
