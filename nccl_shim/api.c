@@ -546,27 +546,39 @@ SHIM_ALIAS(ncclSetEncryption)
 
 /* One-sided calls and windows drive the communicator's worker on the caller's thread: device
  * work that drives it from the communicator's own thread (the network path) finishes first,
- * and ncclCommAbort from another thread waits until the call left (calls_inside). */
-static ncclResult_t
-shim_api_one_sided_enter(ncclComm_t comm, const char *api)
+ * and ncclCommAbort from another thread waits until the call left (calls_inside). Their
+ * driver calls (registrations, mappings) run in relaxed capture mode, as every call of ours
+ * that a program may make while it captures: the thread's own mode comes back at leave. */
+static __thread CUstreamCaptureMode shim_one_sided_mode;
+
+/* The thread takes part in comm's one-sided call from here to leave. */
+static void
+shim_api_one_sided_join(ncclComm_t comm)
 {
-    SHIM_CHECK(shim_comm_check_ready(comm, api));
-    __atomic_add_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
     shim_comm_bind(comm);
-    ncclResult_t res =
-        shim_devexec_backend(comm)->drives_worker ? shim_devexec_drain(comm) : ncclSuccess;
-    if (res != ncclSuccess) {
-        shim_comm_bind(NULL);
-        __atomic_sub_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
-    }
-    return res;
+    shim_one_sided_mode = gpu_capture_relax();
 }
 
 static ncclResult_t
 shim_api_one_sided_leave(ncclComm_t comm, ncclResult_t res)
 {
+    gpu_capture_restore(shim_one_sided_mode);
     shim_comm_bind(NULL);
     __atomic_sub_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
+    return res;
+}
+
+static ncclResult_t
+shim_api_one_sided_enter(ncclComm_t comm, const char *api)
+{
+    SHIM_CHECK(shim_comm_check_ready(comm, api));
+    __atomic_add_fetch(&comm->calls_inside, 1, __ATOMIC_ACQ_REL);
+    shim_api_one_sided_join(comm);
+    ncclResult_t res =
+        shim_devexec_backend(comm)->drives_worker ? shim_devexec_drain(comm) : ncclSuccess;
+    if (res != ncclSuccess) {
+        shim_api_one_sided_leave(comm, res);
+    }
     return res;
 }
 
@@ -582,17 +594,24 @@ struct shim_window_call {
     ncclWindow_t win;        /* deregister */
 };
 
+/* The call, on a thread that joined it; frees c and leaves. */
 static ncclResult_t
-shim_api_window_call_run(void *arg)
+shim_api_window_call_run(struct shim_window_call *c)
 {
-    struct shim_window_call *c = arg;
     ncclComm_t comm = c->comm;
-
-    shim_comm_bind(comm);
     ncclResult_t res = c->reg ? shim_window_register(comm, c->buff, c->size, c->win_out)
                               : shim_window_deregister(comm, c->win);
     free(c);
     return shim_api_one_sided_leave(comm, res);
+}
+
+/* Inside a group: the call's own thread joins it first. */
+static ncclResult_t
+shim_api_window_call_task(void *arg)
+{
+    struct shim_window_call *c = arg;
+    shim_api_one_sided_join(c->comm);
+    return shim_api_window_call_run(c);
 }
 
 static ncclResult_t
@@ -609,8 +628,10 @@ shim_api_window_call(const struct shim_window_call *call, const char *api)
     if (!shim_group_active()) {
         return shim_api_window_call_run(c);
     }
-    shim_comm_bind(NULL); /* the thread binds it */
-    res = shim_group_spawn(shim_api_window_call_run, c);
+    /* The call's thread joins it: this one gets its mode back and lets go. */
+    gpu_capture_restore(shim_one_sided_mode);
+    shim_comm_bind(NULL);
+    res = shim_group_spawn(shim_api_window_call_task, c);
     if (res != ncclSuccess) {
         free(c);
         __atomic_sub_fetch(&call->comm->calls_inside, 1, __ATOMIC_ACQ_REL);

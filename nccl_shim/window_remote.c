@@ -289,6 +289,7 @@ shim_rproxy_main(void *arg)
     unsigned idle_us = SHIM_RPROXY_IDLE_MIN_US;
 
     shim_log_bind(&p->comm->log);
+    gpu_capture_relax_thread(); /* a program may capture in global mode meanwhile */
     gpu_ctx_push(p->gpu->ctx);
     pthread_mutex_lock(&p->lock);
     while (!p->stop && res == ncclSuccess) {

@@ -50,9 +50,10 @@
  *             rank; every rank puts a block into every rank's part on its stream and waits
  *             for all the signals there (rank 0 late): the parts are right; a peer's part
  *             read through ncclGetPeerDevicePointer; two signals alone, awaited on a stream;
- *             a host window beside the device one refused (-X, ranks that do not share a
- *             host: through the proxies; cudaMalloc parts serve, device pointers are
- *             refused);
+ *             a host window beside the device one refused; the registration, puts and waits
+ *             made while this thread captures another stream in global mode leave the
+ *             capture valid (-X, ranks that do not share a host: through the proxies;
+ *             cudaMalloc parts serve, device pointers are refused);
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -685,12 +686,19 @@ part_window(const struct mp_world *w)
     }
     mp_cuda_free(&st_cu, MP_MEM_DEVICE, legacy);
 
+    /* Registered, put and awaited while this thread captures another stream in global mode
+     * (PyTorch's default): what the library does on the way must not break the capture. */
+    float *mine = st_buffer(ST_WIN_BLOCK, (float)(w->rank * 10000), 1, s);
     MP_CHECK_COMM(w->comm, ncclMemAlloc((void **)&part, part_bytes));
+    CUstream captured;
+    CUgraph graph = NULL;
+    MP_CU(&st_cu, stream_create(&captured, CU_STREAM_NON_BLOCKING));
+    MP_ASSERT(st_cu.stream_begin_capture != NULL, "the CUDA driver has no graphs");
+    MP_CU(&st_cu, stream_begin_capture(captured, CU_STREAM_CAPTURE_MODE_GLOBAL));
     MP_CHECK_COMM(w->comm, ncclCommWindowRegister(w->comm, part, part_bytes, &win,
                                                   NCCL_WIN_DEFAULT));
     /* Every rank puts its block into every rank's part (its own too), then waits for all;
      * rank 0 comes late, so only the waits make the others' parts right. */
-    float *mine = st_buffer(ST_WIN_BLOCK, (float)(w->rank * 10000), 1, s);
     if (w->rank == 0) {
         usleep(300 * 1000);
     }
@@ -705,6 +713,16 @@ part_window(const struct mp_world *w)
         descs[p] = (ncclWaitSignalDesc_t){.opCnt = 1, .peer = p, .sigIdx = 0, .ctx = 0};
     }
     MP_CHECK_COMM(w->comm, ncclWaitSignal(n, descs, w->comm, s));
+    /* Not cuStreamSynchronize: the capture forbids it on this thread. */
+    MP_EXPECT(mp_cuda_wait(&st_cu, s, w->comm, 30) == ncclSuccess,
+              "the puts did not finish while another stream was captured");
+    CUresult end = st_cu.stream_end_capture(captured, &graph);
+    MP_EXPECT(end == CUDA_SUCCESS && graph != NULL,
+              "the capture was invalidated (cuStreamEndCapture: %d)", (int)end);
+    if (graph != NULL) {
+        MP_CU(&st_cu, graph_destroy(graph));
+    }
+    MP_CU(&st_cu, stream_destroy(captured));
     for (int p = 0; p < n; p++) {
         MP_EXPECT(st_check(part + (size_t)p * ST_WIN_BLOCK, ST_WIN_BLOCK, (float)(p * 10000), 1,
                            s, "window") == 0,
