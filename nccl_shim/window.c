@@ -80,12 +80,11 @@ struct shim_windows {
     enum shim_window_kind kind;
     struct shim_dsignals *dsignals; /* device windows' signal words, on one host */
     struct shim_rproxy *rproxy;     /* device windows across hosts: their proxy */
-    bool dsignals_traded;           /* device signals work: every rank maps every rank's
-                                       words, or the proxies are connected */
     struct ncclWindow_vidmem *list;
     uint32_t next_id;
     struct tp_mem *signals_mem;    /* this rank's signal words, which peers add to */
-    bool signals_traded;           /* every rank has every rank's signal key */
+    bool signals_traded;           /* every rank can signal every rank: host signal keys
+                                      traded, device words mapped, or proxies connected */
     uint64_t *signals;             /* [source rank][sigIdx][ctx] */
     uint64_t *counted;             /* the same words: what waits here counted */
     struct shim_remote *signal_parts; /* every rank's signal words */
@@ -332,7 +331,7 @@ shim_window_register(struct ncclComm *comm, void *buff, size_t size, ncclWindow_
         mine = shim_rwin_prepare(comm, &ws->rproxy, win->id, buff, size, &win->rwin, &remote,
                                  &remote_len);
     } else if (mine == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
-        mine = shim_dwin_prepare(comm, &ws->dsignals, !ws->dsignals_traded, buff, size,
+        mine = shim_dwin_prepare(comm, &ws->dsignals, !ws->signals_traded, buff, size,
                                  &win->dwin, &h.dev);
     } else if (mine == ncclSuccess) {
         mine = shim_window_host_prepare(comm, ws, win, &h, keys, key_lens);
@@ -355,7 +354,6 @@ shim_window_register(struct ncclComm *comm, void *buff, size_t size, ncclWindow_
     res = mine != ncclSuccess ? mine : shim_window_agree(comm, &blobs, win->id, &kind);
     if (res == ncclSuccess && kind == SHIM_WINDOWS_DEVICE && win->rwin != NULL) {
         res = shim_rwin_attach(comm, ws->rproxy, win->rwin, &blobs, sizeof(h));
-        ws->dsignals_traded |= res == ncclSuccess;
     } else if (res == ncclSuccess && kind == SHIM_WINDOWS_DEVICE) {
         SHIM_CHECK_GOTO(shim_calloc(&dev_hellos, (size_t)comm->nranks), res, out);
         for (int r = 0; r < comm->nranks; r++) {
@@ -364,17 +362,16 @@ shim_window_register(struct ncclComm *comm, void *buff, size_t size, ncclWindow_
                    sizeof(dev_hellos[r]));
         }
         res = shim_dwin_attach(comm, ws->dsignals, win->dwin, dev_hellos);
-        ws->dsignals_traded |= res == ncclSuccess;
     } else {
         for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
             res = shim_window_take_hello(comm, ws, win, r, blobs.data + blobs.offsets[r],
                                          blobs.lens[r]);
         }
-        ws->signals_traded |= res == ncclSuccess;
     }
     if (res != ncclSuccess) {
         goto out;
     }
+    ws->signals_traded = true; /* one kind per communicator: the signals of that kind */
     ws->kind = kind;
     win->next = ws->list;
     ws->list = win;
@@ -566,8 +563,7 @@ shim_signal_args(const struct ncclComm *comm, int peer, int sig, int ctx, const 
         return ncclInvalidArgument;
     }
     const struct shim_windows *ws = comm->windows;
-    if (ws == NULL || (ws->kind == SHIM_WINDOWS_DEVICE ? !ws->dsignals_traded
-                                                       : !ws->signals_traded)) {
+    if (ws == NULL || !ws->signals_traded) {
         WARN("%s: no window was registered on communicator %p yet: ncclshim's ranks trade "
              "their signal words when the first window is registered", api, (void *)comm);
         return ncclInvalidUsage;
