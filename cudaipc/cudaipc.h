@@ -2,40 +2,45 @@
 /*
  * Collectives and send/receive on device memory between the ranks of one host, through CUDA
  * IPC. A communicator whose ranks share a host (its shared-memory team, shm/) has one device
- * team; one rank of it, the leader (rank 0), carries out every operation of every rank with
- * one kernel launch on a stream of its own, reading and writing the other ranks' buffers
- * through IPC mappings of them. The others' streams only wait and signal.
+ * team. Each GPU the team's ranks use has a leader, the lowest rank on it, which carries out
+ * that GPU's share of every operation with one kernel launch on a stream of its own, reading
+ * and writing the other ranks' buffers through IPC mappings of them (tasks.h: an all-reduce
+ * in parts, one per GPU; the outputs of a GPU's own ranks; a send on the receiver's GPU). The
+ * other ranks' streams only wait and signal.
  *
- * Why one leader: processes on one GPU have one context each, and every hand-over of GPU work
- * from one context to another costs about 140 us (../shared/GPU.md). A small operation in
- * which every rank's context ran a kernel in turn could not be fast; here a single context
- * runs the kernels, and an operation reads each input once and writes each output once.
+ * Why a leader per GPU: across GPUs, a single leader's GPU would carry every byte of every
+ * rank over its own links (7 S in and out for an all-reduce of S at 8 GPUs, where a ring moves
+ * 1.75 S through each). Why one leader for the ranks sharing a GPU: processes on one GPU have
+ * one context each, and every hand-over of GPU work from one context to another costs about
+ * 140 us (../shared/GPU.md); one context per GPU runs the kernels, and an operation reads
+ * each input once per GPU that needs it and writes each output once.
  *
  * One operation, for rank r (post.c, leader.c):
  *
  *   r's host (the call)    describe the buffers (IPC handle, or a file descriptor sent over
- *                          the team's Unix socket, or a staging copy), post a descriptor in
- *                          r's ring (shared memory), ring the leader's doorbell;
- *   r's stream (gated)     [copy staged inputs] write arrive_r = s | wait done_r >= s |
- *                          [copy staged outputs]
- *   leader's thread        once every rank's descriptor of an operation is posted, map what is
- *                          not mapped yet (a cache), and enqueue on the leader's stream:
- *                          wait arrive_q >= s_q for every rank q taking part | kernel(s) |
- *                          write done_q for every rank q taking part
+ *                          each leader's Unix socket, or a staging copy), post a descriptor in
+ *                          r's ring (shared memory), ring every leader's doorbell;
+ *   r's stream (gated)     [copy staged inputs] write arrive_r = s | wait done_r[k] >= s for
+ *                          every leader k | [copy staged outputs]
+ *   leader k's thread      once every rank's descriptor of an operation is posted, map what is
+ *                          not mapped yet (a cache), and enqueue on leader k's stream:
+ *                          wait arrive_q >= s_q for every rank q taking part | kernel(s) of
+ *                          its GPU's share | write done_q[k] for every rank q taking part
  *
  * Waits between ranks are stream memory operations on flags in pinned shared memory, or the
- * host's; never a kernel spinning on another process's flag. In the leader's process, where
- * the leader's stream and the ranks' streams are of one context (which may have a single
- * hardware queue), a stream waits only for work already enqueued: the leader's stream waits
- * on an event of the leader rank's arrive, and a call there waits on the host until the
- * leader took its operations before its stream waits for done (an event, for the leader
- * rank), so such a call returns once the other ranks posted theirs. Buffers the leader cannot map
- * (managed or registered host memory, or device memory on a GPU the leader's cannot reach)
- * are staged through pinned shared host memory by their owner's stream. cudaMalloc memory
- * that nobody registered is staged too, through a cuMem allocation of the owner's device: its
- * owner may free it at any time, and freeing memory another process maps through a legacy
- * IPC handle is undefined (cuIpcOpenMemHandle), while an imported cuMem handle keeps memory
- * alive.
+ * host's; never a kernel spinning on another process's flag. Where a leader's stream and a
+ * rank's streams are of one context (the rank is on the leader's GPU, in its process: that
+ * context may have a single hardware queue), a stream waits only for work already enqueued:
+ * the leader's stream waits on an event of the leader rank's arrive, and a call there waits
+ * on the host until that leader took its operations before its stream waits for done (an
+ * event, for the leader rank), so such a call returns once the other ranks posted theirs.
+ * Other GPUs' leaders run in contexts of their own. Buffers some leader cannot map (managed
+ * or registered host memory, or device memory on a GPU a leader's cannot reach) are staged
+ * through pinned shared host memory by their owner's stream, for every leader. cudaMalloc
+ * memory that nobody registered is staged too, through a cuMem allocation of the owner's
+ * device: its owner may free it at any time, and freeing memory another process maps through
+ * a legacy IPC handle is undefined (cuIpcOpenMemHandle), while an imported cuMem handle keeps
+ * memory alive.
  *
  * Once a stream of a rank is captured into a CUDA graph, that rank posts every operation from
  * its stream instead (hostpost.c): a host function numbers and posts when the stream gets
@@ -43,10 +48,10 @@
  * release word of the group's that this rank's team thread opens once it is done (no host
  * function waits for GPU work).
  *
- * Every rank runs a thread per team: on the leader it schedules operations; on every rank it
+ * Every rank runs a thread per team: on a leader it schedules operations; on every rank it
  * watches them (a rank that died, NCCLSHIM_TIMEOUT) and keeps the team's error for
  * ncclCommGetAsyncError. Destroy and abort are local; abort releases every stream of this
- * rank that waits on the team, and the leader's own stream.
+ * rank that waits on the team, and a leader's own stream.
  */
 #ifndef CIPC_CUDAIPC_H
 #define CIPC_CUDAIPC_H
@@ -74,6 +79,11 @@ struct cipc_team_args {
     /* reach[a * nranks + b]: rank a's process can map rank b's device memory (the same
      * device, or one with peer access), as every rank computed it at init. */
     const uint8_t *reach;
+    /* Per rank: the lowest rank on the same GPU (by UUID), -1 without a device: the lowest
+     * rank on each GPU leads it. */
+    const int *first_on_device;
+    /* Per rank: its device as this process numbers it; -1 where this process lacks it. */
+    const int *device_here;
     uint64_t id;          /* the communicator's identity, for names and log lines */
     bool ready_now;       /* the program chose the device: register and make streams now
                              (else at the first device call: a program serving host memory
@@ -88,7 +98,7 @@ ncclResult_t cipc_team_create(const struct cipc_team_args *args, struct cipc_tea
 /* Stops the thread and frees everything this rank holds: mappings, registrations, streams,
  * staging memory, sockets. Without abort it first waits, bounded by NCCLSHIM_TIMEOUT (or a
  * dead rank), for this rank's operations to finish. With abort it waits for nothing: every
- * stream that waits on this rank's operations is released, and on the leader its own
+ * stream that waits on this rank's operations is released, and on a leader its own
  * stream, whose pending kernels then run on whatever the buffers hold. */
 void cipc_team_destroy(struct cipc_team *team, bool abort);
 
@@ -112,38 +122,38 @@ struct cipc_op {
  * a capture), a host function that does it all. Then cipc_post_wait enqueues the wait for
  * done and the copies out (or nothing). Between the two, a caller with several teams in one
  * group arrives on all of them before it waits on any: the teams may be ranks of one clique.
- * Outside the leader's process neither waits for another rank (the ring of descriptors is the
- * one bound: a rank CIPC_RING operations ahead of the leader waits for room); in it,
- * cipc_post_wait waits until the leader took the operations. With one hardware queue
- * (CUDA_DEVICE_MAX_CONNECTIONS=1), capturing in the leader's process is refused. */
+ * Outside the process of its GPU's leader neither waits for another rank (the ring of
+ * descriptors is the one bound: a rank CIPC_RING operations ahead of a leader waits for
+ * room); in it, cipc_post_wait waits until that leader took the operations. With one hardware
+ * queue (CUDA_DEVICE_MAX_CONNECTIONS=1), capturing in that process is refused. */
 ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                               CUstream stream, bool capturing);
 ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);
 
-/* A registered buffer's export (ncclCommRegister): pinned, the leader keeps its mapping. */
+/* A registered buffer's export (ncclCommRegister): pinned, the leaders keep their mappings. */
 struct cipc_pin {
-    bool pinned;       /* false: nothing to pin (the leader's own process, or staged) */
+    bool pinned;       /* false: nothing to pin (every leader in this process, or staged) */
     uint32_t how;      /* enum cipc_buf_how */
     uint64_t key;      /* the allocation's id */
     uintptr_t base;    /* its first byte */
 };
 
 /* Exports the allocation bytes at ptr lie in now (device memory, mem as gpu_mem_query told)
- * and keeps it exported until cipc_team_unpin; pin->pinned is false where the leader reaches
+ * and keeps it exported until cipc_team_unpin; pin->pinned is false where the leaders reach
  * the buffer without an export. */
 ncclResult_t cipc_team_pin(struct cipc_team *team, const void *ptr, size_t bytes,
                            const struct gpu_mem_info *mem, struct cipc_pin *pin);
-/* Ends one pin; the last lets the leader unmap the allocation (at once if idle). */
+/* Ends one pin; the last lets the leaders unmap the allocation (at once if idle). */
 ncclResult_t cipc_team_unpin(struct cipc_team *team, const struct cipc_pin *pin);
 
-/* Makes a call of another thread waiting in this team (for the leader to take its operations,
+/* Makes a call of another thread waiting in this team (for a leader to take its operations,
  * or for room in the ring) give up within NCCLSHIM_WAIT_MS, and stops the team's thread:
  * the first step of abort. NULL: nothing. */
 void cipc_team_interrupt(struct cipc_team *team);
 /* Waits until every operation this rank posted is done (a host operation on the same
  * communicator comes after them). An error if the team failed or fails meanwhile. */
 ncclResult_t cipc_team_drain(struct cipc_team *team);
-/* After a drain: frees the staging areas (the leader lets its mappings go first); they are
+/* After a drain: frees the staging areas (the leaders let their mappings go first); they are
  * made again when an operation needs them. */
 ncclResult_t cipc_team_release_memory(struct cipc_team *team);
 /* The device memory the team holds: its staging areas on the device. */

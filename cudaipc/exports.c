@@ -1,21 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A rank's exports (team.h): the allocations it made reachable to the leader, by a legacy IPC
- * handle or by a cuMem allocation's file descriptor, and how the leader learns to let them go.
+ * A rank's exports (team.h): the allocations it made reachable to the leaders of other
+ * processes, by a legacy IPC handle or by a cuMem allocation's file descriptor, and how the
+ * leaders learn to let them go.
  *
- * The leader maps each once and keeps the mapping (cache.c) until this rank says forget on
- * the channel. A cudaMalloc allocation is exported only while registered (or captured, for
- * the team's life): its owner may not free it before the leader closed its mapping
- * (cuIpcOpenMemHandle), so deregistration waits for the leader's word that it did. It does so for an allocation that is gone (freed, or freed and another made
+ * Each leader maps each once and keeps the mapping (cache.c) until this rank says forget on
+ * its channel (every forget goes to every leader, so one count serves them all). A cudaMalloc allocation is exported only while registered (or captured, for
+ * the team's life): its owner may not free it before every leader closed its mapping
+ * (cuIpcOpenMemHandle), so deregistration waits for every leader's word that it did. It does so for an allocation that is gone (freed, or freed and another made
  * at its address: the driver's unique id at its first byte is no longer the exported one,
  * checked when posting, a share of the table every CIPC_SWEEP_NS), and for the least recently
  * used entry when the table is full. Either way only once the last operation that used it is
- * done: no descriptor still waiting in the ring names a mapping the leader let go, and a later
+ * done: no descriptor still waiting in the ring names a mapping a leader let go, and a later
  * use exports the allocation again, after the forget on the channel. Without forgetting, a
  * mapping would keep a freed allocation's memory alive (an imported cuMem handle holds it) for
  * the life of the team.
  *
- * The table bounds the leader's mappings of this rank: CIPC_EXPORTS, more than the buffers
+ * The table bounds each leader's mappings of this rank: CIPC_EXPORTS, more than the buffers
  * (three per operation) of a full ring, so some entry is always idle when it is full.
  */
 #include <stdlib.h>
@@ -67,27 +68,30 @@ cipc_forget(struct cipc_team *team, enum cipc_buf_how how, uint64_t key)
     struct cipc_channel_msg msg = {.kind = CIPC_FORGET, .rank = team->rank, .how = how,
                                    .key = key};
 
-    SHIM_CHECK(cipc_channel_open(team));
-    SHIM_CHECK(cipc_channel_send(team->channel_fd, &msg, -1));
+    SHIM_CHECK(cipc_channel_send_all(team, &msg, -1, false));
     team->forgets_sent++;
-    /* The leader reads the channel when this moves, not on every step. */
-    __atomic_add_fetch(&team->ctrls[CIPC_LEADER]->forgets, 1, __ATOMIC_RELEASE);
-    shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+    /* A leader reads its channel when this moves, not on every step. */
+    for (int k = 0; k < team->nleaders; k++) {
+        __atomic_add_fetch(&team->ctrls[team->leaders[k]]->forgets, 1, __ATOMIC_RELEASE);
+    }
+    cipc_leaders_ring(team);
     return ncclSuccess;
 }
 
-/* Sleeps until the leader closed every mapping this rank told it to forget so far. */
+/* Sleeps until every leader closed every mapping this rank told it to forget so far. */
 static ncclResult_t
 cipc_forgets_wait(struct cipc_team *team)
 {
-    const uint32_t *closed = &team->ctrls[team->rank]->forgets_closed;
+    const uint32_t *closed = team->ctrls[team->rank]->forgets_closed;
 
-    while (__atomic_load_n(closed, __ATOMIC_ACQUIRE) != team->forgets_sent) {
-        SHIM_CHECK(cipc_team_error(team));
-        if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
-            return ncclInvalidUsage;
+    for (int k = 0; k < team->nleaders; k++) {
+        while (__atomic_load_n(&closed[k], __ATOMIC_ACQUIRE) != team->forgets_sent) {
+            SHIM_CHECK(cipc_team_error(team));
+            if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+                return ncclInvalidUsage;
+            }
+            usleep(100);
         }
-        usleep(100);
     }
     return ncclSuccess;
 }
@@ -97,16 +101,16 @@ cipc_export_idle(struct cipc_team *team, const struct cipc_export *e)
 {
     /* Operations made for a host function to post (hostpost.c) have no number yet. */
     return __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) == 0 &&
-           gpu_flag_reached(&team->done, e->last_seq);
+           cipc_done_reached(team, team->rank, e->last_seq);
 }
 
-/* Tells the leader to let e go (why: for the log) and frees the entry. */
+/* Tells the leaders to let e go (why: for the log) and frees the entry. */
 static ncclResult_t
 cipc_export_drop(struct cipc_team *team, struct cipc_export *e, const char *why)
 {
     ncclResult_t res = cipc_forget(team, (enum cipc_buf_how)e->how, e->id);
 
-    INFO(SHIM_P2P, "rank %d: the leader may unmap allocation %llu (%s)", team->rank,
+    INFO(SHIM_P2P, "rank %d: the leaders may unmap allocation %llu (%s)", team->rank,
          (unsigned long long)e->id, why);
     memset(e, 0, sizeof(*e));
     return res;
@@ -203,14 +207,14 @@ cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id, uintptr_
         return ncclSuccess;
     }
     e->used = 0; /* until sent */
-    SHIM_CHECK(cipc_channel_open(team));
     GPU_CU_CHECK(cuMemRetainAllocationHandle(&handle, (void *)ptr));
     GPU_CU_CHECK_GOTO(cuMemExportToShareableHandle(&fd, handle,
                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                       res, out);
     struct cipc_channel_msg msg = {.kind = CIPC_FD_CUMEM, .rank = team->rank, .key = id,
                                    .size = size};
-    SHIM_CHECK_GOTO(cipc_channel_send(team->channel_fd, &msg, fd), res, out);
+    /* A leader of this process uses the address as it is. */
+    SHIM_CHECK_GOTO(cipc_channel_send_all(team, &msg, fd, true), res, out);
     e->how = CIPC_BUF_CUMEM;
     e->used = team->exports->clock;
     res = ncclSuccess;
@@ -243,7 +247,7 @@ cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta)
     }
     if (e->how == CIPC_BUF_LEGACY) {
         /* Its owner may free it once this returns: first the operations using it finish,
-         * then the leader closes its mapping. */
+         * then every leader closes its mapping. */
         while (!cipc_export_idle(team, e)) {
             SHIM_CHECK(cipc_team_error(team));
             usleep(100);
@@ -268,7 +272,7 @@ cipc_export_pin_buf(struct cipc_team *team, const struct cipc_buf *buf, struct c
 {
     memset(pin, 0, sizeof(*pin));
     if (buf->how != CIPC_BUF_LEGACY && buf->how != CIPC_BUF_CUMEM) {
-        return ncclSuccess; /* nothing exported: the leader's own memory, or staged */
+        return ncclSuccess; /* nothing exported: every leader is here, or staged */
     }
     *pin = (struct cipc_pin){.pinned = true, .how = buf->how, .key = buf->key,
                              .base = (uintptr_t)(buf->ptr - buf->offset)};

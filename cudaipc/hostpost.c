@@ -29,8 +29,8 @@
  *
  * Limits. Operations are numbered in the order streams reach them, so a rank calling on
  * several streams must see them reached in the same order as its peers (one stream per
- * communicator, as PyTorch uses, always does); otherwise the leader finds mismatched
- * collectives. While capturing, every buffer must reach the leader without staging (device
+ * communicator, as PyTorch uses, always does); otherwise the leaders find mismatched
+ * collectives. While capturing, every buffer must reach every leader without staging (device
  * memory, exported; the exports are pinned while the team lives, since the graph may run at
  * any time). Staged buffers are refused in this mode altogether. Ranks of the team may share
  * the process: their host functions only post, whatever order the driver runs them in. A
@@ -239,7 +239,7 @@ cipc_hostpost_release(struct cipc_team *team, bool all)
     pthread_mutex_lock(&team->release_lock);
     for (int i = 0; i < team->nreleases;) {
         const struct cipc_release *r = &team->releases[i];
-        if (all || gpu_flag_reached(&team->done, r->last)) {
+        if (all || cipc_done_reached(team, team->rank, r->last)) {
             cipc_release_set(r->slot, CIPC_RELEASE_OPEN);
             team->releases[i] = team->releases[--team->nreleases];
         } else {
@@ -302,9 +302,12 @@ cipc_hostpost_post(struct cipc_team *team, const struct cipc_hostpost *hp, uint3
     /* A host function may not wait for room: that could take another host function of the
      * process, run after this one. Each stream posting from the host has at most one group
      * waiting at a time, so the ring is full only with a great many streams at once. */
-    if (res == ncclSuccess &&
-        !shm_flag_reached(&own->consumed, last - CIPC_RING, team->rank, &wait)) {
-        WARN("rank %d: more than %d device operations of this rank wait for the leader while "
+    bool room = true;
+    for (int k = 0; k < team->nleaders && res == ncclSuccess && room; k++) {
+        room = shm_flag_reached(&own->consumed[k], last - CIPC_RING, team->rank, &wait);
+    }
+    if (!room) {
+        WARN("rank %d: more than %d device operations of this rank wait for a leader while "
              "a stream posts %d more: too many streams at once", team->rank, CIPC_RING,
              hp->nops);
         res = ncclInvalidUsage;
@@ -425,8 +428,8 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
         res = cipc_desc_make(team, &ops[i], team->seq, team->seq, capturing, descs[i], via[i]);
         staging |= via[i][0] || via[i][1] || via[i][2];
         if (res == ncclSuccess && capturing && staging) {
-            WARN("rank %d: a buffer that reaches the device team's leader only through a "
-                 "staging copy (managed or registered host memory, or a device the leader "
+            WARN("rank %d: a buffer that reaches a device team leader only through a staging "
+                 "copy (managed or registered host memory, or a device some GPU's leader "
                  "cannot reach) captured into a CUDA graph: use device memory", team->rank);
             res = ncclInvalidUsage;
         }

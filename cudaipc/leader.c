@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The leader's side of the device team, driven by the team's thread (team.c).
+ * A GPU's leader's side of the device team, driven by the team's thread (team.c). Every
+ * leader reads every rank's descriptors, matches them the same way, and enqueues its own
+ * GPU's share of each operation (tasks.h) on its own stream; a rank's operation is done once
+ * every leader's done word for it says so.
  *
  * Order. Each rank's operations must run in the order its stream reaches them: a rank's
  * stream arrives at a group of operations all at once and then waits for them, so operations
@@ -15,8 +18,10 @@
  * chain, so taking whatever is ready, in any order, cannot deadlock a program NCCL would run.
  *
  * Taking. On the leader's stream: wait until every rank taking part arrived at the operation,
- * the kernels, then for each rank whose head group is now all taken, done = its last number.
- * The descriptors' ring slots are then free for their rank (consumed).
+ * the kernels of this GPU's share, then for each rank whose head group is now all taken,
+ * done[k] = its last number. A send and its receive are the receiver's GPU's alone: the other
+ * leaders take them at once, with no work. The descriptors' ring slots are free for their rank
+ * once every leader took them (consumed[k]).
  *
  * The leader's stream also counts operations done (leader_done), which tells the mapping
  * cache which mappings no kernel still uses.
@@ -43,12 +48,13 @@ struct cipc_pending_fd {
 };
 
 struct cipc_leader {
+    int index;                    /* which leader: team->leaders[index] is this rank */
     const struct gpu_device *gpu; /* set once the first operation came */
     CUstream stream;
     struct gpu_flag *arrive;      /* every rank's flags, as the leader's stream sees them */
     struct gpu_flag *done;
     struct gpu_flag leader_done;
-    CUevent done_event;           /* after the last write of the leader rank's done */
+    CUevent done_event;           /* after the last write of the leader rank's own done */
     uint32_t ops;                 /* operations enqueued (the stream posts them done) */
     uint32_t *head;               /* per rank: its oldest operation not taken */
     uint8_t *taken;               /* per rank, per ring slot: taken, in the head group */
@@ -90,6 +96,7 @@ cipc_leader_create(struct cipc_team *team)
     ncclResult_t res;
 
     SHIM_CHECK(shim_calloc(&L, 1));
+    L->index = team->lead;
     L->listen_fd = -1;
     SHIM_CHECK_GOTO(shim_calloc(&L->arrive, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->done, (size_t)n), res, err);
@@ -101,7 +108,7 @@ cipc_leader_create(struct cipc_team *team)
     for (int r = 0; r < n; r++) {
         L->head[r] = 1; /* operations are numbered from 1 */
     }
-    SHIM_CHECK_GOTO(cipc_channel_listen(team->ctrls[CIPC_LEADER]->channel, &L->listen_fd), res,
+    SHIM_CHECK_GOTO(cipc_channel_listen(team->ctrls[team->rank]->channel, &L->listen_fd), res,
                     err);
     team->leader = L;
     return ncclSuccess;
@@ -154,7 +161,7 @@ static ncclResult_t
 cipc_leader_enable_peer(struct cipc_team *team, int rank)
 {
     struct cipc_leader *L = team->leader;
-    int device = __atomic_load_n(&team->ctrls[rank]->device, __ATOMIC_ACQUIRE);
+    int device = team->device_here[rank];
     const struct gpu_device *peer;
 
     if (L->peer_enabled[rank] || device == L->gpu->ordinal || device < 0) {
@@ -177,8 +184,8 @@ cipc_leader_activate(struct cipc_team *team)
     ncclResult_t res;
 
     if (team->device < 0) {
-        WARN("cudaipc: the device team's leader (rank %d) has no CUDA device: its communicator "
-             "was created without a current device", team->rank);
+        WARN("cudaipc: rank %d, a device team leader, has no CUDA device: its communicator was "
+             "created without a current device", team->rank);
         return ncclInvalidUsage;
     }
     SHIM_CHECK(gpu_device_get(team->device, &gpu));
@@ -186,14 +193,14 @@ cipc_leader_activate(struct cipc_team *team)
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK_GOTO(cipc_ctrl_register(team, r), res, out);
         L->arrive[r] = cipc_flag(team, r, &team->ctrls[r]->arrive);
-        L->done[r] = cipc_flag(team, r, &team->ctrls[r]->done);
+        L->done[r] = cipc_flag(team, r, &team->ctrls[r]->done[L->index].value);
     }
-    L->leader_done = cipc_flag(team, CIPC_LEADER, &team->ctrls[CIPC_LEADER]->leader_done);
+    L->leader_done = cipc_flag(team, team->rank, &team->ctrls[team->rank]->leader_done);
     GPU_CU_CHECK_GOTO(cuEventCreate(&L->done_event, CU_EVENT_DISABLE_TIMING), res, out);
     GPU_CU_CHECK_GOTO(cuStreamCreate(&L->stream, CU_STREAM_NON_BLOCKING), res, out);
     L->gpu = gpu;
-    INFO(SHIM_INIT, "cudaipc: rank %d leads the device team of %d ranks on device %d",
-         team->rank, team->nranks, gpu->ordinal);
+    INFO(SHIM_INIT, "cudaipc: rank %d leads device %d, one of %d GPUs of a device team of %d "
+         "ranks", team->rank, gpu->ordinal, team->nleaders, team->nranks);
     res = ncclSuccess;
 out:
     gpu_ctx_pop();
@@ -281,7 +288,7 @@ cipc_leader_ack_forgets(struct cipc_team *team)
         if (cipc_cache_holds_forgotten(&L->cache, r)) {
             owed = true;
         } else {
-            __atomic_store_n(&team->ctrls[r]->forgets_closed, L->forgets_taken[r],
+            __atomic_store_n(&team->ctrls[r]->forgets_closed[L->index], L->forgets_taken[r],
                              __ATOMIC_RELEASE);
         }
     }
@@ -358,6 +365,15 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
     case CIPC_BUF_LOCAL:
         *addr_out = buf->ptr;
         return cipc_leader_enable_peer(team, rank);
+    case CIPC_BUF_LEGACY:
+    case CIPC_BUF_CUMEM:
+        if (rank == team->rank || shm_team_peer_in_this_process(team->shm, rank)) {
+            /* Exported for the leaders of other processes; here, as it is (the rank checked
+             * that this leader's device may touch it). */
+            *addr_out = buf->ptr;
+            return cipc_leader_enable_peer(team, rank);
+        }
+        break;
     default:
         break;
     }
@@ -492,11 +508,11 @@ cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
     }
     L->head[rank] = last + 1;
     SHIM_CHECK(gpu_stream_post_flag(L->stream, &L->done[rank], last));
-    if (rank == CIPC_LEADER) {
+    if (rank == team->rank) {
         /* Before consumed: the leader rank's call, waiting for that, then waits on it. */
         GPU_CU_CHECK(cuEventRecord(L->done_event, L->stream));
     }
-    shm_flag_post(&team->ctrls[rank]->consumed, last);
+    shm_flag_post(&team->ctrls[rank]->consumed[L->index], last);
     return ncclSuccess;
 }
 
@@ -514,7 +530,7 @@ cipc_leader_wait_arrive(struct cipc_team *team, int rank, const struct cipc_desc
 {
     struct cipc_leader *L = team->leader;
 
-    if (d->by_event) {
+    if (d->by_event && rank == team->rank) {
         /* The leader rank's stream, in this context: it recorded the event before it posted
          * the group, and records it again only once the leader took the whole group. */
         GPU_CU_CHECK(cuStreamWaitEvent(L->stream, team->arrived, 0));
@@ -554,6 +570,27 @@ cipc_check_agree(struct cipc_team *team, struct cipc_desc *const *descs)
     return ncclSuccess;
 }
 
+/* This GPU's share of a collective (tasks.h): the ranks on it, and its part of the sliced
+ * ones. Reduce and broadcast leave the root's GPU out of the parts, unless it is the only one
+ * (a broadcast's root GPU copies to its own ranks instead). */
+static void
+cipc_work_share(const struct cipc_team *team, struct cipc_work *w)
+{
+    const int k = team->leader->index, g = team->nleaders;
+    const int root_gpu = w->root >= 0 && w->root < team->nranks ? team->leader_of[w->root] : -1;
+
+    for (int r = 0; r < team->nranks; r++) {
+        w->owns[r] = team->leader_of[r] == k;
+        w->on_root_gpu[r] = root_gpu >= 0 && team->leader_of[r] == root_gpu;
+    }
+    w->part = k;
+    w->nparts = g;
+    if ((w->coll == ALG_COLL_REDUCE && g > 1) || w->coll == ALG_COLL_BROADCAST) {
+        w->part = k == root_gpu ? -1 : k < root_gpu ? k : k - 1;
+        w->nparts = g - 1;
+    }
+}
+
 static ncclResult_t
 cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
 {
@@ -578,6 +615,7 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
         w->pre[r] = d->pre;
         w->scalar[r] = d->scalar;
     }
+    cipc_work_share(team, w);
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK(cipc_leader_wait_arrive(team, r, descs[r]));
     }
@@ -608,6 +646,7 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
     w->nranks = 1;
     w->count = send_bytes;
     w->redop = (struct kr_redop){.kind = KR_SUM, .type = ncclInt8};
+    w->part = -1;
     SHIM_CHECK(cipc_leader_resolve(team, src, &send->send, &w->send[0]));
     SHIM_CHECK(cipc_leader_resolve(team, dst, &recv->recv, &w->recv[0]));
     SHIM_CHECK(cipc_leader_wait_arrive(team, src, send));
@@ -669,11 +708,47 @@ cipc_step_coll(struct cipc_team *team, bool *found_out)
     return cipc_enqueue_coll(team, descs);
 }
 
+/* Whether the send or receive d of rank is another GPU's: the receiver's leader copies. */
+static bool
+cipc_p2p_elsewhere(const struct cipc_team *team, int rank, const struct cipc_desc *d)
+{
+    int receiver = d->coll == ALG_COLL_SEND ? d->root : rank;
+    return receiver >= 0 && receiver < team->nranks &&
+           team->leader_of[receiver] != team->leader->index;
+}
+
+/* Takes, with no work, the sends and receives in head groups that are other GPUs' to carry
+ * out; *found_out if any. */
+static ncclResult_t
+cipc_step_p2p_elsewhere(struct cipc_team *team, bool *found_out)
+{
+    *found_out = false;
+    for (int r = 0; r < team->nranks; r++) {
+        uint32_t first, last;
+        if (!cipc_head_group(team, r, &first, &last)) {
+            continue;
+        }
+        for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
+            const struct cipc_desc *d = cipc_slot(team, r, s);
+            if (!cipc_taken(team, r, s) && !cipc_is_coll((enum alg_coll)d->coll) &&
+                cipc_p2p_elsewhere(team, r, d)) {
+                *found_out = true;
+                /* May move r's head on: its group is looked at again from the top. */
+                return cipc_take(team, r, d);
+            }
+        }
+    }
+    return ncclSuccess;
+}
+
 /* Any send whose receive is posted; *found_out if enqueued. */
 static ncclResult_t
 cipc_step_p2p(struct cipc_team *team, bool *found_out)
 {
-    *found_out = false;
+    SHIM_CHECK(cipc_step_p2p_elsewhere(team, found_out));
+    if (*found_out) {
+        return ncclSuccess;
+    }
     for (int src = 0; src < team->nranks; src++) {
         uint32_t first, last;
         if (!cipc_head_group(team, src, &first, &last)) {
@@ -714,7 +789,7 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
     ncclResult_t res = ncclSuccess;
 
     *progressed_out = false;
-    uint32_t forgets = __atomic_load_n(&team->ctrls[CIPC_LEADER]->forgets, __ATOMIC_ACQUIRE);
+    uint32_t forgets = __atomic_load_n(&team->ctrls[team->rank]->forgets, __ATOMIC_ACQUIRE);
     if (L->gpu == NULL) {
         /* A registration exports before any operation, and its deregistration waits for an
          * answer. */
@@ -728,7 +803,7 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
         L->forgets_read = forgets;
         res = cipc_leader_drain_channel(team);
     }
-    cipc_cache_reap(&L->cache, __atomic_load_n(&team->ctrls[CIPC_LEADER]->leader_done,
+    cipc_cache_reap(&L->cache, __atomic_load_n(&team->ctrls[team->rank]->leader_done,
                                                __ATOMIC_ACQUIRE));
     if (L->acks_owed) {
         cipc_leader_ack_forgets(team);
@@ -747,13 +822,24 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
 
 /* --- watching ------------------------------------------------------------------------------- */
 
+/* This leader's done word of rank r, and what r posted. */
+static uint32_t
+cipc_leader_done_of(const struct cipc_team *team, int r)
+{
+    return __atomic_load_n(&team->ctrls[r]->done[team->leader->index].value, __ATOMIC_ACQUIRE);
+}
+
+static uint32_t
+cipc_posted(const struct cipc_team *team, int r)
+{
+    return __atomic_load_n(&team->ctrls[r]->posted.value, __ATOMIC_ACQUIRE);
+}
+
 bool
 cipc_leader_busy(const struct cipc_team *team)
 {
     for (int r = 0; r < team->nranks; r++) {
-        const struct cipc_ctrl *c = team->ctrls[r];
-        uint32_t posted = __atomic_load_n(&c->posted.value, __ATOMIC_ACQUIRE);
-        if ((int32_t)(__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) - posted) < 0) {
+        if ((int32_t)(cipc_leader_done_of(team, r) - cipc_posted(team, r)) < 0) {
             return true;
         }
     }
@@ -765,9 +851,7 @@ cipc_leader_busy(const struct cipc_team *team)
 static bool
 cipc_leader_needs(struct cipc_team *team, int rank)
 {
-    const struct cipc_ctrl *c = team->ctrls[rank];
-
-    if ((int32_t)(__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) - shm_flag_load(&c->posted)) < 0) {
+    if ((int32_t)(cipc_leader_done_of(team, rank) - cipc_posted(team, rank)) < 0) {
         return true;
     }
     for (int r = 0; r < team->nranks; r++) {
@@ -805,7 +889,7 @@ cipc_leader_describe(const struct cipc_team *team, char *buf, size_t len)
     const struct cipc_leader *L = team->leader;
     int n = snprintf(buf, len, "%u operations enqueued, %u done, %d mappings; next per rank:",
                      L->ops,
-                     __atomic_load_n(&team->ctrls[CIPC_LEADER]->leader_done, __ATOMIC_ACQUIRE),
+                     __atomic_load_n(&team->ctrls[team->rank]->leader_done, __ATOMIC_ACQUIRE),
                      cipc_cache_count(&L->cache));
     for (int r = 0; r < team->nranks && n >= 0 && (size_t)n < len; r++) {
         n += snprintf(buf + n, len - (size_t)n, " %u/%u", L->head[r],

@@ -1,24 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A rank posting its operations (cudaipc.h): each buffer described so the leader can reach
- * it, descriptors in the ring, the doorbell, and the gate on the stream.
+ * A rank posting its operations (cudaipc.h): each buffer described so every GPU's leader can
+ * reach it, descriptors in the ring, the doorbells, and the gate on the stream.
  *
- * How a buffer is described, cheapest first:
- *   - the leader's own process: its address as it is (LOCAL);
- *   - device memory the leader's device reaches, from cudaMalloc, that its owner registered
+ * How a buffer is described, cheapest first. A leader in the rank's own process uses its
+ * address as it is, where its device may touch it; for the leaders in other processes:
+ *   - none (every leader is in this process): LOCAL;
+ *   - device memory every leader's device reaches, from cudaMalloc, that its owner registered
  *     (ncclCommRegister) or a CUDA graph captured: the allocation's legacy IPC handle (made
  *     once per allocation, cached: it costs about 18 us);
  *   - such memory from a shareable cuMem allocation (ncclMemAlloc, PyTorch's expandable
- *     segments): the allocation's file descriptor, sent once on the channel;
+ *     segments): the allocation's file descriptor, sent once on each leader's channel;
  *   - cudaMalloc memory nobody registered: staged on the device. cuIpcOpenMemHandle makes
  *     freeing an allocation another process maps undefined, and PyTorch's empty_cache()
  *     frees such buffers without a word; only a registration promises otherwise. So the
- *     rank's stream copies it into a cuMem allocation of the rank's own (which the leader
- *     maps as any other: an imported cuMem handle keeps memory alive, so that mapping is
- *     safe) and back. Two local copies, at the device's memory bandwidth;
- *   - anything else (managed or registered memory, a device the leader cannot reach, a buffer
- *     across two cuMem allocations): staged through a segment of pinned shared host memory
- *     (a memfd, sent once on the channel).
+ *     rank's stream copies it into a cuMem allocation of the rank's own (which the leaders
+ *     map as any other: an imported cuMem handle keeps memory alive, so that mapping is
+ *     safe; a leader of this process uses the copy's address) and back. Two local copies, at
+ *     the device's memory bandwidth;
+ *   - anything else (managed or registered memory, a device some leader cannot reach, memory
+ *     a leader of this process may not touch, a buffer across two cuMem allocations): staged
+ *     through a segment of pinned shared host memory (a memfd, sent once to every leader).
+ * A buffer staged for one leader is staged for all: a copy out after done must not overwrite
+ * what a leader wrote into the user's buffer itself.
  * A rank's stream copies staged inputs in before it arrives and outputs out after done. A
  * staging area grows as needed; a new one replaces it, and old ones go once the operations
  * that used them are done. One staged group at a time per area: the next one's copies wait on
@@ -68,6 +72,7 @@ struct cipc_staged {
     struct cipc_buf *buf;
     uint8_t via;         /* enum cipc_stage_via */
     CUdeviceptr user;    /* its first byte in the user's memory */
+    CUdeviceptr area;    /* on the device: the staging area's first byte */
     size_t bytes;
     size_t offset;       /* in the segment */
     bool in, out;        /* copied in before arrive, out after done */
@@ -103,12 +108,14 @@ cipc_post_ready(struct cipc_team *team)
     SHIM_CHECK_GOTO(cipc_ctrl_register(team, team->rank), res, out);
     struct cipc_ctrl *own = team->ctrls[team->rank];
     team->arrive = cipc_flag(team, team->rank, &own->arrive);
-    team->done = cipc_flag(team, team->rank, &own->done);
-    /* The leader's process, whichever device: a context shared with the leader's stream
-     * cannot be ruled out from here, and waiting on the host is right either way. */
-    team->leader_ctx = team->rank == CIPC_LEADER ||
-                       shm_team_peer_in_this_process(team->shm, CIPC_LEADER);
-    if (team->rank == CIPC_LEADER) {
+    for (int k = 0; k < team->nleaders; k++) {
+        team->done[k] = cipc_flag(team, team->rank, &own->done[k].value);
+    }
+    /* This GPU's leader in this process: its stream is of this rank's context. (Leaders of
+     * other GPUs have contexts of their own, wherever they run.) */
+    int mine = team->leader_of[team->rank];
+    team->leader_ctx = mine >= 0 && cipc_leader_here(team, mine);
+    if (team->lead >= 0) {
         GPU_CU_CHECK_GOTO(cuEventCreate(&team->arrived, CU_EVENT_DISABLE_TIMING), res, out);
     }
     team->gpu = gpu;
@@ -118,45 +125,15 @@ out:
     return res;
 }
 
-/* The connection to the leader's socket. The leader opens it as it forms its side of the
- * team, right after the exchange that ends init; a rank that posts at once may come first,
- * so refusals are retried until NCCLSHIM_BOOTSTRAP_TIMEOUT (or the leader's death). */
-ncclResult_t
-cipc_channel_open(struct cipc_team *team)
-{
-    const struct cipc_ctrl *leader = team->ctrls[CIPC_LEADER];
-    uint64_t deadline = (uint64_t)shim_clock_ns() +
-                        (uint64_t)shim_env_int(SHIM_ENV_BOOTSTRAP_TIMEOUT) * 1000000000u;
-    char name[CIPC_CHANNEL_NAME_MAX];
-    int err;
-
-    while (team->channel_fd < 0) {
-        memcpy(name, (const char *)leader->channel, sizeof(name));
-        name[sizeof(name) - 1] = '\0';
-        err = name[0] != '\0' ? cipc_channel_connect(name, &team->channel_fd) : ECONNREFUSED;
-        if (err == 0) {
-            break;
-        }
-        if ((err != ECONNREFUSED && err != ENOENT) || (uint64_t)shim_clock_ns() > deadline ||
-            !shm_team_peer_alive(team->shm, CIPC_LEADER)) {
-            WARN("rank %d: cannot connect to the device team leader's socket @%s: %s",
-                 team->rank, name, strerror(err));
-            return ncclRemoteError;
-        }
-        usleep(1000);
-    }
-    return ncclSuccess;
-}
-
-/* Whether the leader's kernels, in this very process, may touch mem at ptr as it is. Memory of
- * the leader's device, and cudaMalloc memory of a device it reaches (peer access), may be.
- * cuMem memory of another device only where its owner granted the leader's device access:
- * cuMemMap grants none, and PyTorch's expandable segments grant their own device alone. */
+/* Whether the kernels of leader k, which runs in this process, may touch mem at ptr as it is.
+ * Memory of its device, and cudaMalloc memory of a device it reaches (peer access), may be.
+ * cuMem memory of another device only where its owner granted that device access: cuMemMap
+ * grants none, and PyTorch's expandable segments grant their own device alone. */
 static bool
-cipc_leader_touches_local(struct cipc_team *team, const void *ptr,
+cipc_leader_touches_local(struct cipc_team *team, int k, const void *ptr,
                           const struct gpu_mem_info *mem)
 {
-    int leader_device = team->ctrls[CIPC_LEADER]->device;
+    int leader_device = team->device_here[team->leaders[k]];
     unsigned long long flags = 0;
 
     if (mem->kind != GPU_MEM_DEVICE || mem->device == leader_device || mem->legacy_ipc) {
@@ -185,21 +162,34 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
         buf->how = CIPC_BUF_NONE;
         return ncclSuccess;
     }
-    bool reachable = team->reach[CIPC_LEADER * team->nranks + team->rank];
-    /* From the segment: the leader's control block may not be filled in yet. */
-    bool with_leader = shm_team_peer_in_this_process(team->shm, CIPC_LEADER);
-    if (with_leader && (mem->kind != GPU_MEM_DEVICE || reachable) &&
-        cipc_leader_touches_local(team, ptr, mem)) {
-        /* The leader's own process: any address its kernels can reach serves as it is. */
+    /* What each leader needs: from the segment, since a leader's control block may not be
+     * filled in yet. */
+    bool remote = false, stage = false, other_device_here = false;
+    for (int k = 0; k < team->nleaders; k++) {
+        int lr = team->leaders[k];
+        bool reachable = team->reach[(size_t)lr * team->nranks + team->rank];
+        if (cipc_leader_here(team, k)) {
+            stage |= (mem->kind == GPU_MEM_DEVICE && !reachable) ||
+                     !cipc_leader_touches_local(team, k, ptr, mem);
+            other_device_here |= team->device_here[lr] != team->device;
+        } else {
+            remote = true;
+            stage |= mem->kind != GPU_MEM_DEVICE || !reachable;
+        }
+    }
+    if (!stage && !remote) {
+        /* Every leader is in this process: any address their kernels reach serves as it is. */
         buf->how = CIPC_BUF_LOCAL;
         return ncclSuccess;
     }
-    if (mem->kind == GPU_MEM_DEVICE && reachable && !with_leader) {
+    if (!stage) {
         if (mem->legacy_ipc && p + bytes <= mem->alloc_base + mem->alloc_size) {
             if (!kept && !cipc_export_pinned(team, mem->alloc_id, mem->alloc_base)) {
-                /* Its owner may free it at any time: no mapping may outlive the call. */
+                /* Its owner may free it at any time: no mapping may outlive the call. A
+                 * leader here on another device would not reach a staging area of this
+                 * device's own (its access is this device's alone). */
                 buf->how = CIPC_BUF_STAGED;
-                *via_out = CIPC_STAGE_DEVICE;
+                *via_out = other_device_here ? CIPC_STAGE_HOST : CIPC_STAGE_DEVICE;
                 return ncclSuccess;
             }
             buf->how = CIPC_BUF_LEGACY;
@@ -295,10 +285,12 @@ cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
     /* Posting from streams (hostpost.c), a group's numbers are picked when its stream gets
      * there: an area is idle once nothing is queued and all that was posted is done. */
     bool all_done = __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) == 0 &&
-                    gpu_flag_reached(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
+                    cipc_done_reached(team, team->rank,
+                                      __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
     for (link = &(*link)->next; *link != NULL;) {
         struct cipc_stage_seg *seg = *link;
-        if (team->stream_posting ? all_done : gpu_flag_reached(&team->done, seg->last_seq)) {
+        if (team->stream_posting ? all_done
+                                 : cipc_done_reached(team, team->rank, seg->last_seq)) {
             *link = seg->next;
             SHIM_CHECK(cipc_stage_seg_free(team, seg, true));
         } else {
@@ -308,7 +300,7 @@ cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
     return ncclSuccess;
 }
 
-/* Pinned shared host memory of seg->size bytes, registered, its memfd sent to the leader. */
+/* Pinned shared host memory of seg->size bytes, registered, its memfd sent to every leader. */
 static ncclResult_t
 cipc_stage_seg_host(struct cipc_team *team, struct cipc_stage_seg *seg)
 {
@@ -317,13 +309,12 @@ cipc_stage_seg_host(struct cipc_team *team, struct cipc_stage_seg *seg)
     SHIM_CHECK(gpu_host_segment("ncclshim-staging", seg->size, &seg->memfd, &shared));
     seg->host = shared.host;
     seg->dev = shared.dev;
-    SHIM_CHECK(cipc_channel_open(team));
     struct cipc_channel_msg msg = {.kind = CIPC_FD_STAGING, .rank = team->rank, .key = seg->gen,
                                    .size = seg->size};
-    return cipc_channel_send(team->channel_fd, &msg, seg->memfd);
+    return cipc_channel_send_all(team, &msg, seg->memfd, false);
 }
 
-/* Device memory of at least seg->size bytes, exported to the leader and pinned there. */
+/* Device memory of at least seg->size bytes, exported to the leaders and pinned there. */
 static ncclResult_t
 cipc_stage_seg_device(struct cipc_team *team, struct cipc_stage_seg *seg)
 {
@@ -412,6 +403,7 @@ cipc_stage_group(struct cipc_team *team, struct cipc_stage *st, struct cipc_stag
         if (s->via != via) {
             continue;
         }
+        s->area = seg->dev;
         s->buf->how = st->on_device ? CIPC_BUF_CUMEM : CIPC_BUF_STAGED;
         s->buf->key = st->on_device ? seg->id : seg->gen;
         s->buf->offset = s->offset;
@@ -606,6 +598,9 @@ cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops, struct cipc_
                 bufs[b]->size = s->buf->size;
                 bufs[b]->offset = s->offset + (bufs[b]->ptr - s->user);
                 bufs[b]->region = 0;
+                if (s->via == CIPC_STAGE_DEVICE) {
+                    bufs[b]->ptr = s->area + bufs[b]->offset; /* for a leader of this process */
+                }
             }
         }
     }
@@ -644,42 +639,7 @@ cipc_post_publish(struct cipc_team *team, uint32_t last)
     /* The whole group at once: the leader takes a group only when all of it is there. */
     __atomic_store_n(&team->seq, last, __ATOMIC_RELEASE);
     shm_flag_post(&team->ctrls[team->rank]->posted, last);
-    shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
-}
-
-ncclResult_t
-cipc_consumed_wait(struct cipc_team *team, uint32_t seq)
-{
-    struct cipc_ctrl *own = team->ctrls[team->rank];
-    int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
-    struct shm_wait wait;
-
-    while (!shm_flag_reached(&own->consumed, seq, team->rank, &wait)) {
-        SHIM_CHECK(cipc_team_error(team));
-        if (__atomic_load_n(&team->released, __ATOMIC_ACQUIRE)) {
-            WARN("rank %d: the communicator was revoked while an operation waited for the "
-                 "device team's leader", team->rank);
-            return ncclInvalidUsage;
-        }
-        if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
-            WARN("rank %d: the communicator went while an operation waited for the device "
-                 "team's leader", team->rank);
-            return ncclInvalidUsage;
-        }
-        shm_wait_sleep(&wait, wait_ms > 0 ? wait_ms : 100);
-    }
-    return ncclSuccess;
-}
-
-/* Enqueues on stream a wait for this rank's operations up to seq to be done; in the leader's
- * process only once the leader enqueued them (the caller waited for that). */
-static ncclResult_t
-cipc_wait_done(struct cipc_team *team, CUstream stream, uint32_t seq)
-{
-    if (team->rank == CIPC_LEADER) {
-        return cipc_leader_follow(team, stream);
-    }
-    return gpu_stream_wait_flag(stream, &team->done, seq);
+    cipc_leaders_ring(team);
 }
 
 ncclResult_t
@@ -710,9 +670,10 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         /* A graph holds the wait for the leader's work, which the leader's thread enqueues
          * later: in one queue, behind that wait, for good. */
         WARN("rank %d: with CUDA_DEVICE_MAX_CONNECTIONS=1 ncclshim cannot capture device "
-             "operations of the device team leader's process (rank %d's) into a CUDA graph: "
-             "run the call outside the capture, or leave CUDA_DEVICE_MAX_CONNECTIONS unset",
-             team->rank, CIPC_LEADER);
+             "operations into a CUDA graph in the process of their GPU's device team leader "
+             "(rank %d's): run the call outside the capture, or leave "
+             "CUDA_DEVICE_MAX_CONNECTIONS unset", team->rank,
+             team->leaders[team->leader_of[team->rank]]);
         res = ncclInvalidUsage;
         goto out;
     }
@@ -721,12 +682,12 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         goto out;
     }
     uint32_t first = team->seq + 1, last = team->seq + (uint32_t)nops;
-    SHIM_CHECK_GOTO(cipc_consumed_wait(team, last - CIPC_RING), res, out);
+    SHIM_CHECK_GOTO(cipc_consumed_wait(team, -1, last - CIPC_RING), res, out);
     /* On another stream than the last operations, first wait for those to be done: arrive
      * must only grow (a later write of a smaller number would undo it), and the operations of
      * a communicator complete in the order they were issued. */
     if (stream != team->last_stream && first != 1) {
-        SHIM_CHECK_GOTO(cipc_wait_done(team, stream, first - 1), res, out);
+        SHIM_CHECK_GOTO(cipc_done_wait(team, stream, first - 1, false), res, out);
     }
     team->last_stream = stream;
     for (int i = 0; i < nops; i++) {
@@ -743,8 +704,8 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         SHIM_CHECK_GOTO(cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, last,
                                          stream), res, out);
     }
-    /* Enqueued before the leader can see the group: in its context, the leader's stream must
-     * only wait for what is enqueued already. */
+    /* Enqueued before the leaders can see the group: in its context, this GPU's leader's
+     * stream must only wait for what is enqueued already. */
     SHIM_CHECK_GOTO(gpu_stream_post_flag(stream, &team->arrive, last), res, out);
     if (team->arrived != NULL) {
         GPU_CU_CHECK_GOTO(cuEventRecord(team->arrived, stream), res, out);
@@ -768,11 +729,12 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
     }
     bool failed = false;
     if (team->leader_ctx) {
-        /* Nothing on a stream of this context may wait for work the leader's stream has not
+        /* Nothing on a stream of this context may wait for work its leader's stream has not
          * been given yet: with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1), or streams
-         * sharing one, that work would queue behind the wait. So wait here until the leader
-         * took the group (NCCL's calls, too, may wait for the other ranks to arrive). */
-        res = cipc_consumed_wait(team, team->pending_wait);
+         * sharing one, that work would queue behind the wait. So wait here until this GPU's
+         * leader took the group (NCCL's calls, too, may wait for the other ranks to arrive).
+         * Other GPUs' leaders run in contexts of their own. */
+        res = cipc_consumed_wait(team, team->leader_of[team->rank], team->pending_wait);
         if (res != ncclSuccess && __atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
             return res;
         }
@@ -782,11 +744,7 @@ cipc_post_wait(struct cipc_team *team, CUstream stream)
         failed = res != ncclSuccess;
     }
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
-    if (failed) {
-        res = gpu_stream_wait_flag(stream, &team->done, team->pending_wait);
-    } else {
-        res = cipc_wait_done(team, stream, team->pending_wait);
-    }
+    res = cipc_done_wait(team, stream, team->pending_wait, failed);
     if (res != ncclSuccess) {
         goto out;
     }
@@ -866,7 +824,9 @@ cipc_post_free(struct cipc_team *team)
     team->stage = team->dev_stage = NULL;
     cipc_exports_free(team);
     free(team->copies);
-    if (team->channel_fd >= 0) {
-        close(team->channel_fd);
+    for (int k = 0; k < CIPC_MAX_LEADERS; k++) {
+        if (team->channel_fds[k] >= 0) {
+            close(team->channel_fds[k]);
+        }
     }
 }

@@ -18,17 +18,44 @@ cipc_src(const struct cipc_work *w, int rank, uint64_t ptr)
     };
 }
 
-/* Reductions: a task per output block (one for all-reduce and reduce). */
+void
+cipc_work_whole(struct cipc_work *w)
+{
+    for (int r = 0; r < w->nranks; r++) {
+        w->owns[r] = 1;
+        w->on_root_gpu[r] = 1;
+    }
+    w->part = 0;
+    w->nparts = 1;
+}
+
+void
+cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_t *lo, size_t *hi)
+{
+    const size_t granule = 256 / elem_size; /* element sizes are powers of two up to 8 */
+    size_t granules = (count + granule - 1) / granule;
+    size_t each = (granules + (size_t)nparts - 1) / (size_t)nparts;
+    size_t first = (size_t)part * each * granule, last = first + each * granule;
+
+    *lo = first < count ? first : count;
+    *hi = last < count ? last : count;
+}
+
+/* Reductions. */
 static ncclResult_t
 cipc_tasks_reduce(const struct cipc_work *w, struct kr_dev_launch *l)
 {
     const int n = w->nranks;
-    const uint64_t block = w->count * kr_type_size(w->redop.type);
+    const size_t es = kr_type_size(w->redop.type);
+    const uint64_t block = w->count * es;
     struct kr_dev_src srcs[CIPC_MAX_RANKS];
     uint64_t dsts[CIPC_MAX_RANKS];
 
     if (w->coll == ALG_COLL_REDUCESCATTER) {
         for (int j = 0; j < n; j++) {
+            if (!w->owns[j]) {
+                continue;
+            }
             for (int r = 0; r < n; r++) {
                 srcs[r] = cipc_src(w, r, w->send[r] + (uint64_t)j * block);
             }
@@ -36,14 +63,19 @@ cipc_tasks_reduce(const struct cipc_work *w, struct kr_dev_launch *l)
         }
         return ncclSuccess;
     }
+    if (w->part < 0) {
+        return ncclSuccess;
+    }
+    size_t lo, hi;
+    cipc_part_range(w->count, es, w->part, w->nparts, &lo, &hi);
     int ndst = 0;
     for (int r = 0; r < n; r++) {
-        srcs[r] = cipc_src(w, r, w->send[r]);
+        srcs[r] = cipc_src(w, r, w->send[r] + lo * es);
         if (w->coll == ALG_COLL_ALLREDUCE || r == w->root) {
-            dsts[ndst++] = w->recv[r];
+            dsts[ndst++] = w->recv[r] + lo * es;
         }
     }
-    return kr_dev_add(l, srcs, n, dsts, ndst, w->count);
+    return kr_dev_add(l, srcs, n, dsts, ndst, hi - lo);
 }
 
 static ncclResult_t
@@ -51,6 +83,35 @@ cipc_copy(struct kr_dev_launch *l, uint64_t src, const uint64_t *dsts, int ndst,
 {
     struct kr_dev_src s = {.ptr = src};
     return kr_dev_add(l, &s, 1, dsts, ndst, bytes);
+}
+
+/* Broadcast: this GPU's part into the outputs of the ranks not on the root's GPU; the root's
+ * GPU copies the whole input into its own ranks' outputs. */
+static ncclResult_t
+cipc_tasks_broadcast(const struct cipc_work *w, struct kr_dev_launch *l, uint64_t block)
+{
+    uint64_t dsts[CIPC_MAX_RANKS];
+    int ndst = 0;
+
+    if (w->owns[w->root]) {
+        for (int r = 0; r < w->nranks; r++) {
+            if (w->owns[r]) {
+                dsts[ndst++] = w->recv[r];
+            }
+        }
+        return cipc_copy(l, w->send[w->root], dsts, ndst, block);
+    }
+    if (w->part < 0) {
+        return ncclSuccess;
+    }
+    size_t lo, hi;
+    cipc_part_range(block, 1, w->part, w->nparts, &lo, &hi);
+    for (int r = 0; r < w->nranks; r++) {
+        if (!w->on_root_gpu[r]) {
+            dsts[ndst++] = w->recv[r] + lo;
+        }
+    }
+    return cipc_copy(l, w->send[w->root] + lo, dsts, ndst, hi - lo);
 }
 
 static ncclResult_t
@@ -62,33 +123,38 @@ cipc_tasks_copy(const struct cipc_work *w, struct kr_dev_launch *l)
 
     switch (w->coll) {
     case ALG_COLL_BROADCAST:
-        return cipc_copy(l, w->send[w->root], w->recv, n, block);
+        return cipc_tasks_broadcast(w, l, block);
     case ALG_COLL_ALLGATHER:
         for (int j = 0; j < n; j++) {
+            int ndst = 0;
             for (int r = 0; r < n; r++) {
-                dsts[r] = w->recv[r] + (uint64_t)j * block;
+                if (w->owns[r]) {
+                    dsts[ndst++] = w->recv[r] + (uint64_t)j * block;
+                }
             }
-            SHIM_CHECK(cipc_copy(l, w->send[j], dsts, n, block));
+            SHIM_CHECK(cipc_copy(l, w->send[j], dsts, ndst, block));
         }
         return ncclSuccess;
     case ALG_COLL_ALLTOALL:
-        for (int p = 0; p < n; p++) {
-            for (int q = 0; q < n; q++) {
+        for (int q = 0; q < n; q++) {
+            for (int p = 0; p < n && w->owns[q]; p++) {
                 uint64_t dst = w->recv[q] + (uint64_t)p * block;
                 SHIM_CHECK(cipc_copy(l, w->send[p] + (uint64_t)q * block, &dst, 1, block));
             }
         }
         return ncclSuccess;
     case ALG_COLL_GATHER:
-        for (int p = 0; p < n; p++) {
+        for (int p = 0; p < n && w->owns[w->root]; p++) {
             uint64_t dst = w->recv[w->root] + (uint64_t)p * block;
             SHIM_CHECK(cipc_copy(l, w->send[p], &dst, 1, block));
         }
         return ncclSuccess;
     case ALG_COLL_SCATTER:
         for (int p = 0; p < n; p++) {
-            SHIM_CHECK(cipc_copy(l, w->send[w->root] + (uint64_t)p * block, &w->recv[p], 1,
-                                 block));
+            if (w->owns[p]) {
+                SHIM_CHECK(cipc_copy(l, w->send[w->root] + (uint64_t)p * block, &w->recv[p], 1,
+                                     block));
+            }
         }
         return ncclSuccess;
     case ALG_COLL_SEND:

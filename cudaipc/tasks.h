@@ -1,18 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * An operation of the whole team as the leader's kernels carry it out (tasks.c): every rank's
- * buffers, as the leader's device reaches them, turned into kernel tasks (kernels/device.h).
- * Each input is read once and each output written once:
+ * One GPU's share of an operation, as its leader's kernels carry it out (tasks.c): every
+ * rank's buffers, as the leader's device reaches them, turned into kernel tasks
+ * (kernels/device.h). Each byte of an input is read once per GPU that needs it and each
+ * output byte written once, by one GPU, and no GPU moves more across its links than the
+ * textbook algorithm would (for G GPUs, S bytes, one rank each):
  *
- *   all-reduce      one task: every rank's input reduced, in rank order, into every output
- *   reduce          the same, into the root's output
- *   reduce-scatter  a task per block j: block j of every input into rank j's output
- *   broadcast       one copy: the root's input into every output
- *   all-gather      a copy per rank j: j's input into block j of every output
- *   all-to-all      a copy per pair: block q of p's input into block p of q's output
- *   gather          a copy per rank p: p's input into block p of the root's output
- *   scatter         a copy per rank p: block p of the root's input into p's output
- *   send/receive    one copy, the sender's buffer into the receiver's
+ *   all-reduce      part k of G: every rank's input reduced, in rank order, into every
+ *                   output (2 (G-1)/G S in and out of each GPU, a ring's)
+ *   reduce          the same into the root's output, in G-1 parts among the GPUs but the
+ *                   root's (S in and out of each, a pipelined chain's)
+ *   broadcast       the root's input into every output, in G-1 parts among the GPUs but the
+ *                   root's, whose leader copies it whole to its own ranks' outputs (S out of
+ *                   the root's GPU, S into each other)
+ *   reduce-scatter  the outputs of this GPU's ranks: block j of every input into rank j's
+ *   all-gather      the outputs of this GPU's ranks: j's input into block j, for every j
+ *   all-to-all      the outputs of this GPU's ranks q: block q of p's input into block p
+ *   gather          on the root's GPU: p's input into block p of the root's output
+ *   scatter         the outputs of this GPU's ranks p: block p of the root's input
+ *   send/receive    on the receiver's GPU: one copy, the sender's buffer into the receiver's
+ * so results are bit-identical whichever GPU computes which part.
  */
 #ifndef CIPC_TASKS_H
 #define CIPC_TASKS_H
@@ -39,9 +46,22 @@ struct cipc_work {
     bool pre[CIPC_MAX_RANKS];    /* PreMulSum: this rank's input takes its scalar */
     uint64_t scalar[CIPC_MAX_RANKS];     /* ... held here */
     uint64_t scalar_ptr[CIPC_MAX_RANKS]; /* ... or read there by the kernel */
+    /* This GPU's share. */
+    uint8_t owns[CIPC_MAX_RANKS]; /* the ranks on this GPU, whose outputs it writes */
+    uint8_t on_root_gpu[CIPC_MAX_RANKS]; /* rooted collectives: the ranks on the root's GPU */
+    int part, nparts;            /* all-reduce, reduce, broadcast: this GPU's part of the
+                                    elements (part < 0: none) */
 };
 
-/* Launches work's kernels on stream, on the leader's device. */
+/* Makes w's share the whole operation: one GPU serves every rank. */
+void cipc_work_whole(struct cipc_work *w);
+/* Elements [*lo, *hi) of part `part` of `nparts` of count elements of elem_size bytes: equal
+ * runs of 256-byte granules (vector loads stay aligned, GPUs write apart). */
+void cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_t *lo,
+                     size_t *hi);
+
+/* Launches this GPU's share of work on stream, on the leader's device (nothing if it has
+ * none). */
 ncclResult_t cipc_tasks_launch(const struct cipc_work *work, CUstream stream,
                                const struct gpu_device *device);
 

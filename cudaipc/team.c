@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The device team as one rank holds it: forming and ending it, its control blocks'
- * registration with the driver, and the thread that schedules (on the leader) and watches
+ * registration with the driver, and the thread that schedules (on a GPU's leader) and watches
  * (on every rank): a rank that died, NCCLSHIM_TIMEOUT, hang reports, the team's error.
  */
 #include "team.h"
@@ -85,9 +85,10 @@ cipc_team_set_error(struct cipc_team *team, ncclResult_t res)
 
     __atomic_compare_exchange_n(&team->error, &none, (int32_t)res, false, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
-    if (team->rank == CIPC_LEADER) {
+    if (team->lead >= 0) {
+        /* A leader's failure is every rank's: its operations involve them all. */
         none = ncclSuccess;
-        __atomic_compare_exchange_n(&team->ctrls[CIPC_LEADER]->error, &none, (int32_t)res,
+        __atomic_compare_exchange_n(&team->ctrls[CIPC_VERDICT]->error, &none, (int32_t)res,
                                     false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     }
 }
@@ -101,9 +102,7 @@ cipc_team_error(const struct cipc_team *team)
 bool
 cipc_team_busy(const struct cipc_team *team)
 {
-    const struct cipc_ctrl *own = team->ctrls[team->rank];
-    uint32_t seq = __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE);
-    return (int32_t)(__atomic_load_n(&own->done, __ATOMIC_ACQUIRE) - seq) < 0;
+    return !cipc_done_reached(team, team->rank, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
 }
 
 int
@@ -113,9 +112,8 @@ cipc_team_describe(const struct cipc_team *team, char *buf, size_t len)
     int n = snprintf(buf, len, "device operations: posted up to %u, arrived %u, done %u%s",
                      __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE),
                      __atomic_load_n(&own->arrive, __ATOMIC_ACQUIRE),
-                     __atomic_load_n(&own->done, __ATOMIC_ACQUIRE),
-                     team->rank == CIPC_LEADER ? "; leader: " : "");
-    if (team->rank == CIPC_LEADER && n >= 0 && (size_t)n < len) {
+                     cipc_done_least(team, team->rank), team->lead >= 0 ? "; leader: " : "");
+    if (team->lead >= 0 && n >= 0 && (size_t)n < len) {
         n += cipc_leader_describe(team, buf + n, len - (size_t)n);
     }
     return n;
@@ -126,7 +124,7 @@ cipc_team_describe(const struct cipc_team *team, char *buf, size_t len)
 struct cipc_watch {
     int wait_ms;
     uint64_t timeout_ns;
-    uint32_t seen_done;   /* done flags at the last look (the leader: every rank's, summed) */
+    uint32_t seen_done;   /* done words at the last look, summed (a leader: every rank's) */
     uint64_t last_move;   /* when something last moved */
     unsigned reports;     /* SIGUSR1 requests seen */
 };
@@ -142,14 +140,17 @@ cipc_rank_gone(const struct cipc_team *team, int r)
 static ncclResult_t
 cipc_team_check_peers(struct cipc_team *team)
 {
-    if (team->rank == CIPC_LEADER) {
-        return cipc_leader_check_peers(team);
+    if (team->lead >= 0) {
+        SHIM_CHECK(cipc_leader_check_peers(team));
     }
-    if (cipc_team_busy(team) && cipc_rank_gone(team, CIPC_LEADER)) {
-        WARN("rank %d: the device team's leader, rank %d (pid %d), died or left the "
-             "communicator with this rank's operations in flight", team->rank, CIPC_LEADER,
-             (int)shm_team_peer_pid(team->shm, CIPC_LEADER));
-        return ncclRemoteError;
+    for (int k = 0; k < team->nleaders && cipc_team_busy(team); k++) {
+        int lr = team->leaders[k];
+        if (lr != team->rank && cipc_rank_gone(team, lr)) {
+            WARN("rank %d: rank %d (pid %d), a device team leader, died or left the "
+                 "communicator with this rank's operations in flight", team->rank, lr,
+                 (int)shm_team_peer_pid(team->shm, lr));
+            return ncclRemoteError;
+        }
     }
     return ncclSuccess;
 }
@@ -168,14 +169,13 @@ cipc_team_report(struct cipc_team *team, const char *why)
 static void
 cipc_team_watch(struct cipc_team *team, struct cipc_watch *w, bool progressed)
 {
-    struct cipc_ctrl *own = team->ctrls[team->rank];
     uint64_t now = (uint64_t)shim_clock_ns();
-    int32_t verdict = __atomic_load_n(&team->ctrls[CIPC_LEADER]->error, __ATOMIC_ACQUIRE);
-    uint32_t done = __atomic_load_n(&own->done, __ATOMIC_ACQUIRE);
+    int32_t verdict = __atomic_load_n(&team->ctrls[CIPC_VERDICT]->error, __ATOMIC_ACQUIRE);
+    uint32_t done = cipc_done_sum(team, team->rank);
 
-    /* The leader serves every rank: any rank's operation finishing is news to it. */
+    /* A leader serves every rank: any rank's operation finishing is news to it. */
     for (int r = 0; team->leader != NULL && r < team->nranks; r++) {
-        done += r != team->rank ? __atomic_load_n(&team->ctrls[r]->done, __ATOMIC_ACQUIRE) : 0;
+        done += r != team->rank ? cipc_done_sum(team, r) : 0;
     }
     bool busy = cipc_team_busy(team) || (team->leader != NULL && cipc_leader_busy(team));
 
@@ -185,8 +185,8 @@ cipc_team_watch(struct cipc_team *team, struct cipc_watch *w, bool progressed)
         if (busy) {
             cipc_team_report(team, "device team failed");
         }
-        WARN("rank %d: the device team failed with error %d (the leader, rank %d, logged the "
-             "cause)", team->rank, (int)verdict, CIPC_LEADER);
+        WARN("rank %d: the device team failed with error %d (a leader logged the cause)",
+             team->rank, (int)verdict);
         cipc_team_set_error(team, (ncclResult_t)verdict);
     }
     if (shim_report_requests() != w->reports) {
@@ -217,17 +217,17 @@ cipc_team_watch(struct cipc_team *team, struct cipc_watch *w, bool progressed)
     }
 }
 
-/* Until someone posts or NCCLSHIM_WAIT_MS passes; the leader polls its doorbell briefly
- * first, since the ranks of one operation post close together. */
+/* Until someone posts or NCCLSHIM_WAIT_MS passes; a leader polls its doorbell briefly first,
+ * since the ranks of one operation post close together. */
 static void
 cipc_team_sleep(struct cipc_team *team, int wait_ms)
 {
-    struct shm_flag *flag = team->rank == CIPC_LEADER ? &team->ctrls[CIPC_LEADER]->doorbell
-                                                      : &team->ctrls[team->rank]->posted;
+    struct shm_flag *flag = team->lead >= 0 ? &team->ctrls[team->rank]->doorbell
+                                            : &team->ctrls[team->rank]->posted;
     uint32_t seen = shm_flag_load(flag);
     struct shm_wait wait;
 
-    if (team->rank == CIPC_LEADER) {
+    if (team->lead >= 0) {
         uint64_t until = (uint64_t)shim_clock_ns() + CIPC_SPIN_NS;
         while ((uint64_t)shim_clock_ns() < until) {
             if (shm_flag_load(flag) != seen || __atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
@@ -284,7 +284,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     struct cipc_team *team;
     ncclResult_t res;
 
-    if (n > CIPC_MAX_RANKS) {
+    if (n > CIPC_MAX_RANKS || args->first_on_device == NULL || args->device_here == NULL) {
         INFO(SHIM_INIT, "cudaipc: %d ranks on this host, more than a device team serves (%d)",
              n, CIPC_MAX_RANKS);
         return ncclInvalidUsage;
@@ -296,23 +296,30 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     team->device = args->device;
     team->id = args->id;
     team->log = args->log;
-    team->channel_fd = -1;
+    for (int k = 0; k < CIPC_MAX_LEADERS; k++) {
+        team->channel_fds[k] = -1;
+    }
     pthread_mutex_init(&team->reg_lock, NULL);
     pthread_mutex_init(&team->post_lock, NULL);
     pthread_mutex_init(&team->release_lock, NULL);
     SHIM_CHECK_GOTO(shim_calloc(&team->reach, (size_t)n * n), res, err_free);
     memcpy(team->reach, args->reach, (size_t)n * n);
+    SHIM_CHECK_GOTO(shim_calloc(&team->device_here, (size_t)n), res, err_free);
+    memcpy(team->device_here, args->device_here, (size_t)n * sizeof(int));
+    SHIM_CHECK_GOTO(shim_calloc(&team->leader_of, (size_t)n), res, err_free);
+    SHIM_CHECK_GOTO(cipc_leaders_form(team, args->first_on_device), res, err_free);
     SHIM_CHECK_GOTO(shim_calloc(&team->ctrls, (size_t)n), res, err_free);
     SHIM_CHECK_GOTO(shim_calloc(&team->registered, (size_t)n), res, err_free);
     for (int r = 0; r < n; r++) {
         team->ctrls[r] = shm_team_aux(args->shm, r);
     }
     struct cipc_ctrl *own = team->ctrls[team->rank];
-    own->device = team->device;
     /* Host addresses now; the streams' addresses once the block is registered (post.c). */
     team->arrive.host = &own->arrive;
-    team->done.host = &own->done;
-    if (team->rank == CIPC_LEADER) {
+    for (int k = 0; k < team->nleaders; k++) {
+        team->done[k].host = &own->done[k].value;
+    }
+    if (team->lead >= 0) {
         SHIM_CHECK_GOTO(cipc_leader_create(team), res, err_free);
     }
     /* Page-locked memory is registered now, not between a queued stream wait and its release
@@ -348,6 +355,8 @@ err_free:
     free(team->registered);
     free(team->ctrls);
     free(team->reach);
+    free(team->device_here);
+    free(team->leader_of);
     pthread_mutex_destroy(&team->reg_lock);
     pthread_mutex_destroy(&team->post_lock);
     free(team);
@@ -378,7 +387,7 @@ cipc_team_release(struct cipc_team *team)
 {
     /* A call waiting for the leader to take its operations stops waiting too. */
     __atomic_store_n(&team->released, 1, __ATOMIC_RELEASE);
-    gpu_flag_release(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
+    cipc_done_release(team, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
 }
 
 void
@@ -406,8 +415,8 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     __atomic_store_n(&team->ctrls[team->rank]->left, 1, __ATOMIC_RELEASE);
     if (team->thread_started) {
         __atomic_store_n(&team->stop, 1, __ATOMIC_RELEASE);
-        if (team->rank == CIPC_LEADER) {
-            shm_flag_bump(&team->ctrls[CIPC_LEADER]->doorbell);
+        if (team->lead >= 0) {
+            shm_flag_bump(&team->ctrls[team->rank]->doorbell);
         } else {
             struct shm_flag *posted = &team->ctrls[team->rank]->posted;
             shm_flag_post(posted, shm_flag_load(posted)); /* wakes the thread */
@@ -416,7 +425,7 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     }
     if (team->gpu != NULL && (abort || busy)) {
         /* Nothing waits for us any more: every gate of this rank's streams opens. */
-        gpu_flag_release(&team->done, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
+        cipc_done_release(team, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
     }
     /* Host functions still to run (a graph may be launched later) find no team. */
     cipc_hostpost_detach(team);
@@ -438,6 +447,8 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     free(team->registered);
     free(team->ctrls);
     free(team->reach);
+    free(team->device_here);
+    free(team->leader_of);
     pthread_mutex_destroy(&team->reg_lock);
     pthread_mutex_destroy(&team->post_lock);
     pthread_mutex_destroy(&team->release_lock);

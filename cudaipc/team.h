@@ -3,19 +3,23 @@
  * Inside the device team (private to cudaipc/): the control block every rank keeps in its
  * shared-memory segment, the team as one rank holds it, and what its files offer each other.
  *
- * A rank's control block (in shm_team_aux, registered with the driver by the rank and by the
- * leader so that streams of both may touch its flags):
+ * The team has a leader per GPU: the lowest rank on each device (told apart by UUID), indexed
+ * 0 .. nleaders-1 in rank order. A rank's control block (in shm_team_aux, registered with the
+ * driver by the rank and by every leader so that streams of all of them may touch its flags):
  *
- *   arrive    written by the rank's streams when they reach an operation (its number)
- *   done      written by the leader's stream: the rank's operations done, up to this number
- *   posted    the rank's host: descriptors posted up to this number (a whole group at once)
- *   consumed  the leader's host: this rank's descriptors taken, up to this number
- *   left      the rank destroyed or aborted its side: a rank still needed will not come
- *   ring      CIPC_RING descriptors: operation n is in slot n % CIPC_RING
- * and, in the leader's block only: doorbell (any rank posted; the leader sleeps on it),
- * leader_done (its stream's operations done, for its mapping cache), error (the team failed:
- * an ncclResult_t every rank's thread adopts), channel (its socket's name) and forgets (bumped
- * by a rank that sent a forget on the channel, which the leader then reads).
+ *   arrive       written by the rank's streams when they reach an operation (its number)
+ *   done[k]      written by leader k's stream: its share of the rank's operations done, up to
+ *                this number (the rank's operations are done when every leader's word is)
+ *   posted       the rank's host: descriptors posted up to this number (a whole group at once)
+ *   consumed[k]  leader k's host: this rank's descriptors taken, up to this number
+ *   forgets_closed[k]  leader k closed what this rank's first forgets_closed[k] forgets named
+ *   left         the rank destroyed or aborted its side: a rank still needed will not come
+ *   ring         CIPC_RING descriptors: operation n is in slot n % CIPC_RING
+ * and, in a leader's block: doorbell (a rank posted; the leader sleeps on it), leader_done
+ * (its stream's operations done, for its mapping cache), channel (its socket's name) and
+ * forgets (bumped by a rank that sent it a forget on the channel, which it then reads). Rank
+ * 0's block holds the team's verdict, `error` (a leader failed it: an ncclResult_t every
+ * rank's thread adopts).
  */
 #ifndef CIPC_TEAM_H
 #define CIPC_TEAM_H
@@ -29,22 +33,28 @@
 #include "gpu/stream.h"
 #include "shm/shm.h"
 
-#define CIPC_LEADER 0
 #define CIPC_RING 256
+/* The most GPUs a device team spans: a leader each. */
+#define CIPC_MAX_LEADERS 16
+/* The rank whose control block holds the team's verdict. */
+#define CIPC_VERDICT 0
 
-/* How the leader reaches one buffer of a rank's operation. */
+/* How the leaders reach one buffer of a rank's operation. */
 enum cipc_buf_how {
     CIPC_BUF_NONE,   /* not used by this rank */
-    CIPC_BUF_LOCAL,  /* the leader's own process: ptr as it is */
-    CIPC_BUF_LEGACY, /* a legacy IPC handle of the allocation */
-    CIPC_BUF_CUMEM,  /* a cuMem allocation, its file descriptor sent on the channel */
+    CIPC_BUF_LOCAL,  /* every leader is in the rank's process: ptr as it is */
+    CIPC_BUF_LEGACY, /* a legacy IPC handle of the allocation (a leader in the rank's
+                        process: ptr as it is) */
+    CIPC_BUF_CUMEM,  /* a cuMem allocation, its file descriptor sent on the channel (a leader
+                        in the rank's process: ptr as it is, a device staging area's there) */
     CIPC_BUF_STAGED, /* copied through the owner's staging segment, sent on the channel */
 };
 
 struct cipc_buf {
     uint32_t how;
     uint32_t region;       /* STAGED, while posting: 1 + its staging region (post.c); 0 after */
-    uint64_t ptr;          /* the address in its owner (LOCAL: the one to use) */
+    uint64_t ptr;          /* the address in its owner's process (where a leader there reaches
+                              it: the user's buffer, or its device staging copy) */
     uint64_t key;          /* LEGACY, CUMEM: the allocation's id; STAGED: the segment's
                               generation */
     uint64_t offset;       /* from the allocation's (segment's) first byte */
@@ -59,8 +69,9 @@ struct cipc_desc {
     uint8_t coll;          /* enum alg_coll */
     uint8_t kind;          /* enum kr_op_kind */
     uint8_t pre;           /* this rank's input takes its PreMulSum scalar */
-    uint8_t by_event;      /* the leader rank's call: its stream's arrive is the event
-                              cipc_team.arrived, which the leader's stream waits on */
+    uint8_t by_event;      /* a leader rank's call: its stream's arrive is also the event
+                              cipc_team.arrived, which its own leader's stream waits on
+                              (other GPUs' leaders wait on arrive) */
     int32_t datatype;
     int32_t root;
     uint64_t count;
@@ -69,19 +80,22 @@ struct cipc_desc {
     struct cipc_buf send, recv, scalar_buf;
 };
 
+/* A word a stream writes, alone on its cache line (leaders on several GPUs write a rank's). */
+struct cipc_word {
+    _Alignas(64) uint32_t value;
+};
+
 struct cipc_ctrl {
     _Alignas(64) uint32_t arrive;
-    _Alignas(64) uint32_t done;
+    struct cipc_word done[CIPC_MAX_LEADERS];
     _Alignas(64) uint32_t leader_done;
     struct shm_flag posted;
-    struct shm_flag consumed;
+    struct shm_flag consumed[CIPC_MAX_LEADERS];
     struct shm_flag doorbell;
     _Alignas(64) int32_t error;
     int32_t left;
-    int32_t device;        /* the rank's device, in its own process's numbering */
     uint32_t forgets;
-    uint32_t forgets_closed; /* the leader's word: it closed what this rank's first
-                                forgets_closed forgets named (exports.c) */
+    uint32_t forgets_closed[CIPC_MAX_LEADERS]; /* exports.c */
     char channel[CIPC_CHANNEL_NAME_MAX];
     _Alignas(64) struct cipc_desc ring[CIPC_RING];
 };
@@ -112,7 +126,12 @@ struct cipc_team {
     uint64_t id;
     struct shim_log_scope *log;  /* cipc_team_args.log */
     uint8_t *reach;              /* nranks * nranks, cipc_team_args.reach */
+    int *device_here;            /* per rank: its device as this process numbers it; -1 */
     struct cipc_ctrl **ctrls;    /* every rank's control block as mapped here */
+    int nleaders;
+    int leaders[CIPC_MAX_LEADERS]; /* the rank that leads each GPU */
+    int8_t *leader_of;           /* per rank: the index of its GPU's leader; -1: no device */
+    int lead;                    /* the index this rank leads; -1 */
 
     /* Registration of control blocks with the driver, by whichever thread needs it first. */
     pthread_mutex_t reg_lock;
@@ -120,14 +139,15 @@ struct cipc_team {
 
     /* The posting side: the thread that makes this rank's calls. */
     const struct gpu_device *gpu;  /* this rank's device, once it posted */
-    struct gpu_flag arrive, done;  /* its own flags, as its streams see them */
+    struct gpu_flag arrive;        /* its own flags, as its streams see them */
+    struct gpu_flag done[CIPC_MAX_LEADERS];
     uint32_t seq;                  /* atomic: the last operation posted */
     uint32_t pending_wait;         /* operations arrived, not yet waited for (cipc_post_wait) */
     CUstream last_stream;          /* the stream the last operations were gated on */
-    /* This rank's streams may share a context with the leader's stream (the leader's
-     * process): a wait on them may only be for work already enqueued there, so the call
-     * waits on the host until the leader enqueued its operations. The leader rank's own
-     * streams and the leader's stream order each other through events: `arrived`, recorded
+    /* This rank's streams may share a context with its GPU leader's stream (the leader is in
+     * this process): a wait on them may only be for work already enqueued there, so the call
+     * waits on the host until that leader enqueued its operations. A leader rank's own
+     * streams and its leader's stream order each other through events: `arrived`, recorded
      * on this rank's stream where it arrives, and the leader's `done_event`. */
     bool leader_ctx;
     CUevent arrived;
@@ -138,8 +158,8 @@ struct cipc_team {
     struct cipc_stage *stage;      /* through pinned host memory */
     struct cipc_stage *dev_stage;  /* through device memory (post.c) */
     struct cipc_exports *exports;
-    uint32_t forgets_sent;         /* forgets sent on the channel */
-    int channel_fd;                /* to the leader, once needed; -1 */
+    uint32_t forgets_sent;         /* forgets sent on the channel, to every leader */
+    int channel_fds[CIPC_MAX_LEADERS]; /* to each leader, once needed; -1 */
     uint32_t coll_match;           /* the last numbers posted: collectives, and per peer; */
     uint32_t sent_match[CIPC_MAX_RANKS];     /* stream posting goes on from them */
     uint32_t received_match[CIPC_MAX_RANKS];
@@ -162,7 +182,7 @@ struct cipc_team {
     int stop;                      /* atomic */
     int released;                  /* atomic: revoked (cipc_team_release): calls stop waiting */
     int32_t error;                 /* atomic: ncclResult_t */
-    struct cipc_leader *leader;    /* the leader's side; NULL on every other rank */
+    struct cipc_leader *leader;    /* a leader's side; NULL on every other rank */
 };
 
 /* Made ready when the team is made, where the program chose the device and it exists, so
@@ -175,9 +195,38 @@ struct cipc_team {
 ncclResult_t cipc_post_ready(struct cipc_team *team);
 ncclResult_t cipc_leader_activate(struct cipc_team *team);
 
-/* post.c: the connection to the leader's socket, opened on first need. */
-ncclResult_t cipc_channel_open(struct cipc_team *team);
-/* Where a buffer the leader cannot map is copied through (post.c). */
+/* leaders.c: the team's leaders, one per GPU, and what a rank does with each of them. */
+/* From first_on_device (per rank: the lowest rank on its device, -1 without one): the leaders,
+ * each rank's, and this rank's index if it leads. An error past CIPC_MAX_LEADERS GPUs. */
+ncclResult_t cipc_leaders_form(struct cipc_team *team, const int *first_on_device);
+/* Whether leader k runs in this process. */
+bool cipc_leader_here(const struct cipc_team *team, int k);
+/* Whether every leader's done word of rank r reached seq: r's operations up to seq are done. */
+bool cipc_done_reached(const struct cipc_team *team, int r, uint32_t seq);
+/* The sum of rank r's done words, which moves whenever one does (the thread's watch). */
+uint32_t cipc_done_sum(const struct cipc_team *team, int r);
+/* The least of rank r's done words, for reports. */
+uint32_t cipc_done_least(const struct cipc_team *team, int r);
+/* Enqueues on stream a wait for every leader's share of this rank's operations up to seq. A
+ * leader rank follows its own leader's stream through an event (its call waited on the host
+ * until that leader took them), unless `flags_only` (the team failed: only abort, destroy or
+ * revoke open the words now). */
+ncclResult_t cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq,
+                            bool flags_only);
+/* Writes every done word of this rank up to seq from the host: every gate opens. */
+void cipc_done_release(struct cipc_team *team, uint32_t seq);
+/* The connection to leader k's socket, opened on first need. */
+ncclResult_t cipc_channel_open(struct cipc_team *team, int k);
+/* Sends msg (and fd, unless -1) to every leader; remote_only: to those in other processes. */
+ncclResult_t cipc_channel_send_all(struct cipc_team *team, const struct cipc_channel_msg *msg,
+                                   int fd, bool remote_only);
+/* Rings every leader's doorbell. */
+void cipc_leaders_ring(struct cipc_team *team);
+/* Sleeps until leader k (-1: every leader) took this rank's descriptors up to seq; an error
+ * if the team fails, is revoked or goes first. */
+ncclResult_t cipc_consumed_wait(struct cipc_team *team, int k, uint32_t seq);
+
+/* Where a buffer some leader cannot map is copied through (post.c). */
 enum cipc_stage_via {
     CIPC_STAGE_NONE,
     CIPC_STAGE_HOST,    /* pinned shared host memory */
@@ -200,11 +249,8 @@ ncclResult_t cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops,
                               uint32_t last_seq, CUstream stream);
 /* Enqueues on stream, which is past done, the kept copies out; the areas are free after. */
 ncclResult_t cipc_stage_copy_out(struct cipc_team *team, CUstream stream);
-/* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leader. */
+/* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leaders. */
 void cipc_post_publish(struct cipc_team *team, uint32_t last);
-/* Sleeps until the leader took this rank's descriptors up to seq (for the ring: enough for a
- * group ending at last to fit, seq = last - CIPC_RING); an error if the team fails first. */
-ncclResult_t cipc_consumed_wait(struct cipc_team *team, uint32_t seq);
 
 /* hostpost.c: operations posted by a host function on their stream (cudaipc.h). */
 ncclResult_t cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
@@ -220,14 +266,14 @@ void cipc_hostpost_unprepare(void);
  * team's thread calls it every turn. */
 bool cipc_hostpost_release(struct cipc_team *team, bool all);
 
-/* exports.c: this rank's allocations the leader maps. Each export names operation seq, the
+/* exports.c: this rank's allocations the leaders map. Each export names operation seq, the
  * one that uses it (the entry is forgotten only once that is done). */
 ncclResult_t cipc_exports_create(struct cipc_team *team);
 void cipc_exports_free(struct cipc_team *team);
 /* A legacy IPC handle of mem's allocation, made once per allocation (it costs about 18 us). */
 ncclResult_t cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_info *mem,
                                 uint32_t seq, CUipcMemHandle *handle_out);
-/* Sends the leader the file descriptor of the cuMem allocation (id, mapped at base) that ptr
+/* Sends the leaders of other processes the file descriptor of the cuMem allocation (id, mapped at base) that ptr
  * lies in, once. */
 ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id,
                                uintptr_t base, size_t size, uint32_t seq);
@@ -235,7 +281,7 @@ ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t
 bool cipc_export_pinned(struct cipc_team *team, uint64_t id, uintptr_t base);
 /* Adds delta (+1 or -1) to the registrations pinning export (id, base). Unpinned, a cudaMalloc
  * allocation's export waits for the operations using it and is forgotten, and the call returns
- * once the leader closed its mapping (its owner may free it then); a cuMem one is forgotten at
+ * once every leader closed its mapping (its owner may free it then); a cuMem one is forgotten at
  * once if no operation in flight uses it. Nothing if it is not exported. */
 ncclResult_t cipc_export_pin(struct cipc_team *team, uint64_t id, uintptr_t base, int delta);
 /* Forgets export (id, base), which no operation in flight uses, pinned or not. */
@@ -245,15 +291,15 @@ ncclResult_t cipc_export_pin_buf(struct cipc_team *team, const struct cipc_buf *
                                  struct cipc_pin *pin);
 /* Forgets the exports whose allocation is gone, a share at a time, at most every 10 ms. */
 ncclResult_t cipc_exports_sweep(struct cipc_team *team);
-/* Tells the leader that no operation of this rank will name (how, key) again. */
+/* Tells every leader that no operation of this rank will name (how, key) again. */
 ncclResult_t cipc_forget(struct cipc_team *team, enum cipc_buf_how how, uint64_t key);
 
 /* Registers rank r's control block with the driver (once per process mapping) and fills the
  * flags of it that streams touch. The caller has a context of the device current. */
 ncclResult_t cipc_ctrl_register(struct cipc_team *team, int r);
 struct gpu_flag cipc_flag(struct cipc_team *team, int r, uint32_t *host);
-/* Fails the team (the first error stays): this rank, and through the leader's block every
- * rank, sees it. */
+/* Fails the team (the first error stays): this rank, and, if it leads, through the verdict
+ * in rank CIPC_VERDICT's block every rank, sees it. */
 void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
 
 /* post.c */
@@ -262,7 +308,7 @@ void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
 void cipc_post_quiesce(struct cipc_team *team);
 void cipc_post_free(struct cipc_team *team);
 
-/* leader.c: the leader's side, driven by the team's thread. */
+/* leader.c: a GPU's leader's side, driven by the team's thread. */
 ncclResult_t cipc_leader_create(struct cipc_team *team);
 void cipc_leader_destroy(struct cipc_team *team, bool abort);
 /* Enqueues on stream (the leader rank's, in its process) a wait for the leader's stream's

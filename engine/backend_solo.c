@@ -63,6 +63,7 @@ shim_solo_coll(const struct shim_op *op, const struct gpu_device *gpu, CUstream 
     w->pre[0] = op->redop.kind == KR_PREMULSUM;
     memcpy(&w->scalar[0], op->redop.scalar, sizeof(w->scalar[0]));
     w->scalar_ptr[0] = (uintptr_t)op->scalar_dev;
+    cipc_work_whole(w);
     ncclResult_t res = cipc_tasks_launch(w, stream, gpu);
     free(w);
     return res;

@@ -83,29 +83,55 @@ shim_comm_reach_row(const struct ncclComm *comm, const struct shim_shm_hello *al
     }
 }
 
+/* Per rank, from every rank's hello: the lowest rank on the same GPU (-1 without one), and
+ * that GPU as this process numbers it (-1 where it lacks it). */
+static void
+shim_comm_devices(const struct shim_shm_hello *all, int n, int *first_on_device,
+                  int *device_here)
+{
+    for (int r = 0; r < n; r++) {
+        first_on_device[r] = -1;
+        device_here[r] = all[r].has_device ? gpu_device_by_uuid(&all[r].device) : -1;
+        for (int q = 0; q <= r && all[r].has_device && first_on_device[r] < 0; q++) {
+            if (all[q].has_device && memcmp(&all[q].device, &all[r].device, sizeof(CUuuid)) == 0) {
+                first_on_device[r] = q;
+            }
+        }
+    }
+}
+
 /* The device team, when a driver is present: verdicts holds every rank's reach row (after
  * its ok byte). Without one, device buffers are refused; never an error of init. */
 static void
-shim_comm_device_team(struct ncclComm *comm, const uint8_t *verdicts)
+shim_comm_device_team(struct ncclComm *comm, const struct shim_shm_hello *all,
+                      const uint8_t *verdicts)
 {
     const int n = comm->nranks;
-    uint8_t *reach;
+    uint8_t *reach = NULL;
+    int *first_on_device = NULL, *device_here = NULL;
 
-    if (gpu_device_count() == 0 || shim_calloc(&reach, (size_t)n * n) != ncclSuccess) {
-        return;
+    if (gpu_device_count() == 0 || shim_calloc(&reach, (size_t)n * n) != ncclSuccess ||
+        shim_calloc(&first_on_device, (size_t)n) != ncclSuccess ||
+        shim_calloc(&device_here, (size_t)n) != ncclSuccess) {
+        goto out;
     }
     for (int a = 0; a < n; a++) {
         memcpy(reach + (size_t)a * n, verdicts + (size_t)a * (n + 1) + 1, (size_t)n);
     }
+    shim_comm_devices(all, n, first_on_device, device_here);
     struct cipc_team_args args = {.shm = comm->shm, .device = comm->cuda_dev, .reach = reach,
-                                  .id = comm->id_hash, .log = &comm->log,
-                                  .ready_now = comm->cuda_dev_chosen};
+                                  .first_on_device = first_on_device,
+                                  .device_here = device_here, .id = comm->id_hash,
+                                  .log = &comm->log, .ready_now = comm->cuda_dev_chosen};
     if (cipc_team_create(&args, &comm->dev) != ncclSuccess) {
         comm->dev = NULL;
         INFO(SHIM_INIT, "comm %p rank %d: no device team: device buffers will be refused",
              (void *)comm, comm->rank);
     }
+out:
     free(reach);
+    free(first_on_device);
+    free(device_here);
 }
 
 ncclResult_t
@@ -169,7 +195,7 @@ shim_comm_shm_setup(struct ncclComm *comm)
         INFO(SHIM_INIT, "comm %p rank %d: all %d ranks on this host, collectives through "
              "shared memory (%zu-byte slots%s)", (void *)comm, comm->rank, n, slot_bytes,
              comm->shm->oversubscribed ? ", more ranks than CPUs" : "");
-        shim_comm_device_team(comm, verdicts);
+        shim_comm_device_team(comm, all, verdicts);
     } else {
         INFO(SHIM_INIT, "comm %p rank %d: ranks on more than one host (or no shared memory): "
              "UCX serves every collective", (void *)comm, comm->rank);

@@ -163,20 +163,26 @@ device_cases() {
             "$bindir/collectives" -q -D mixed
         run_case device-collectives-quick-n4-2gpu-nopeer 4 300 "${dev[@]}" FAKE_CUDA_DEVICES=2 \
             FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D device
-        # One rank per device: the bytes through each device's links, as the double counts
-        # them, and the results. The textbook bound is printed, not yet enforced (-b): today
-        # the leader's device runs every kernel (7 S in and out of device 0 at 8 ranks);
-        # issue 22's per-GPU design is what brings it under.
+        # One rank per device, a leader each doing its GPU's share: every collective on every
+        # memory kind, with and without peer access.
+        for n in 2 3 4 8; do
+            run_case "device-collectives-quick-n$n-${n}gpu" "$n" 300 "${dev[@]}" \
+                FAKE_CUDA_DEVICES=$n -- "$bindir/collectives" -q -D mixed
+            run_case "device-collectives-quick-n$n-${n}gpu-nopeer" "$n" 300 "${dev[@]}" \
+                FAKE_CUDA_DEVICES=$n FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D mixed
+        done
+        # The bytes through each device's links, as the double counts them, against the
+        # textbook algorithm's (-b: enforced where the GPUs have peer access), and the results.
         for n in 2 3 4 8; do
             mib=$((n == 8 ? 64 : 16))
             run_case "device-traffic-allreduce-n$n" "$n" 120 "${dev[@]}" FAKE_CUDA_DEVICES=$n \
-                -- "$bindir/traffic" -c allreduce -m "$mib"
+                -- "$bindir/traffic" -c allreduce -m "$mib" -b
             run_case "device-traffic-allreduce-n$n-nopeer" "$n" 120 "${dev[@]}" \
                 FAKE_CUDA_DEVICES=$n FAKE_CUDA_NO_PEER=1 -- "$bindir/traffic" -c allreduce -m 16
         done
-        for coll in allgather reducescatter broadcast; do
+        for coll in allgather reducescatter broadcast reduce alltoall; do
             run_case "device-traffic-$coll-n8" 8 120 "${dev[@]}" FAKE_CUDA_DEVICES=8 -- \
-                "$bindir/traffic" -c "$coll" -m 16
+                "$bindir/traffic" -c "$coll" -m 16 -b
         done
     fi
     # Stream semantics, groups, several devices from one thread, refusals, the memory API.

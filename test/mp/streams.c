@@ -235,9 +235,10 @@ part_devices(void)
     }
     MP_CHECK(ncclGroupEnd());
     /* Both ranks of the process capture, each on its own stream, and both graphs launch:
-     * their host functions only post, in whatever order the driver runs them. Where device
-     * 1's memory reaches the leader only through staging (no peer access, or cuMem memory
-     * without access), its capture is refused with a message instead. */
+     * their host functions only post, in whatever order the driver runs them. Where one
+     * device's memory reaches the other device's leader only through staging (no peer
+     * access, or cuMem memory without access), each GPU's leader needing every rank's
+     * buffers, both captures are refused with a message instead. */
     const char *no_peer = getenv("FAKE_CUDA_NO_PEER");
     bool staged = st_kind == MP_MEM_EXPANDABLE || (no_peer != NULL && strcmp(no_peer, "1") == 0);
     CUgraph graphs[2] = {NULL, NULL};
@@ -248,10 +249,10 @@ part_devices(void)
         ncclResult_t res = ncclAllReduce(x[d], x[d], ST_COUNT, ncclFloat, ncclSum, comms[d],
                                          s[d]);
         (void)st_cu.stream_end_capture(s[d], &graphs[d]);
-        if (staged && d == 1) {
-            MP_EXPECT(res == ncclInvalidUsage && strstr(mp_last_error(comms[1]), "staging"),
+        if (staged) {
+            MP_EXPECT(res == ncclInvalidUsage && strstr(mp_last_error(comms[d]), "staging"),
                       "capturing a buffer only staging reaches gave %s: \"%s\"",
-                      ncclGetErrorString(res), mp_last_error(comms[1]));
+                      ncclGetErrorString(res), mp_last_error(comms[d]));
         } else {
             MP_EXPECT(res == ncclSuccess, "a captured all-reduce of rank %d gave %s", d,
                       ncclGetErrorString(res));

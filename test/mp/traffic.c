@@ -10,13 +10,12 @@
  *   device traffic: <collective> <n> ranks <size>: max <x> S through one device (bound <y> S)
  *
  * where the bound is what the textbook algorithm moves through each device: 2(n-1)/n S for a
- * ring all-reduce, (n-1)/n S for all-gather and reduce-scatter, S for a pipelined broadcast,
- * times 1.1. The result is checked on every rank. With -b the bound is enforced too (a failed
- * check past it). Today's device team runs every kernel on rank 0's device, which therefore
- * reads and writes the others' memory: the bound holds once every GPU does its own share
- * (issue 22), and test/mp/run.sh runs these cases without -b until then.
+ * ring all-reduce, (n-1)/n S for all-gather, reduce-scatter and all-to-all (S: a rank's whole
+ * buffer), S for a pipelined broadcast and reduce (a chain), times 1.1. The result is checked
+ * on every rank (reduce: on the root). With -b the bound is enforced too (a failed check past
+ * it): test/mp/run.sh does so where the devices have peer access.
  *
- * Usage: traffic -c allreduce|allgather|reducescatter|broadcast [-m MIB] [-b]
+ * Usage: traffic -c allreduce|allgather|reducescatter|broadcast|reduce|alltoall [-m MIB] [-b]
  */
 #include "common.h"
 
@@ -107,6 +106,15 @@ tr_root0(size_t i, const void *arg)
     return (float)(i % 4096);
 }
 
+/* All-to-all: block p of rank q's output is block q of rank p's input. */
+static float
+tr_exchanged(size_t i, const void *arg)
+{
+    const struct tr_expect *e = arg;
+    size_t p = i / e->block, j = i % e->block;
+    return (float)((int)p * 8192) + (float)(((size_t)e->rank * e->block + j) % 4096);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -127,8 +135,8 @@ main(int argc, char **argv)
             enforce = true;
             break;
         default:
-            fprintf(stderr, "usage: traffic -c allreduce|allgather|reducescatter|broadcast "
-                            "[-m MIB] [-b]\n");
+            fprintf(stderr, "usage: traffic -c allreduce|allgather|reducescatter|broadcast|"
+                            "reduce|alltoall [-m MIB] [-b]\n");
             return 2;
         }
     }
@@ -172,6 +180,18 @@ main(int argc, char **argv)
         bound = 1.0;
         want = tr_root0;
         check_count = count;
+    } else if (strcmp(coll, "reduce") == 0) {
+        send = tr_buffer(count, (float)(w.rank * 8192), s);
+        recv = mp_cuda_alloc(&tr_cu, MP_MEM_DEVICE, total);
+        bound = 1.0;
+        want = w.rank == 0 ? tr_sum : NULL;
+        check_count = count;
+    } else if (strcmp(coll, "alltoall") == 0) {
+        send = tr_buffer(block * (size_t)n, (float)(w.rank * 8192), s);
+        recv = mp_cuda_alloc(&tr_cu, MP_MEM_DEVICE, block * n * sizeof(float));
+        bound = (double)(n - 1) / n;
+        want = tr_exchanged;
+        check_count = block * (size_t)n;
     } else {
         fprintf(stderr, "traffic: unknown collective %s\n", coll);
         return 2;
@@ -187,8 +207,12 @@ main(int argc, char **argv)
     } else if (strcmp(coll, "reducescatter") == 0) {
         MP_CHECK_COMM(w.comm, ncclReduceScatter(send, recv, block, ncclFloat32, ncclSum, w.comm,
                                                 s));
-    } else {
+    } else if (strcmp(coll, "broadcast") == 0) {
         MP_CHECK_COMM(w.comm, ncclBroadcast(send, recv, count, ncclFloat32, 0, w.comm, s));
+    } else if (strcmp(coll, "reduce") == 0) {
+        MP_CHECK_COMM(w.comm, ncclReduce(send, recv, count, ncclFloat32, ncclSum, 0, w.comm, s));
+    } else {
+        MP_CHECK_COMM(w.comm, ncclAlltoAll(send, recv, block, ncclFloat32, w.comm, s));
     }
     MP_EXPECT(mp_cuda_wait(&tr_cu, s, w.comm, 120) == ncclSuccess, "the %s did not finish",
               coll);
@@ -203,7 +227,8 @@ main(int argc, char **argv)
                     after.kernels_launched - before.kernels_launched);
         }
     }
-    MP_EXPECT(tr_wrong(recv, check_count, want, &e, s) == 0, "wrong %s result", coll);
+    MP_EXPECT(want == NULL || tr_wrong(recv, check_count, want, &e, s) == 0, "wrong %s result",
+              coll);
 
     /* Every process's counts, summed on the host (host memory: no device traffic). */
     unsigned long long moved[2 * TR_MAX_DEVICES];
@@ -224,10 +249,10 @@ main(int argc, char **argv)
             busiest = d;
         }
     }
-    const double size = strcmp(coll, "allgather") == 0 ? (double)(block * n * sizeof(float))
-                        : strcmp(coll, "reducescatter") == 0
-                            ? (double)(block * n * sizeof(float))
-                            : (double)total;
+    /* The all-reduce's, broadcast's and reduce's buffer; the whole of the others' larger one. */
+    const bool blocks = strcmp(coll, "allgather") == 0 || strcmp(coll, "reducescatter") == 0 ||
+                        strcmp(coll, "alltoall") == 0;
+    const double size = blocks ? (double)(block * n * sizeof(float)) : (double)total;
     if (w.rank == 0) {
         printf("device traffic: %s %d ranks %ld MiB: max %.2f S through one device (bound "
                "%.2f S); device %d: %.2f S in, %.2f S out\n",

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The device team's leaders, one per GPU (team.h), and what a rank does with each of them:
+ * waits for the done words they write, their channels, their doorbells, their consumed flags.
+ *
+ * Why a leader per GPU and not one for the host: on a host of 8 GPUs with a rank each, one
+ * leader's GPU would read every other GPU's input and write every output, 7 S in and 7 S out
+ * of its links for an all-reduce of S bytes, where a ring moves 1.75 S through each. Ranks
+ * that share a GPU still share its leader: handing work between contexts on one GPU costs
+ * about 140 us, more than a small operation's kernel.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/env.h"
+#include "team.h"
+
+ncclResult_t
+cipc_leaders_form(struct cipc_team *team, const int *first_on_device)
+{
+    team->lead = -1;
+    team->nleaders = 0;
+    for (int r = 0; r < team->nranks; r++) {
+        int first = first_on_device[r];
+        if (first < 0) {
+            team->leader_of[r] = -1;
+            continue;
+        }
+        if (first != r) {
+            team->leader_of[r] = team->leader_of[first]; /* set: first < r */
+            continue;
+        }
+        if (team->nleaders == CIPC_MAX_LEADERS) {
+            INFO(SHIM_INIT, "cudaipc: the ranks on this host use more than %d GPUs, more than "
+                 "a device team serves", CIPC_MAX_LEADERS);
+            return ncclInvalidUsage;
+        }
+        team->leader_of[r] = (int8_t)team->nleaders;
+        team->leaders[team->nleaders++] = r;
+    }
+    for (int k = 0; k < team->nleaders; k++) {
+        if (team->leaders[k] == team->rank) {
+            team->lead = k;
+        }
+    }
+    return ncclSuccess;
+}
+
+bool
+cipc_leader_here(const struct cipc_team *team, int k)
+{
+    int r = team->leaders[k];
+    return r == team->rank || shm_team_peer_in_this_process(team->shm, r);
+}
+
+bool
+cipc_done_reached(const struct cipc_team *team, int r, uint32_t seq)
+{
+    const struct cipc_ctrl *c = team->ctrls[r];
+
+    for (int k = 0; k < team->nleaders; k++) {
+        if ((int32_t)(__atomic_load_n(&c->done[k].value, __ATOMIC_ACQUIRE) - seq) < 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+uint32_t
+cipc_done_sum(const struct cipc_team *team, int r)
+{
+    uint32_t sum = 0;
+
+    for (int k = 0; k < team->nleaders; k++) {
+        sum += __atomic_load_n(&team->ctrls[r]->done[k].value, __ATOMIC_ACQUIRE);
+    }
+    return sum;
+}
+
+uint32_t
+cipc_done_least(const struct cipc_team *team, int r)
+{
+    uint32_t least = __atomic_load_n(&team->ctrls[r]->done[0].value, __ATOMIC_ACQUIRE);
+
+    for (int k = 1; k < team->nleaders; k++) {
+        uint32_t v = __atomic_load_n(&team->ctrls[r]->done[k].value, __ATOMIC_ACQUIRE);
+        least = (int32_t)(v - least) < 0 ? v : least;
+    }
+    return least;
+}
+
+ncclResult_t
+cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq, bool flags_only)
+{
+    for (int k = 0; k < team->nleaders; k++) {
+        if (k == team->lead && !flags_only) {
+            SHIM_CHECK(cipc_leader_follow(team, stream));
+        } else {
+            SHIM_CHECK(gpu_stream_wait_flag(stream, &team->done[k], seq));
+        }
+    }
+    return ncclSuccess;
+}
+
+void
+cipc_done_release(struct cipc_team *team, uint32_t seq)
+{
+    for (int k = 0; k < team->nleaders; k++) {
+        gpu_flag_release(&team->done[k], seq);
+    }
+}
+
+/* A leader opens its socket as it forms its side of the team, right after the exchange that
+ * ends init; a rank that posts at once may come first, so refusals are retried until
+ * NCCLSHIM_BOOTSTRAP_TIMEOUT (or the leader's death). */
+ncclResult_t
+cipc_channel_open(struct cipc_team *team, int k)
+{
+    const int lr = team->leaders[k];
+    const struct cipc_ctrl *leader = team->ctrls[lr];
+    uint64_t deadline = (uint64_t)shim_clock_ns() +
+                        (uint64_t)shim_env_int(SHIM_ENV_BOOTSTRAP_TIMEOUT) * 1000000000u;
+    char name[CIPC_CHANNEL_NAME_MAX];
+    int err;
+
+    while (team->channel_fds[k] < 0) {
+        memcpy(name, (const char *)leader->channel, sizeof(name));
+        name[sizeof(name) - 1] = '\0';
+        err = name[0] != '\0' ? cipc_channel_connect(name, &team->channel_fds[k]) : ECONNREFUSED;
+        if (err == 0) {
+            break;
+        }
+        if ((err != ECONNREFUSED && err != ENOENT) || (uint64_t)shim_clock_ns() > deadline ||
+            !shm_team_peer_alive(team->shm, lr)) {
+            WARN("rank %d: cannot connect to the socket of rank %d, a device team leader, "
+                 "@%s: %s", team->rank, lr, name, strerror(err));
+            return ncclRemoteError;
+        }
+        usleep(1000);
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_channel_send_all(struct cipc_team *team, const struct cipc_channel_msg *msg, int fd,
+                      bool remote_only)
+{
+    for (int k = 0; k < team->nleaders; k++) {
+        if (remote_only && cipc_leader_here(team, k)) {
+            continue;
+        }
+        SHIM_CHECK(cipc_channel_open(team, k));
+        SHIM_CHECK(cipc_channel_send(team->channel_fds[k], msg, fd));
+    }
+    return ncclSuccess;
+}
+
+void
+cipc_leaders_ring(struct cipc_team *team)
+{
+    for (int k = 0; k < team->nleaders; k++) {
+        shm_flag_bump(&team->ctrls[team->leaders[k]]->doorbell);
+    }
+}
+
+ncclResult_t
+cipc_consumed_wait(struct cipc_team *team, int k, uint32_t seq)
+{
+    struct cipc_ctrl *own = team->ctrls[team->rank];
+    int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
+    struct shm_wait wait;
+
+    for (int j = k < 0 ? 0 : k; j < (k < 0 ? team->nleaders : k + 1); j++) {
+        while (!shm_flag_reached(&own->consumed[j], seq, team->rank, &wait)) {
+            SHIM_CHECK(cipc_team_error(team));
+            if (__atomic_load_n(&team->released, __ATOMIC_ACQUIRE)) {
+                WARN("rank %d: the communicator was revoked while an operation waited for a "
+                     "device team leader", team->rank);
+                return ncclInvalidUsage;
+            }
+            if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+                WARN("rank %d: the communicator went while an operation waited for a device "
+                     "team leader", team->rank);
+                return ncclInvalidUsage;
+            }
+            shm_wait_sleep(&wait, wait_ms > 0 ? wait_ms : 100);
+        }
+    }
+    return ncclSuccess;
+}
