@@ -327,16 +327,27 @@ mp_cuda_wait(struct mp_cuda *cu, CUstream stream, ncclComm_t comm, double second
     }
 }
 
+/* The devices the ranks spread over (rank r on device r % count): the double's
+ * FAKE_CUDA_DEVICES, else one (a GPU machine's run puts every rank on its one GPU). */
+static inline int
+mp_device_spread(void)
+{
+    const char *devices = getenv("FAKE_CUDA_DEVICES");
+    int count = devices != NULL ? atoi(devices) : 1;
+    return count > 0 ? count : 1;
+}
+
 /* Whether a device call of this rank may wait on the host for the other ranks to call too,
- * as NCCL's calls may: the device team's leader (rank 0), whose streams share a context with
- * the leader's stream, and every rank of a communicator without a device team (here: one
- * host with NCCL_SHM_DISABLE=1), whose call waits for its messages. The others return once
- * their work is enqueued. */
+ * as NCCL's calls may: a GPU's leader in the device team (the lowest rank on each device,
+ * here ranks 0 .. devices-1), whose streams share a context with its leader's stream, and
+ * every rank of a communicator without a device team (here: one host with
+ * NCCL_SHM_DISABLE=1), whose call waits for its messages. The others return once their work
+ * is enqueued. */
 static inline bool
 mp_device_call_may_wait(int rank)
 {
     const char *no_shm = getenv("NCCL_SHM_DISABLE");
-    return rank == 0 || (no_shm != NULL && atoi(no_shm) == 1);
+    return rank < mp_device_spread() || (no_shm != NULL && atoi(no_shm) == 1);
 }
 
 /* The memory kind a command line names; exits on a name it does not know. */

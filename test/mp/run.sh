@@ -171,6 +171,27 @@ device_cases() {
             run_case "device-collectives-quick-n$n-${n}gpu-nopeer" "$n" 300 "${dev[@]}" \
                 FAKE_CUDA_DEVICES=$n FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D mixed
         done
+        # Leaders of several GPUs, each of more than one rank, and without peer access.
+        run_case device-collectives-quick-n8-3gpu 8 300 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
+            "$bindir/collectives" -q -D mixed
+        run_case device-collectives-quick-n6-3gpu-nopeer 6 300 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
+            FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D mixed
+        # A leader per GPU: registration (every leader closes before deregistration returns),
+        # suspension, graphs, abort, a leader killed, a timeout, the soak's random mix.
+        for part in returns register suspend graph twographs; do
+            run_case "device-streams-$part-n4-4gpu" 4 60 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
+                "$bindir/streams" -p "$part"
+        done
+        run_case device-streams-register-n4-4gpu-graph 4 60 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
+            "$bindir/streams" -p register -g
+        run_case device-streams-abort-n4-4gpu-leader2 4 60 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
+            "$bindir/streams" -p abort -r 2
+        run_case device-fault-allreduce-n4-4gpu-leader2 1 90 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
+            "$bindir/fault" -n 4 -c allreduce -D -v 2
+        run_case device-hang-timeout-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
+            NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p devtimeout
+        run_case device-soak-n4-2gpu 4 120 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
+            "$bindir/soak" -D -n 3000
         # The bytes through each device's links, as the double counts them, against the
         # textbook algorithm's (-b: enforced where the GPUs have peer access), and the results.
         for n in 2 3 4 8; do

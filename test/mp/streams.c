@@ -590,8 +590,10 @@ part_suspend(const struct mp_world *w)
     }
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemSuspend, &suspendable));
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
-    /* Rank 0, the leader, uses its own buffers as they are; the others stage on the device. */
-    MP_EXPECT(w->rank == 0 ? held == 0 : held > 0 && suspendable == held,
+    /* Rank 0, the only leader on one device, uses its own buffers as they are; the others,
+     * and every rank where other GPUs' leaders are in other processes, stage on the device. */
+    const bool all_leaders_here = w->rank == 0 && mp_device_spread() == 1;
+    MP_EXPECT(all_leaders_here ? held == 0 : held > 0 && suspendable == held,
               "ncclCommMemStats: %llu bytes held, %llu suspendable", (unsigned long long)held,
               (unsigned long long)suspendable);
     mp_barrier(w->comm, n);
@@ -609,7 +611,7 @@ part_suspend(const struct mp_world *w)
     MP_EXPECT(st_check(y, ST_COUNT, sum, (float)n, s, "after resumption") == 0,
               "wrong all-reduce after ncclCommResume");
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
-    MP_EXPECT(w->rank == 0 ? held == 0 : held > 0, "staging not made again after resumption");
+    MP_EXPECT(all_leaders_here ? held == 0 : held > 0, "staging not made again after resumption");
 }
 
 static void
