@@ -369,6 +369,11 @@ elif [[ $quick == 1 ]]; then
         "$bindir/streams" -p window -X
     run_case device-fault-allreduce-n3-leader 1 90 "${dev[@]}" -- \
         "$bindir/fault" -n 3 -c allreduce -D -v 0
+    # A leader per GPU, some with two ranks; and registration with several leaders.
+    run_case device-collectives-quick-n4-3gpu 4 240 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
+        "$bindir/collectives" -q -D mixed -c "$colls"
+    run_case device-streams-register-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
+        "$bindir/streams" -p register
     run_case staged-collectives-quick-n3 3 240 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \
         "$bindir/collectives" -q -D mixed -c "$colls"
 else
