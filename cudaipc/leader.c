@@ -363,6 +363,11 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
         *addr_out = 0;
         return ncclSuccess;
     case CIPC_BUF_LOCAL:
+        if (rank != team->rank && !shm_team_peer_in_this_process(team->shm, rank)) {
+            /* Only leaders of its process touch it (post.c): not this leader's share. */
+            *addr_out = 0;
+            return ncclSuccess;
+        }
         *addr_out = buf->ptr;
         return cipc_leader_enable_peer(team, rank);
     case CIPC_BUF_LEGACY:

@@ -3,9 +3,10 @@
  * A rank posting its operations (cudaipc.h): each buffer described so every GPU's leader can
  * reach it, descriptors in the ring, the doorbells, and the gate on the stream.
  *
- * How a buffer is described, cheapest first. A leader in the rank's own process uses its
- * address as it is, where its device may touch it; for the leaders in other processes:
- *   - none (every leader is in this process): LOCAL;
+ * How a buffer is described, for the leaders whose share touches it (cipc_touchers), cheapest
+ * first. A leader in the rank's own process uses its address as it is, where its device may
+ * touch it; for the leaders in other processes:
+ *   - none (every leader touching it is in this process): LOCAL;
  *   - device memory every leader's device reaches, from cudaMalloc, that its owner registered
  *     (ncclCommRegister) or a CUDA graph captured: the allocation's legacy IPC handle (made
  *     once per allocation, cached: it costs about 18 us);
@@ -21,8 +22,8 @@
  *   - anything else (managed or registered memory, a device some leader cannot reach, memory
  *     a leader of this process may not touch, a buffer across two cuMem allocations): staged
  *     through a segment of pinned shared host memory (a memfd, sent once to every leader).
- * A buffer staged for one leader is staged for all: a copy out after done must not overwrite
- * what a leader wrote into the user's buffer itself.
+ * A buffer staged for one leader is staged for all that touch it: a copy out after done must
+ * not overwrite what a leader wrote into the user's buffer itself.
  * A rank's stream copies staged inputs in before it arrives and outputs out after done. A
  * staging area grows as needed; a new one replaces it, and old ones go once the operations
  * that used them are done. One staged group at a time per area: the next one's copies wait on
@@ -145,27 +146,69 @@ cipc_leader_touches_local(struct cipc_team *team, int k, const void *ptr,
            flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 }
 
-/* Fills buf for bytes at ptr, used by operation seq; *via_out says through which staging
- * area a copy reaches it, if only a copy can. kept: the caller pins what this exports for as
- * long as the memory may be used (a registration, a capture), so cudaMalloc memory may be
- * mapped; else only where it is registered already. */
+/* Which buffers of an operation a GPU's share touches (tasks.h), as a mask of leaders. */
+enum cipc_which { CIPC_SEND_BUF, CIPC_RECV_BUF, CIPC_SCALAR_BUF };
+
+static uint32_t
+cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_which which)
+{
+    const uint32_t all = (1u << team->nleaders) - 1;
+    const int own = team->leader_of[team->rank];
+    const uint32_t mine = own >= 0 ? 1u << own : 0;
+    const int root_k = op->root >= 0 && op->root < team->nranks ? team->leader_of[op->root] : -1;
+    const uint32_t root_gpu = root_k >= 0 ? 1u << root_k : 0;
+    /* Reduce and broadcast leave the root's GPU out of their parts, unless it is the only
+     * GPU. */
+    const uint32_t parts = team->nleaders > 1 ? all & ~root_gpu : all;
+    const bool input = which != CIPC_RECV_BUF;
+
+    switch (op->coll) {
+    case ALG_COLL_ALLREDUCE:
+        return all;
+    case ALG_COLL_REDUCE:
+        return parts;
+    case ALG_COLL_BROADCAST:
+        return input ? all : own == root_k ? root_gpu : parts;
+    case ALG_COLL_REDUCESCATTER:
+    case ALG_COLL_ALLGATHER:
+    case ALG_COLL_ALLTOALL:
+    case ALG_COLL_SCATTER:
+        return input ? all : mine;
+    case ALG_COLL_GATHER:
+        return root_gpu;
+    case ALG_COLL_SEND:
+        return root_gpu; /* the receiver's */
+    default:
+        return mine;     /* RECV */
+    }
+}
+
+/* Fills buf for bytes at ptr, used by operation seq, for the leaders in `touchers` (a mask:
+ * those whose share reads or writes it); *via_out says through which staging area a copy
+ * reaches it, if only a copy can. kept: the caller pins what this exports for as long as the
+ * memory may be used (a registration, a capture), so cudaMalloc memory may be mapped; else
+ * only where it is registered already. */
 static ncclResult_t
 cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info *mem,
-              size_t bytes, uint32_t seq, bool kept, struct cipc_buf *buf, uint8_t *via_out)
+              size_t bytes, uint32_t seq, bool kept, uint32_t touchers, struct cipc_buf *buf,
+              uint8_t *via_out)
 {
     uintptr_t p = (uintptr_t)ptr;
 
     memset(buf, 0, sizeof(*buf));
     buf->ptr = p;
     *via_out = CIPC_STAGE_NONE;
-    if (ptr == NULL || bytes == 0) {
+    if (ptr == NULL || bytes == 0 || touchers == 0) {
         buf->how = CIPC_BUF_NONE;
         return ncclSuccess;
     }
-    /* What each leader needs: from the segment, since a leader's control block may not be
-     * filled in yet. */
+    /* What each leader that touches it needs: from the segment, since a leader's control
+     * block may not be filled in yet. */
     bool remote = false, stage = false, other_device_here = false;
     for (int k = 0; k < team->nleaders; k++) {
+        if (!(touchers & (1u << k))) {
+            continue;
+        }
         int lr = team->leaders[k];
         bool reachable = team->reach[(size_t)lr * team->nranks + team->rank];
         if (cipc_leader_here(team, k)) {
@@ -178,7 +221,8 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
         }
     }
     if (!stage && !remote) {
-        /* Every leader is in this process: any address their kernels reach serves as it is. */
+        /* Every leader touching it is in this process: any address their kernels reach
+         * serves as it is. */
         buf->how = CIPC_BUF_LOCAL;
         return ncclSuccess;
     }
@@ -229,7 +273,8 @@ cipc_team_pin(struct cipc_team *team, const void *ptr, size_t bytes,
     SHIM_CHECK(cipc_post_ready(team));
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
     /* Named by the last operation posted: the entry is idle once that is done. */
-    res = cipc_describe(team, ptr, mem, bytes, team->seq, true, &buf, &via);
+    res = cipc_describe(team, ptr, mem, bytes, team->seq, true,
+                        (1u << team->nleaders) - 1, &buf, &via);
     if (res == ncclSuccess) {
         res = cipc_export_pin_buf(team, &buf, pin);
     }
@@ -546,13 +591,16 @@ cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     memset(d, 0, sizeof(*d));
     cipc_desc_fill(team, op, seq, group_last, d);
     cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-    SHIM_CHECK(cipc_describe(team, op->send, &op->send_mem, send_bytes, seq, kept, &d->send,
+    SHIM_CHECK(cipc_describe(team, op->send, &op->send_mem, send_bytes, seq, kept,
+                             cipc_touchers(team, op, CIPC_SEND_BUF), &d->send,
                              &via_out[0]));
-    SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, kept, &d->recv,
+    SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, kept,
+                             cipc_touchers(team, op, CIPC_RECV_BUF), &d->recv,
                              &via_out[1]));
     gpu_mem_query(op->scalar_dev, &scalar_mem);
     return cipc_describe(team, op->scalar_dev, &scalar_mem, kr_type_size(op->redop.type), seq,
-                         kept, &d->scalar_buf, &via_out[2]);
+                         kept, cipc_touchers(team, op, CIPC_SCALAR_BUF), &d->scalar_buf,
+                         &via_out[2]);
 }
 
 ncclResult_t

@@ -5,7 +5,7 @@
  * asks it to drain, release and go):
  *
  *   solo    one rank alone: kernels and copies on the call's stream (backend_solo.c)
- *   team    ranks sharing a host: the device team, whose leader runs every rank's kernels
+ *   team    ranks sharing a host: the device team, a leader per GPU running its share
  *           (cudaipc/, through backend_team.c)
  *   staged  ranks without a team (several hosts, NCCL_SHM_DISABLE=1): the algorithms'
  *           schedules over UCX on the communicator's thread, staged through pinned memory
