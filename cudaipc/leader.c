@@ -722,25 +722,30 @@ cipc_p2p_elsewhere(const struct cipc_team *team, int rank, const struct cipc_des
            team->leader_of[receiver] != team->leader->index;
 }
 
-/* Takes, with no work, the sends and receives in head groups that are other GPUs' to carry
- * out; *found_out if any. */
+struct cipc_rank_key {
+    const struct cipc_team *team;
+    int rank;
+};
+
+static bool
+cipc_want_elsewhere(const struct cipc_desc *d, const void *arg)
+{
+    const struct cipc_rank_key *k = arg;
+    return !cipc_is_coll((enum alg_coll)d->coll) && cipc_p2p_elsewhere(k->team, k->rank, d);
+}
+
+/* Takes, with no work, a send or receive in a head group that is another GPU's to carry out;
+ * *found_out if one (taking it may move that rank's head on: the caller looks again). */
 static ncclResult_t
 cipc_step_p2p_elsewhere(struct cipc_team *team, bool *found_out)
 {
     *found_out = false;
     for (int r = 0; r < team->nranks; r++) {
-        uint32_t first, last;
-        if (!cipc_head_group(team, r, &first, &last)) {
-            continue;
-        }
-        for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
-            const struct cipc_desc *d = cipc_slot(team, r, s);
-            if (!cipc_taken(team, r, s) && !cipc_is_coll((enum alg_coll)d->coll) &&
-                cipc_p2p_elsewhere(team, r, d)) {
-                *found_out = true;
-                /* May move r's head on: its group is looked at again from the top. */
-                return cipc_take(team, r, d);
-            }
+        struct cipc_rank_key key = {.team = team, .rank = r};
+        const struct cipc_desc *d = cipc_find(team, r, cipc_want_elsewhere, &key);
+        if (d != NULL) {
+            *found_out = true;
+            return cipc_take(team, r, d);
         }
     }
     return ncclSuccess;
