@@ -766,8 +766,10 @@ cipc_step_p2p(struct cipc_team *team, bool *found_out)
         }
         for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
             const struct cipc_desc *send = cipc_slot(team, src, s);
+            /* Another GPU's send is taken by cipc_step_p2p_elsewhere, next turn (its group may
+             * have been posted since that looked). */
             if (cipc_taken(team, src, s) || !cipc_want_send(send, NULL) || send->root < 0 ||
-                send->root >= team->nranks) {
+                send->root >= team->nranks || cipc_p2p_elsewhere(team, src, send)) {
                 continue;
             }
             struct cipc_recv_key key = {.src = src, .match = send->match};

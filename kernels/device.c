@@ -238,6 +238,13 @@ kr_dev_add(struct kr_dev_launch *l, const struct kr_dev_src *srcs, int nsrc,
     if (count == 0 || ndst == 0) {
         return ncclSuccess;
     }
+    for (int i = 0; i < nsrc + ndst; i++) {
+        if ((i < nsrc ? srcs[i].ptr : dsts[i - nsrc]) == 0) {
+            WARN("a kernel task whose %s %d is a null address", i < nsrc ? "operand" : "destination",
+                 i < nsrc ? i : i - nsrc);
+            return ncclInternalError;
+        }
+    }
     if (b->ntasks == KR_DEV_MAX_TASKS || kr_dev_nsrcs(b) + (uint32_t)nsrc > KR_DEV_MAX_SRCS ||
         kr_dev_ndsts(b) + (uint32_t)ndst > KR_DEV_MAX_DSTS) {
         SHIM_CHECK(kr_dev_end(l));

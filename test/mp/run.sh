@@ -192,6 +192,12 @@ device_cases() {
             NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p devtimeout
         run_case device-soak-n4-2gpu 4 120 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
             "$bindir/soak" -D -n 3000
+        # Three GPUs of two ranks each: sends between ranks whose receiver's GPU leads them
+        # (a leader once carried out another GPU's send posted while it looked). The double's
+        # device memory is the leaders' RSS where they touch it, a part more of each new
+        # buffer size: hence the wider bound.
+        run_case device-soak-n6-3gpu 6 120 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
+            "$bindir/soak" -D -n 6000 -r 40
         # The bytes through each device's links, as the double counts them, against the
         # textbook algorithm's (-b: enforced where the GPUs have peer access), and the results.
         for n in 2 3 4 8; do
