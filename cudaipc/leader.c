@@ -350,20 +350,28 @@ cipc_leader_drain_channel(struct cipc_team *team)
 
 /* --- resolving buffers ------------------------------------------------------------------- */
 
-/* Where the leader's kernels reach rank's buf; 0 for a buffer the rank does not use. */
+/* Where the leader's kernels reach rank's buf; 0 for a buffer the rank does not use.
+ * own_part: d->own_part of the buffer's descriptor (post.c): this GPU's part of it is in the
+ * user's buffer, not in its staging, where this leader is that of the rank's GPU and process. */
 static ncclResult_t
 cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf,
-                    uint64_t *addr_out)
+                    bool own_part, uint64_t *addr_out)
 {
     struct cipc_leader *L = team->leader;
     uint32_t use = L->ops + 1;
+    bool here = rank == team->rank || shm_team_peer_in_this_process(team->shm, rank);
 
+    if (own_part && here && buf->how != CIPC_BUF_NONE &&
+        team->leader_of[rank] == L->index) {
+        *addr_out = buf->ptr;
+        return ncclSuccess; /* this leader's device: no peer access needed */
+    }
     switch (buf->how) {
     case CIPC_BUF_NONE:
         *addr_out = 0;
         return ncclSuccess;
     case CIPC_BUF_LOCAL:
-        if (rank != team->rank && !shm_team_peer_in_this_process(team->shm, rank)) {
+        if (!here) {
             /* Only leaders of its process touch it (post.c): not this leader's share. */
             *addr_out = 0;
             return ncclSuccess;
@@ -372,7 +380,7 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
         return cipc_leader_enable_peer(team, rank);
     case CIPC_BUF_LEGACY:
     case CIPC_BUF_CUMEM:
-        if (rank == team->rank || shm_team_peer_in_this_process(team->shm, rank)) {
+        if (here) {
             /* Exported for the leaders of other processes; here, as it is (the rank checked
              * that this leader's device may touch it). */
             *addr_out = buf->ptr;
@@ -614,9 +622,9 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
                                  .divisor = d0->divisor};
     for (int r = 0; r < team->nranks; r++) {
         const struct cipc_desc *d = descs[r];
-        SHIM_CHECK(cipc_leader_resolve(team, r, &d->send, &w->send[r]));
-        SHIM_CHECK(cipc_leader_resolve(team, r, &d->recv, &w->recv[r]));
-        SHIM_CHECK(cipc_leader_resolve(team, r, &d->scalar_buf, &w->scalar_ptr[r]));
+        SHIM_CHECK(cipc_leader_resolve(team, r, &d->send, d->own_part, &w->send[r]));
+        SHIM_CHECK(cipc_leader_resolve(team, r, &d->recv, d->own_part, &w->recv[r]));
+        SHIM_CHECK(cipc_leader_resolve(team, r, &d->scalar_buf, false, &w->scalar_ptr[r]));
         w->pre[r] = d->pre;
         w->scalar[r] = d->scalar;
     }
@@ -652,8 +660,8 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
     w->count = send_bytes;
     w->redop = (struct kr_redop){.kind = KR_SUM, .type = ncclInt8};
     w->part = -1;
-    SHIM_CHECK(cipc_leader_resolve(team, src, &send->send, &w->send[0]));
-    SHIM_CHECK(cipc_leader_resolve(team, dst, &recv->recv, &w->recv[0]));
+    SHIM_CHECK(cipc_leader_resolve(team, src, &send->send, false, &w->send[0]));
+    SHIM_CHECK(cipc_leader_resolve(team, dst, &recv->recv, false, &w->recv[0]));
     SHIM_CHECK(cipc_leader_wait_arrive(team, src, send));
     if (dst != src) {
         SHIM_CHECK(cipc_leader_wait_arrive(team, dst, recv));

@@ -40,6 +40,7 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/env.h"
+#include "tasks.h"
 #include "team.h"
 
 #define CIPC_STAGE_ALIGN 256
@@ -75,6 +76,7 @@ struct cipc_staged {
     CUdeviceptr user;    /* its first byte in the user's memory */
     CUdeviceptr area;    /* on the device: the staging area's first byte */
     size_t bytes;
+    CUdeviceptr skip_lo, skip_hi; /* user bytes neither copied in nor out (own_part) */
     size_t offset;       /* in the segment */
     bool in, out;        /* copied in before arrive, out after done */
 };
@@ -410,6 +412,24 @@ cipc_stage_get(struct cipc_team *team, struct cipc_stage *st, size_t bytes,
     return ncclSuccess;
 }
 
+/* Keeps a staged output's copy out, for cipc_stage_copy_out. */
+static ncclResult_t
+cipc_copy_out_keep(struct cipc_team *team, CUdeviceptr dst, CUdeviceptr src, size_t bytes)
+{
+    if (team->ncopies == team->copies_cap) {
+        int cap = team->copies_cap ? 2 * team->copies_cap : 8;
+        struct cipc_copy *copies = realloc(team->copies, (size_t)cap * sizeof(*copies));
+        if (copies == NULL) {
+            WARN("cudaipc: out of memory for %d staged copies", cap);
+            return ncclSystemError;
+        }
+        team->copies = copies;
+        team->copies_cap = cap;
+    }
+    team->copies[team->ncopies++] = (struct cipc_copy){.dst = dst, .src = src, .bytes = bytes};
+    return ncclSuccess;
+}
+
 /* Lays the group's buffers staged through st out in one area, points their descriptors at
  * it, and enqueues the copies in; the copies out are kept for cipc_post_wait. */
 static ncclResult_t
@@ -453,22 +473,25 @@ cipc_stage_group(struct cipc_team *team, struct cipc_stage *st, struct cipc_stag
         s->buf->key = st->on_device ? seg->id : seg->gen;
         s->buf->offset = s->offset;
         s->buf->size = seg->size;
-        if (s->in) {
-            GPU_CU_CHECK(cuMemcpyAsync(seg->dev + s->offset, s->user, s->bytes, stream));
+        /* The bytes around the skipped range: all of them, or the two sides of it. */
+        CUdeviceptr end = s->user + s->bytes;
+        CUdeviceptr pieces[2][2] = {{s->user, end}, {end, end}};
+        if (s->skip_hi > s->skip_lo) {
+            pieces[0][1] = s->skip_lo;
+            pieces[1][0] = s->skip_hi;
         }
-        if (s->out) {
-            if (team->ncopies == team->copies_cap) {
-                int cap = team->copies_cap ? 2 * team->copies_cap : 8;
-                struct cipc_copy *copies = realloc(team->copies, (size_t)cap * sizeof(*copies));
-                if (copies == NULL) {
-                    WARN("cudaipc: out of memory for %d staged copies", cap);
-                    return ncclSystemError;
-                }
-                team->copies = copies;
-                team->copies_cap = cap;
+        for (int p = 0; p < 2; p++) {
+            CUdeviceptr user = pieces[p][0], staged_at = seg->dev + s->offset + (user - s->user);
+            size_t bytes = pieces[p][1] - user;
+            if (bytes == 0) {
+                continue;
             }
-            team->copies[team->ncopies++] = (struct cipc_copy){
-                .dst = s->user, .src = seg->dev + s->offset, .bytes = s->bytes};
+            if (s->in) {
+                GPU_CU_CHECK(cuMemcpyAsync(staged_at, user, bytes, stream));
+            }
+            if (s->out) {
+                SHIM_CHECK(cipc_copy_out_keep(team, user, staged_at, bytes));
+            }
         }
     }
     return ncclSuccess;
@@ -536,11 +559,13 @@ cipc_op_bytes(const struct cipc_op *op, int nranks, size_t *send_out, size_t *re
     *recv_out = op->recv != NULL ? *recv_out : 0;
 }
 
-/* Adds one staged buffer; a send and a receive that overlap (in place) share one region,
- * copied in whole and out where the output is. */
+/* Adds one staged buffer, but the bytes [skip_lo, skip_hi) of it (none if equal); a send and a
+ * receive that overlap (in place: exactly, with the same skip) share one region, copied in
+ * whole and out where the output is. */
 static void
 cipc_stage_add(struct cipc_staged *staged, int *nstaged, struct cipc_buf *buf, uint8_t via,
-               uintptr_t user, size_t bytes, bool in, bool out)
+               uintptr_t user, size_t bytes, bool in, bool out, uintptr_t skip_lo,
+               uintptr_t skip_hi)
 {
     for (int i = 0; i < *nstaged; i++) {
         struct cipc_staged *s = &staged[i];
@@ -558,7 +583,8 @@ cipc_stage_add(struct cipc_staged *staged, int *nstaged, struct cipc_buf *buf, u
         }
     }
     staged[*nstaged] = (struct cipc_staged){.buf = buf, .via = via, .user = user,
-                                            .bytes = bytes, .in = in, .out = out};
+                                            .bytes = bytes, .in = in, .out = out,
+                                            .skip_lo = skip_lo, .skip_hi = skip_hi};
     buf->region = (uint32_t)*nstaged + 1;
     (*nstaged)++;
 }
@@ -581,6 +607,31 @@ cipc_desc_fill(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     memcpy(&d->scalar, op->redop.scalar, sizeof(d->scalar));
 }
 
+/* Whether an all-reduce's own GPU part may stay out of its staging: its GPU's leader is in this
+ * process and may touch both buffers as they are, which are the same or apart. */
+static bool
+cipc_own_part_here(struct cipc_team *team, const struct cipc_op *op)
+{
+    const int m = team->leader_of[team->rank];
+    size_t bytes = op->count * kr_type_size(op->redop.type);
+    uintptr_t send = (uintptr_t)op->send, recv = (uintptr_t)op->recv;
+
+    if (op->coll != ALG_COLL_ALLREDUCE || team->nleaders < 2 || m < 0 ||
+        !cipc_leader_here(team, m) || (send != recv && send < recv + bytes && recv < send + bytes)) {
+        return false;
+    }
+    const void *bufs[2] = {op->send, op->recv};
+    const struct gpu_mem_info *mems[2] = {&op->send_mem, &op->recv_mem};
+    bool reachable = team->reach[(size_t)team->leaders[m] * team->nranks + team->rank];
+    for (int b = 0; b < 2; b++) {
+        if ((mems[b]->kind == GPU_MEM_DEVICE && !reachable) ||
+            !cipc_leader_touches_local(team, m, bufs[b], mems[b])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 ncclResult_t
 cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
                uint32_t group_last, bool kept, struct cipc_desc *d, uint8_t via_out[3])
@@ -597,6 +648,7 @@ cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, kept,
                              cipc_touchers(team, op, CIPC_RECV_BUF), &d->recv,
                              &via_out[1]));
+    d->own_part = (via_out[0] || via_out[1]) && cipc_own_part_here(team, op);
     gpu_mem_query(op->scalar_dev, &scalar_mem);
     return cipc_describe(team, op->scalar_dev, &scalar_mem, kr_type_size(op->redop.type), seq,
                          kept, cipc_touchers(team, op, CIPC_SCALAR_BUF), &d->scalar_buf,
@@ -618,17 +670,25 @@ cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops, struct cipc_
         size_t send_bytes, recv_bytes;
 
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
+        /* own_part: the bytes of this GPU's part (tasks.h) stay where they are. */
+        size_t lo = 0, hi = 0, es = kr_type_size(op->redop.type);
+        if (d->own_part) {
+            cipc_part_range(op->count, es, team->leader_of[team->rank], team->nleaders, &lo, &hi);
+        }
         if (via[i][0]) {
             cipc_stage_add(staged, &nstaged, &d->send, via[i][0], (uintptr_t)op->send,
-                           send_bytes, true, false);
+                           send_bytes, true, false, (uintptr_t)op->send + lo * es,
+                           (uintptr_t)op->send + hi * es);
         }
         if (via[i][1]) {
             cipc_stage_add(staged, &nstaged, &d->recv, via[i][1], (uintptr_t)op->recv,
-                           recv_bytes, false, true);
+                           recv_bytes, false, true, (uintptr_t)op->recv + lo * es,
+                           (uintptr_t)op->recv + hi * es);
         }
         if (via[i][2]) {
             cipc_stage_add(staged, &nstaged, &d->scalar_buf, via[i][2],
-                           (uintptr_t)op->scalar_dev, kr_type_size(op->redop.type), true, false);
+                           (uintptr_t)op->scalar_dev, kr_type_size(op->redop.type), true, false,
+                           0, 0);
         }
     }
     res = cipc_stage_group(team, team->stage, staged, nstaged, last_seq, stream);
@@ -646,7 +706,7 @@ cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops, struct cipc_
                 bufs[b]->size = s->buf->size;
                 bufs[b]->offset = s->offset + (bufs[b]->ptr - s->user);
                 bufs[b]->region = 0;
-                if (s->via == CIPC_STAGE_DEVICE) {
+                if (s->via == CIPC_STAGE_DEVICE && !descs[i]->own_part) {
                     bufs[b]->ptr = s->area + bufs[b]->offset; /* for a leader of this process */
                 }
             }

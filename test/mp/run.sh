@@ -199,13 +199,14 @@ device_cases() {
         run_case device-soak-n6-3gpu 6 120 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
             "$bindir/soak" -D -n 6000 -r 40
         # The bytes through each device's links, as the double counts them, against the
-        # textbook algorithm's (-b: enforced where the GPUs have peer access), and the results.
+        # textbook algorithm's (-b: enforced; without peer access for the all-reduce), and the
+        # results.
         for n in 2 3 4 8; do
             mib=$((n == 8 ? 64 : 16))
             run_case "device-traffic-allreduce-n$n" "$n" 120 "${dev[@]}" FAKE_CUDA_DEVICES=$n \
                 -- "$bindir/traffic" -c allreduce -m "$mib" -b
             run_case "device-traffic-allreduce-n$n-nopeer" "$n" 120 "${dev[@]}" \
-                FAKE_CUDA_DEVICES=$n FAKE_CUDA_NO_PEER=1 -- "$bindir/traffic" -c allreduce -m 16
+                FAKE_CUDA_DEVICES=$n FAKE_CUDA_NO_PEER=1 -- "$bindir/traffic" -c allreduce -m 16 -b
         done
         for coll in allgather reducescatter broadcast reduce alltoall; do
             run_case "device-traffic-$coll-n8" 8 120 "${dev[@]}" FAKE_CUDA_DEVICES=8 -- \
