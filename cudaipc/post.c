@@ -607,29 +607,76 @@ cipc_desc_fill(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     memcpy(&d->scalar, op->redop.scalar, sizeof(d->scalar));
 }
 
-/* Whether an all-reduce's own GPU part may stay out of its staging: its GPU's leader is in this
- * process and may touch both buffers as they are, which are the same or apart. */
-static bool
-cipc_own_part_here(struct cipc_team *team, const struct cipc_op *op)
-{
-    const int m = team->leader_of[team->rank];
-    size_t bytes = op->count * kr_type_size(op->redop.type);
-    uintptr_t send = (uintptr_t)op->send, recv = (uintptr_t)op->recv;
+/* The bytes of a rank's send and receive buffers that its own GPU's leader alone touches
+ * (tasks.h), [lo, hi) from each buffer's start: its part of an all-reduce, reduce (input) or
+ * broadcast (output), its own block of a reduce-scatter's, all-to-all's or scatter's input;
+ * an all-gather's input its own GPU reads too, with every other. */
+struct cipc_own {
+    size_t send_lo, send_hi, recv_lo, recv_hi;
+};
 
-    if (op->coll != ALG_COLL_ALLREDUCE || team->nleaders < 2 || m < 0 ||
-        !cipc_leader_here(team, m) || (send != recv && send < recv + bytes && recv < send + bytes)) {
+/* Whether this rank's own GPU's leader, in this process, uses the user's buffers as they are
+ * (d->own_part), and what stays out of their staging then (*own). The leader must touch both
+ * buffers where they are, and an all-reduce's or broadcast's, both staged, be the same or
+ * apart (their regions merge only when equal). */
+static bool
+cipc_own_part(struct cipc_team *team, const struct cipc_op *op, struct cipc_own *own)
+{
+    const int m = team->leader_of[team->rank], g = team->nleaders;
+    const size_t es = kr_type_size(op->redop.type), block = op->count * es;
+    const int root_k = op->root >= 0 && op->root < team->nranks ? team->leader_of[op->root] : -1;
+    uintptr_t send = (uintptr_t)op->send, recv = (uintptr_t)op->recv;
+    size_t lo, hi;
+
+    memset(own, 0, sizeof(*own));
+    if (g < 2 || m < 0 || !cipc_leader_here(team, m)) {
         return false;
     }
     const void *bufs[2] = {op->send, op->recv};
     const struct gpu_mem_info *mems[2] = {&op->send_mem, &op->recv_mem};
     bool reachable = team->reach[(size_t)team->leaders[m] * team->nranks + team->rank];
     for (int b = 0; b < 2; b++) {
-        if ((mems[b]->kind == GPU_MEM_DEVICE && !reachable) ||
-            !cipc_leader_touches_local(team, m, bufs[b], mems[b])) {
+        if (bufs[b] != NULL && ((mems[b]->kind == GPU_MEM_DEVICE && !reachable) ||
+                                !cipc_leader_touches_local(team, m, bufs[b], mems[b]))) {
             return false;
         }
     }
-    return true;
+    /* A part of reduce and broadcast: among the GPUs but the root's (tasks.h). */
+    const int part = m < root_k ? m : m - 1;
+    switch (op->coll) {
+    case ALG_COLL_ALLREDUCE:
+        if (send != recv && send < recv + block && recv < send + block) {
+            return false;
+        }
+        cipc_part_range(op->count, es, m, g, &lo, &hi);
+        *own = (struct cipc_own){lo * es, hi * es, lo * es, hi * es};
+        return true;
+    case ALG_COLL_REDUCE:
+    case ALG_COLL_BROADCAST:
+        if (m == root_k) {
+            return false;
+        }
+        cipc_part_range(op->count, es, part, g - 1, &lo, &hi);
+        if (op->coll == ALG_COLL_REDUCE) {
+            own->send_lo = lo * es, own->send_hi = hi * es;
+        } else {
+            own->recv_lo = lo * es, own->recv_hi = hi * es;
+        }
+        return true;
+    case ALG_COLL_REDUCESCATTER:
+    case ALG_COLL_ALLTOALL:
+    case ALG_COLL_SCATTER:
+        if (op->send == NULL) {
+            return false; /* scatter: not the root */
+        }
+        own->send_lo = (size_t)team->rank * block;
+        own->send_hi = own->send_lo + block;
+        return true;
+    case ALG_COLL_ALLGATHER:
+        return true;
+    default:
+        return false;
+    }
 }
 
 ncclResult_t
@@ -648,7 +695,8 @@ cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, kept,
                              cipc_touchers(team, op, CIPC_RECV_BUF), &d->recv,
                              &via_out[1]));
-    d->own_part = (via_out[0] || via_out[1]) && cipc_own_part_here(team, op);
+    struct cipc_own own;
+    d->own_part = (via_out[0] || via_out[1]) && cipc_own_part(team, op, &own);
     gpu_mem_query(op->scalar_dev, &scalar_mem);
     return cipc_describe(team, op->scalar_dev, &scalar_mem, kr_type_size(op->redop.type), seq,
                          kept, cipc_touchers(team, op, CIPC_SCALAR_BUF), &d->scalar_buf,
@@ -670,20 +718,19 @@ cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops, struct cipc_
         size_t send_bytes, recv_bytes;
 
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-        /* own_part: the bytes of this GPU's part (tasks.h) stay where they are. */
-        size_t lo = 0, hi = 0, es = kr_type_size(op->redop.type);
+        /* own_part: what this GPU's leader alone touches stays where it is. */
+        struct cipc_own own = {0};
         if (d->own_part) {
-            cipc_part_range(op->count, es, team->leader_of[team->rank], team->nleaders, &lo, &hi);
+            cipc_own_part(team, op, &own);
         }
+        uintptr_t send = (uintptr_t)op->send, recv = (uintptr_t)op->recv;
         if (via[i][0]) {
-            cipc_stage_add(staged, &nstaged, &d->send, via[i][0], (uintptr_t)op->send,
-                           send_bytes, true, false, (uintptr_t)op->send + lo * es,
-                           (uintptr_t)op->send + hi * es);
+            cipc_stage_add(staged, &nstaged, &d->send, via[i][0], send, send_bytes, true, false,
+                           send + own.send_lo, send + own.send_hi);
         }
         if (via[i][1]) {
-            cipc_stage_add(staged, &nstaged, &d->recv, via[i][1], (uintptr_t)op->recv,
-                           recv_bytes, false, true, (uintptr_t)op->recv + lo * es,
-                           (uintptr_t)op->recv + hi * es);
+            cipc_stage_add(staged, &nstaged, &d->recv, via[i][1], recv, recv_bytes, false, true,
+                           recv + own.recv_lo, recv + own.recv_hi);
         }
         if (via[i][2]) {
             cipc_stage_add(staged, &nstaged, &d->scalar_buf, via[i][2],

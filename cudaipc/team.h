@@ -72,9 +72,9 @@ struct cipc_desc {
     uint8_t by_event;      /* a leader rank's call: its stream's arrive is also the event
                               cipc_team.arrived, which its own leader's stream waits on
                               (other GPUs' leaders wait on arrive) */
-    uint8_t own_part;      /* an all-reduce staged for other GPUs' leaders: its own GPU's part
-                              of the buffers is neither copied in nor out, and that GPU's
-                              leader, in this rank's process, uses the user's buffers there */
+    uint8_t own_part;      /* staged for other GPUs' leaders: what its own GPU's leader alone
+                              touches is neither copied in nor out, and that leader, in this
+                              rank's process, uses the user's buffers as they are (post.c) */
     int32_t datatype;
     int32_t root;
     uint64_t count;

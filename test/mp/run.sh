@@ -199,8 +199,7 @@ device_cases() {
         run_case device-soak-n6-3gpu 6 120 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
             "$bindir/soak" -D -n 6000 -r 40
         # The bytes through each device's links, as the double counts them, against the
-        # textbook algorithm's (-b: enforced; without peer access for the all-reduce), and the
-        # results.
+        # textbook algorithm's (-b: enforced, with and without peer access), and the results.
         for n in 2 3 4 8; do
             mib=$((n == 8 ? 64 : 16))
             run_case "device-traffic-allreduce-n$n" "$n" 120 "${dev[@]}" FAKE_CUDA_DEVICES=$n \
@@ -211,6 +210,8 @@ device_cases() {
         for coll in allgather reducescatter broadcast reduce alltoall; do
             run_case "device-traffic-$coll-n8" 8 120 "${dev[@]}" FAKE_CUDA_DEVICES=8 -- \
                 "$bindir/traffic" -c "$coll" -m 16 -b
+            run_case "device-traffic-$coll-n8-nopeer" 8 120 "${dev[@]}" FAKE_CUDA_DEVICES=8 \
+                FAKE_CUDA_NO_PEER=1 -- "$bindir/traffic" -c "$coll" -m 16 -b
         done
     fi
     # Stream semantics, groups, several devices from one thread, refusals, the memory API.
