@@ -584,8 +584,7 @@ cipc_check_agree(struct cipc_team *team, struct cipc_desc *const *descs)
 }
 
 /* This GPU's share of a collective (tasks.h): the ranks on it, and its part of the sliced
- * ones. Reduce and broadcast leave the root's GPU out of the parts, unless it is the only one
- * (a broadcast's root GPU copies to its own ranks instead). */
+ * ones (cipc_share_part). */
 static void
 cipc_work_share(const struct cipc_team *team, struct cipc_work *w)
 {
@@ -596,12 +595,7 @@ cipc_work_share(const struct cipc_team *team, struct cipc_work *w)
         w->owns[r] = team->leader_of[r] == k;
         w->on_root_gpu[r] = root_gpu >= 0 && team->leader_of[r] == root_gpu;
     }
-    w->part = k;
-    w->nparts = g;
-    if ((w->coll == ALG_COLL_REDUCE && g > 1) || w->coll == ALG_COLL_BROADCAST) {
-        w->part = k == root_gpu ? -1 : k < root_gpu ? k : k - 1;
-        w->nparts = g - 1;
-    }
+    cipc_share_part(w->coll, k, g, root_gpu, &w->part, &w->nparts);
 }
 
 static ncclResult_t

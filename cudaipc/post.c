@@ -129,9 +129,10 @@ out:
 }
 
 /* Whether the kernels of leader k, which runs in this process, may touch mem at ptr as it is.
- * Memory of its device, and cudaMalloc memory of a device it reaches (peer access), may be.
- * cuMem memory of another device only where its owner granted that device access: cuMemMap
- * grants none, and PyTorch's expandable segments grant their own device alone. */
+ * Host memory a kernel reaches may be; device memory only of a device its process can map
+ * (reach): of its own device, cudaMalloc memory of a device it reaches (peer access), cuMem
+ * memory of another device only where its owner granted that device access (cuMemMap grants
+ * none, and PyTorch's expandable segments grant their own device alone). */
 static bool
 cipc_leader_touches_local(struct cipc_team *team, int k, const void *ptr,
                           const struct gpu_mem_info *mem)
@@ -139,7 +140,13 @@ cipc_leader_touches_local(struct cipc_team *team, int k, const void *ptr,
     int leader_device = team->device_here[team->leaders[k]];
     unsigned long long flags = 0;
 
-    if (mem->kind != GPU_MEM_DEVICE || mem->device == leader_device || mem->legacy_ipc) {
+    if (mem->kind != GPU_MEM_DEVICE) {
+        return true;
+    }
+    if (!team->reach[(size_t)team->leaders[k] * team->nranks + team->rank]) {
+        return false;
+    }
+    if (mem->device == leader_device || mem->legacy_ipc) {
         return true;
     }
     CUmemLocation where = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = leader_device};
@@ -159,10 +166,13 @@ cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_
     const uint32_t mine = own >= 0 ? 1u << own : 0;
     const int root_k = op->root >= 0 && op->root < team->nranks ? team->leader_of[op->root] : -1;
     const uint32_t root_gpu = root_k >= 0 ? 1u << root_k : 0;
-    /* Reduce and broadcast leave the root's GPU out of their parts, unless it is the only
-     * GPU. */
-    const uint32_t parts = team->nleaders > 1 ? all & ~root_gpu : all;
     const bool input = which != CIPC_RECV_BUF;
+    uint32_t parts = 0; /* the GPUs with a part of a reduce or broadcast */
+    for (int k = 0; k < team->nleaders; k++) {
+        int part, nparts;
+        cipc_share_part(op->coll, k, team->nleaders, root_k, &part, &nparts);
+        parts |= part >= 0 ? 1u << k : 0;
+    }
 
     switch (op->coll) {
     case ALG_COLL_ALLREDUCE:
@@ -214,8 +224,7 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
         int lr = team->leaders[k];
         bool reachable = team->reach[(size_t)lr * team->nranks + team->rank];
         if (cipc_leader_here(team, k)) {
-            stage |= (mem->kind == GPU_MEM_DEVICE && !reachable) ||
-                     !cipc_leader_touches_local(team, k, ptr, mem);
+            stage |= !cipc_leader_touches_local(team, k, ptr, mem);
             other_device_here |= team->device_here[lr] != team->device;
         } else {
             remote = true;
@@ -632,34 +641,25 @@ cipc_own_part(struct cipc_team *team, const struct cipc_op *op, struct cipc_own 
     if (g < 2 || m < 0 || !cipc_leader_here(team, m)) {
         return false;
     }
-    const void *bufs[2] = {op->send, op->recv};
-    const struct gpu_mem_info *mems[2] = {&op->send_mem, &op->recv_mem};
-    bool reachable = team->reach[(size_t)team->leaders[m] * team->nranks + team->rank];
-    for (int b = 0; b < 2; b++) {
-        if (bufs[b] != NULL && ((mems[b]->kind == GPU_MEM_DEVICE && !reachable) ||
-                                !cipc_leader_touches_local(team, m, bufs[b], mems[b]))) {
-            return false;
-        }
+    if ((op->send != NULL && !cipc_leader_touches_local(team, m, op->send, &op->send_mem)) ||
+        (op->recv != NULL && !cipc_leader_touches_local(team, m, op->recv, &op->recv_mem))) {
+        return false;
     }
-    /* A part of reduce and broadcast: among the GPUs but the root's (tasks.h). */
-    const int part = m < root_k ? m : m - 1;
+    int part, nparts;
     switch (op->coll) {
     case ALG_COLL_ALLREDUCE:
-        if (send != recv && send < recv + block && recv < send + block) {
-            return false;
-        }
-        cipc_part_range(op->count, es, m, g, &lo, &hi);
-        *own = (struct cipc_own){lo * es, hi * es, lo * es, hi * es};
-        return true;
     case ALG_COLL_REDUCE:
     case ALG_COLL_BROADCAST:
-        if (m == root_k) {
+        cipc_share_part(op->coll, m, g, root_k, &part, &nparts);
+        if (part < 0 || (op->coll == ALG_COLL_ALLREDUCE && send != recv &&
+                         send < recv + block && recv < send + block)) {
             return false;
         }
-        cipc_part_range(op->count, es, part, g - 1, &lo, &hi);
-        if (op->coll == ALG_COLL_REDUCE) {
+        cipc_part_range(op->count, es, part, nparts, &lo, &hi);
+        if (op->coll != ALG_COLL_BROADCAST) { /* reads its part of the input */
             own->send_lo = lo * es, own->send_hi = hi * es;
-        } else {
+        }
+        if (op->coll != ALG_COLL_REDUCE) {    /* writes its part of the output */
             own->recv_lo = lo * es, own->recv_hi = hi * es;
         }
         return true;

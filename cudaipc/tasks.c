@@ -19,6 +19,17 @@ cipc_src(const struct cipc_work *w, int rank, uint64_t ptr)
 }
 
 void
+cipc_share_part(enum alg_coll coll, int k, int g, int root_gpu, int *part, int *nparts)
+{
+    *part = k;
+    *nparts = g;
+    if ((coll == ALG_COLL_REDUCE && g > 1) || coll == ALG_COLL_BROADCAST) {
+        *part = k == root_gpu ? -1 : k < root_gpu ? k : k - 1;
+        *nparts = g - 1;
+    }
+}
+
+void
 cipc_work_whole(struct cipc_work *w)
 {
     for (int r = 0; r < w->nranks; r++) {

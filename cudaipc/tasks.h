@@ -53,6 +53,11 @@ struct cipc_work {
                                     elements (part < 0: none) */
 };
 
+/* The part of an all-reduce, reduce or broadcast that GPU k of g computes (root_gpu: the
+ * root's): reduce and broadcast leave the root's GPU out of the parts, unless it is the only
+ * one (a broadcast's root GPU copies the whole input to its own ranks instead); *part < 0:
+ * none. Leaders compute theirs with it, and ranks what their own GPU's leader alone touches. */
+void cipc_share_part(enum alg_coll coll, int k, int g, int root_gpu, int *part, int *nparts);
 /* Makes w's share the whole operation: one GPU serves every rank. */
 void cipc_work_whole(struct cipc_work *w);
 /* Elements [*lo, *hi) of part `part` of `nparts` of count elements of elem_size bytes: equal
