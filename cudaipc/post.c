@@ -695,8 +695,6 @@ cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, kept,
                              cipc_touchers(team, op, CIPC_RECV_BUF), &d->recv,
                              &via_out[1]));
-    struct cipc_own own;
-    d->own_part = (via_out[0] || via_out[1]) && cipc_own_part(team, op, &own);
     gpu_mem_query(op->scalar_dev, &scalar_mem);
     return cipc_describe(team, op->scalar_dev, &scalar_mem, kr_type_size(op->redop.type), seq,
                          kept, cipc_touchers(team, op, CIPC_SCALAR_BUF), &d->scalar_buf,
@@ -720,9 +718,7 @@ cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops, struct cipc_
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
         /* own_part: what this GPU's leader alone touches stays where it is. */
         struct cipc_own own = {0};
-        if (d->own_part) {
-            cipc_own_part(team, op, &own);
-        }
+        d->own_part = (via[i][0] || via[i][1]) && cipc_own_part(team, op, &own);
         uintptr_t send = (uintptr_t)op->send, recv = (uintptr_t)op->recv;
         if (via[i][0]) {
             cipc_stage_add(staged, &nstaged, &d->send, via[i][0], send, send_bytes, true, false,
