@@ -172,8 +172,9 @@ cipc_consumed_wait(struct cipc_team *team, int k, uint32_t seq)
     struct cipc_ctrl *own = team->ctrls[team->rank];
     int wait_ms = (int)shim_env_int(SHIM_ENV_WAIT_MS);
     struct shm_wait wait;
+    const int first = k < 0 ? 0 : k, end = k < 0 ? team->nleaders : k + 1;
 
-    for (int j = k < 0 ? 0 : k; j < (k < 0 ? team->nleaders : k + 1); j++) {
+    for (int j = first; j < end; j++) {
         while (!shm_flag_reached(&own->consumed[j], seq, team->rank, &wait)) {
             SHIM_CHECK(cipc_team_error(team));
             if (__atomic_load_n(&team->released, __ATOMIC_ACQUIRE)) {
