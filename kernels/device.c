@@ -19,8 +19,12 @@ enum kr_dev_kernel {
     KR_DEV_TYPE_NAMES(KR_DEV_KERNEL_ENUM)
 #undef KR_DEV_KERNEL_ENUM
     KR_DEV_COPY,
+    KR_DEV_FROM,
+    KR_DEV_SIGNAL,
     KR_DEV_KERNELS
 };
+/* A batch names its by-value kernel for kr_dev_from by the same number. */
+_Static_assert((int)KR_DEV_COPY == (int)KR_DEV_ID_COPY, "kernel numbers differ");
 
 static const struct {
     ncclDataType_t type;
@@ -30,6 +34,8 @@ static const struct {
     KR_DEV_TYPE_NAMES(KR_DEV_KERNEL_NAME)
 #undef KR_DEV_KERNEL_NAME
     [KR_DEV_COPY] = {ncclInt8, "kr_dev_copy"},
+    [KR_DEV_FROM] = {ncclInt8, "kr_dev_from"},
+    [KR_DEV_SIGNAL] = {ncclInt8, "kr_dev_signal"},
 };
 
 /* One per device: its module and functions, loaded on first use and kept. */
@@ -196,12 +202,21 @@ kr_dev_begin(struct kr_dev_launch *l, CUstream stream, const struct gpu_device *
     l->stream = stream;
     l->device = device;
     l->copy = op == NULL;
+    l->batch.kernel = op == NULL ? KR_DEV_ID_COPY : (uint32_t)kr_dev_kernel_of(op->type);
     if (op != NULL) {
         l->type = op->type;
         l->batch.kind = (uint32_t)op->kind;
         l->batch.divisor = op->divisor;
         l->batch.post = op->kind == KR_SUMPOSTDIV;
     }
+}
+
+void
+kr_dev_begin_collect(struct kr_dev_launch *l, const struct gpu_device *device,
+                     const struct kr_redop *op)
+{
+    kr_dev_begin(l, NULL, device, op);
+    l->collect = true;
 }
 
 void
@@ -262,34 +277,80 @@ kr_dev_add(struct kr_dev_launch *l, const struct kr_dev_src *srcs, int nsrc,
     return ncclSuccess;
 }
 
+/* The grid of a launch whose largest task moves `bytes`: threads per block by size, blocks
+ * enough to spread it over the device's SMs (a thread moves 16 bytes at a time), shared by
+ * the batch's tasks. */
+static void
+kr_dev_grid(const struct gpu_device *device, uint64_t bytes, uint32_t ntasks, unsigned *blocks_out,
+            unsigned *threads_out)
+{
+    unsigned threads = bytes <= KR_DEV_SMALL_BYTES ? KR_DEV_THREADS_SMALL : KR_DEV_THREADS;
+    uint64_t blocks = (bytes / 16 + threads - 1) / threads;
+    uint64_t most = (uint64_t)device->sm_count * KR_DEV_BLOCKS_PER_SM / (ntasks ? ntasks : 1);
+
+    most = most > 0 ? most : 1;
+    *blocks_out = (unsigned)(blocks < 1 ? 1 : blocks > most ? most : blocks);
+    *threads_out = threads;
+}
+
+static ncclResult_t
+kr_dev_launch(const struct gpu_device *device, enum kr_dev_kernel kernel, unsigned blocks,
+              unsigned ntasks, unsigned threads, CUstream stream, void *param)
+{
+    CUfunction function = NULL;
+    void *params[] = {param};
+    ncclResult_t res;
+
+    SHIM_CHECK(kr_dev_function(device, kernel, &function));
+    SHIM_CHECK(gpu_ctx_push(device->ctx));
+    GPU_CU_CHECK_GOTO(cuLaunchKernel(function, blocks, ntasks, 1, threads, 1, 1, 0, stream,
+                                     params, NULL),
+                      res, out);
+    res = ncclSuccess;
+out:
+    gpu_ctx_pop();
+    return res;
+}
+
 ncclResult_t
 kr_dev_end(struct kr_dev_launch *l)
 {
-    CUfunction function = NULL;
     ncclResult_t res;
 
     if (l->batch.ntasks == 0) {
         return ncclSuccess;
     }
-    SHIM_CHECK(kr_dev_function(l->device, l->copy ? KR_DEV_COPY : kr_dev_kernel_of(l->type),
-                               &function));
+    if (l->collect) {
+        WARN("a device batch of %u tasks is full: one launch cannot take this share",
+             l->batch.ntasks);
+        return ncclInternalError;
+    }
+    unsigned blocks, threads;
     uint64_t bytes = l->copy ? l->max_count : l->max_count * kr_type_size(l->type);
-    unsigned threads = bytes <= KR_DEV_SMALL_BYTES ? KR_DEV_THREADS_SMALL : KR_DEV_THREADS;
-    /* A thread moves 16 bytes at a time; spread the largest task over the device's SMs. */
-    uint64_t blocks = (bytes / 16 + threads - 1) / threads;
-    uint64_t most = (uint64_t)l->device->sm_count * KR_DEV_BLOCKS_PER_SM / l->batch.ntasks;
-    most = most > 0 ? most : 1;
-    blocks = blocks < 1 ? 1 : blocks > most ? most : blocks;
-    void *params[] = {&l->batch};
-
-    SHIM_CHECK(gpu_ctx_push(l->device->ctx));
-    GPU_CU_CHECK_GOTO(cuLaunchKernel(function, (unsigned)blocks, l->batch.ntasks, 1, threads, 1,
-                                     1, 0, l->stream, params, NULL),
-                      res, out);
-    res = ncclSuccess;
-out:
-    gpu_ctx_pop();
+    kr_dev_grid(l->device, bytes, l->batch.ntasks, &blocks, &threads);
+    res = kr_dev_launch(l->device, l->copy ? KR_DEV_COPY : kr_dev_kernel_of(l->type), blocks,
+                        l->batch.ntasks, threads, l->stream, &l->batch);
     l->batch.ntasks = 0;
     l->max_count = 0;
     return res;
+}
+
+ncclResult_t
+kr_dev_launch_from(CUstream stream, const struct gpu_device *device, uint64_t max_task_bytes,
+                   uint32_t max_tasks, CUdeviceptr batch)
+{
+    unsigned blocks, threads;
+
+    if (max_tasks == 0 || max_tasks > KR_DEV_MAX_TASKS) {
+        WARN("a device launch of up to %u tasks (at most %d)", max_tasks, KR_DEV_MAX_TASKS);
+        return ncclInternalError;
+    }
+    kr_dev_grid(device, max_task_bytes, max_tasks, &blocks, &threads);
+    return kr_dev_launch(device, KR_DEV_FROM, blocks, max_tasks, threads, stream, &batch);
+}
+
+ncclResult_t
+kr_dev_signal_from(CUstream stream, const struct gpu_device *device, CUdeviceptr signals)
+{
+    return kr_dev_launch(device, KR_DEV_SIGNAL, 1, 1, 32, stream, &signals);
 }

@@ -42,6 +42,7 @@ struct kr_dev_launch {
     CUstream stream;
     const struct gpu_device *device;
     bool copy;
+    bool collect;       /* kr_dev_begin_collect: build l->batch, launch nothing */
     ncclDataType_t type;
     uint64_t max_count; /* the largest task of the batch, for the grid */
     struct kr_dev_batch batch;
@@ -61,7 +62,21 @@ void kr_dev_set_post(struct kr_dev_launch *l, bool post);
  * first when the task does not fit. */
 ncclResult_t kr_dev_add(struct kr_dev_launch *l, const struct kr_dev_src *srcs, int nsrc,
                         const uint64_t *dsts, int ndst, uint64_t count);
+/* The same, for a batch only built (l->batch, for a "_from" launch), never launched: a task
+ * that does not fit in it is an error. */
+void kr_dev_begin_collect(struct kr_dev_launch *l, const struct gpu_device *device,
+                          const struct kr_redop *op);
 /* Launches what the batch still holds. */
 ncclResult_t kr_dev_end(struct kr_dev_launch *l);
+
+/* Enqueues kr_dev_from (device_abi.h) over the batch at device address `batch`, read when it
+ * runs (built by kr_dev_begin_collect and kr_dev_add: it names its kernel), for a grid sized
+ * for up to max_tasks tasks of up to max_task_bytes each (the batch may hold fewer, and
+ * smaller: the rest do nothing). */
+ncclResult_t kr_dev_launch_from(CUstream stream, const struct gpu_device *device,
+                                uint64_t max_task_bytes, uint32_t max_tasks, CUdeviceptr batch);
+/* Enqueues kr_dev_signal over the struct kr_dev_signals at device address `signals`. */
+ncclResult_t kr_dev_signal_from(CUstream stream, const struct gpu_device *device,
+                                CUdeviceptr signals);
 
 #endif

@@ -19,6 +19,15 @@
  * The whole batch travels as the kernel's one by-value parameter; its size stays under the
  * 4 KiB that every CUDA 12 driver takes. An operation with more tasks or operands than fit is
  * cut into several launches by the caller.
+ *
+ * kr_dev_from runs any of them: its one parameter is the device address of a batch in device
+ * memory, read when the kernel runs, whose `kernel` says which (a reduction of a type, or the
+ * copy). Its launch is enqueued before the batch is known (a device team's leader rank
+ * enqueues its GPU's share at its call; the leader's thread builds the batch later, once every
+ * rank posted, and may give the launch any operation of the group). Tasks beyond the batch's
+ * ntasks (blockIdx.y >= ntasks) do nothing. kr_dev_signal then writes a list of 32-bit words,
+ * also read when it runs, after everything before it on its stream: the done words of the
+ * ranks whose operations the batch completed.
  */
 #ifndef KR_DEVICE_ABI_H
 #define KR_DEVICE_ABI_H
@@ -49,11 +58,26 @@ struct kr_dev_batch {
     uint32_t kind;       /* enum kr_op_kind (kernels.h); unused by kr_dev_copy */
     uint32_t ntasks;
     uint32_t post;       /* apply the post-operation to every result */
-    uint32_t pad;
+    uint32_t kernel;     /* enum kr_dev_kernel_id: what kr_dev_from runs */
     uint64_t divisor;    /* SumPostDiv */
     struct kr_dev_task tasks[KR_DEV_MAX_TASKS];
     struct kr_dev_src srcs[KR_DEV_MAX_SRCS];
     uint64_t dsts[KR_DEV_MAX_DSTS];
+};
+
+/* A word per rank of a device team, and one more. */
+#define KR_DEV_MAX_SIGNALS 65
+
+struct kr_dev_signal_word {
+    uint64_t addr;       /* device address of a 32-bit word in page-locked host memory */
+    uint32_t value;
+    uint32_t pad;
+};
+
+struct kr_dev_signals {
+    uint32_t n;
+    uint32_t pad;
+    struct kr_dev_signal_word words[KR_DEV_MAX_SIGNALS];
 };
 
 #ifdef __cplusplus
@@ -62,10 +86,20 @@ static_assert(sizeof(struct kr_dev_batch) <= 4000, "kernel parameters above 4 Ki
 _Static_assert(sizeof(struct kr_dev_batch) <= 4000, "kernel parameters above 4 KiB");
 #endif
 
-/* Kernel names: "kr_dev_reduce_" followed by one of these, and "kr_dev_copy". */
+/* Kernel names: "kr_dev_reduce_" followed by one of these, "kr_dev_copy", "kr_dev_from" and
+ * "kr_dev_signal". */
 #define KR_DEV_TYPE_NAMES(X)                                                                 \
     X(ncclInt8, i8) X(ncclUint8, u8) X(ncclInt32, i32) X(ncclUint32, u32) X(ncclInt64, i64)   \
     X(ncclUint64, u64) X(ncclFloat16, f16) X(ncclFloat32, f32) X(ncclFloat64, f64)           \
     X(ncclBfloat16, bf16) X(ncclFloat8e4m3, e4m3) X(ncclFloat8e5m2, e5m2)
+
+/* The by-value kernels in that order, then the copy: a batch's `kernel`. */
+enum kr_dev_kernel_id {
+#define KR_DEV_KERNEL_ID(type, suffix) KR_DEV_ID_##suffix,
+    KR_DEV_TYPE_NAMES(KR_DEV_KERNEL_ID)
+#undef KR_DEV_KERNEL_ID
+    KR_DEV_ID_COPY,
+    KR_DEV_IDS
+};
 
 #endif

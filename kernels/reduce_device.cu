@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ncclshim's CUDA kernels: kr_dev_reduce_<type> for every datatype, and kr_dev_copy. Each runs
+ * ncclshim's CUDA kernels: kr_dev_reduce_<type> for every datatype, and kr_dev_copy; kr_dev_from,
+ * any of them over a batch read from device memory; kr_dev_signal. Each runs
  * a batch of tasks (device_abi.h), one per blockIdx.y, over the element operations of
  * reduce_ops.h, the same functions the host loops use, so results are bit-identical. Built by
  * nvcc into a fatbin for every architecture CUDA 13 supports plus PTX, which the library
@@ -251,8 +252,8 @@ kr_copy_words(const kr_dev_batch &b, const kr_dev_task &t, size_t first, size_t 
     return nwords * sizeof(W);
 }
 
-extern "C" __global__ void __launch_bounds__(512)
-kr_dev_copy(const kr_dev_batch batch)
+static __device__ void
+kr_copy_batch(const kr_dev_batch &batch)
 {
     const kr_dev_task &t = batch.tasks[blockIdx.y];
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -280,3 +281,61 @@ kr_dev_copy(const kr_dev_batch batch)
         }
     }
 }
+
+extern "C" __global__ void __launch_bounds__(512)
+kr_dev_copy(const kr_dev_batch batch)
+{
+    kr_copy_batch(batch);
+}
+
+#if defined(__CUDACC__)
+/* kr_dev_from (device_abi.h): the batch is read from device memory when the kernel runs, once
+ * per block into shared memory, so the loops read their operands' addresses as fast as from a
+ * parameter; then the kernel its `kernel` names runs it. (The driver's test double runs the
+ * by-value kernel over the batch it reads at run time instead: its emulation runs threads one
+ * at a time, which __syncthreads cannot be.) */
+extern "C" __global__ void __launch_bounds__(512)
+kr_dev_from(const kr_dev_batch *batch)
+{
+    __shared__ kr_dev_batch b;
+    const uint32_t *src = (const uint32_t *)batch;
+    uint32_t *dst = (uint32_t *)&b;
+
+    for (unsigned i = threadIdx.x; i < sizeof(kr_dev_batch) / 4; i += blockDim.x) {
+        dst[i] = src[i];
+    }
+    __syncthreads();
+    if (blockIdx.y >= b.ntasks) {
+        return;
+    }
+    switch (b.kernel) {
+#define KR_FROM_CASE(type, N)                                                                \
+    case KR_DEV_ID_##N:                                                                      \
+        kr_reduce_batch<kr_ops_##N>(b);                                                      \
+        break;
+        KR_DEV_TYPE_NAMES(KR_FROM_CASE)
+#undef KR_FROM_CASE
+    case KR_DEV_ID_COPY:
+        kr_copy_batch(b);
+        break;
+    default:
+        break;
+    }
+}
+
+/* One thread: everything before it on the stream is done (the kernels before it completed);
+ * the fence makes their writes visible to every GPU and the host before any word says so. */
+extern "C" __global__ void
+kr_dev_signal(const kr_dev_signals *signals)
+{
+    if (threadIdx.x != 0 || blockIdx.x != 0) {
+        return;
+    }
+    __threadfence_system();
+    const uint32_t n = signals->n < KR_DEV_MAX_SIGNALS ? signals->n : KR_DEV_MAX_SIGNALS;
+    for (uint32_t i = 0; i < n; i++) {
+        *(volatile uint32_t *)signals->words[i].addr = signals->words[i].value;
+    }
+    __threadfence_system();
+}
+#endif

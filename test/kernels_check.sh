@@ -4,7 +4,8 @@
 # test/kernels_check.sh LIB NVCC: checks that LIB (libnccl.so.2) embeds ncclshim's CUDA kernels
 # as the driver will find them: cuobjdump, reading the library's .nv_fatbin section, must
 # list a cubin for every architecture NVCC lists, PTX of the newest, and in every cubin each
-# kernel device.c launches (kr_dev_reduce_<type> for the twelve datatypes, kr_dev_copy).
+# kernel device.c launches (kr_dev_reduce_<type> for the twelve datatypes, kr_dev_copy,
+# kr_dev_from, kr_dev_signal).
 # cuobjdump comes from the toolkit, else from NVIDIA's PyPI package, installed under the
 # library's build folder once. Without NVCC (a host-only build) it says so and passes.
 # Prints each failed check, then `kernels: N passed, M failed`; exits 1 on any failure.
@@ -50,7 +51,7 @@ archs=$("$nvcc" --list-gpu-arch | sed 's/compute_//' | sort -n)
 newest=$(tail -n 1 <<<"$archs")
 elves=$("$cuobjdump" --list-elf "$lib" 2>&1 || true)
 ptx=$("$cuobjdump" --list-ptx "$lib" 2>&1 || true)
-kernels="kr_dev_copy"
+kernels="kr_dev_copy kr_dev_from kr_dev_signal"
 for t in i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64 e4m3 e5m2; do
     kernels="$kernels kr_dev_reduce_$t"
 done

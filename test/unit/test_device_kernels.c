@@ -90,12 +90,14 @@ struct launch {
     size_t size;         /* bytes of an element (1 for copies) */
     unsigned int grid[3], block[3]; /* grid[1], blocks in y, is the batch's tasks */
     const char *what;
+    CUfunction from;     /* kr_dev_from: run the batch from device memory instead; NULL */
 };
 
 static const struct gpu_device *device;
 static CUmodule module;
 static CUstream stream;
 static struct arena arena;
+static CUdeviceptr batch_dev; /* where a kr_dev_from launch reads its batch */
 static uint64_t rng_state;
 
 /* splitmix64: reproducible data, seeded per case so a failure names what to rerun. */
@@ -122,6 +124,7 @@ setup(void)
     cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
     cr_assert_eq(gpu_cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     cr_assert_eq(gpu_cu.cuMemAlloc(&arena.dev, ARENA_BYTES), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&batch_dev, sizeof(struct kr_dev_batch)), CUDA_SUCCESS);
     arena.init = malloc(ARENA_BYTES);
     arena.want = malloc(ARENA_BYTES);
     arena.got = malloc(ARENA_BYTES);
@@ -138,6 +141,7 @@ teardown(void)
         gpu_cu.cuModuleUnload(module);
     }
     gpu_cu.cuMemFree(arena.dev);
+    gpu_cu.cuMemFree(batch_dev);
     gpu_cu.cuStreamDestroy(stream);
     free(arena.init);
     free(arena.want);
@@ -257,9 +261,20 @@ launch_run(struct launch *l)
     launch_expect(l, acc);
     cr_assert_eq(gpu_cu.cuMemcpyAsync(arena.dev, (CUdeviceptr)(uintptr_t)arena.init,
                                       arena.used, stream), CUDA_SUCCESS);
-    cr_assert_eq(gpu_cu.cuLaunchKernel(l->f, g[0], l->batch.ntasks, g[2], b[0], b[1], b[2], 0,
-                                       stream, params, NULL),
-                 CUDA_SUCCESS, "%s", l->what);
+    if (l->from != NULL) {
+        /* The batch in device memory, read when the kernel runs; blocks in y past its tasks
+         * must do nothing. */
+        void *at[] = {&batch_dev};
+        cr_assert_eq(gpu_cu.cuMemcpyAsync(batch_dev, (CUdeviceptr)(uintptr_t)&l->batch,
+                                          sizeof(l->batch), stream), CUDA_SUCCESS);
+        cr_assert_eq(gpu_cu.cuLaunchKernel(l->from, g[0], l->batch.ntasks + 2, g[2], b[0], b[1],
+                                           b[2], 0, stream, at, NULL),
+                     CUDA_SUCCESS, "kr_dev_from, %s", l->what);
+    } else {
+        cr_assert_eq(gpu_cu.cuLaunchKernel(l->f, g[0], l->batch.ntasks, g[2], b[0], b[1], b[2],
+                                           0, stream, params, NULL),
+                     CUDA_SUCCESS, "%s", l->what);
+    }
     cr_assert_eq(gpu_cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)arena.got, arena.dev, arena.used,
                                       stream), CUDA_SUCCESS);
     cr_assert_eq(gpu_cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
@@ -362,15 +377,20 @@ kind_name(enum kr_op_kind kind)
     return names[kind];
 }
 
-/* Every datatype x count x placement of one operation, on every grid shape. */
+/* Every datatype x count x placement of one operation, on every grid shape; through
+ * kr_dev_from, which reads the batch from device memory, where `from`. */
 static void
-check_operation(enum kr_op_kind kind)
+check_operation(enum kr_op_kind kind, bool from)
 {
     static struct launch l;
     char what[64];
 
     if (!kernels_built()) {
         cr_skip_test("built without nvcc: no kernels to launch");
+    }
+    l.from = NULL;
+    if (from) {
+        cr_assert_eq(gpu_cu.cuModuleGetFunction(&l.from, module, "kr_dev_from"), CUDA_SUCCESS);
     }
     for (size_t ty = 0; ty < NTYPES; ty++) {
         l.type = types[ty].type;
@@ -381,6 +401,7 @@ check_operation(enum kr_op_kind kind)
         for (size_t sh = 0; sh < NSHAPES; sh++) {
             rng_state = (uint64_t)kind << 32 | ty << 16 | sh;
             memset(&l.batch, 0, sizeof(l.batch));
+            l.batch.kernel = (uint32_t)ty; /* types[] is in enum kr_dev_kernel_id's order */
             l.batch.kind = (uint32_t)kind;
             l.batch.post = kind == KR_SUMPOSTDIV;
             l.batch.divisor = 3 + sh * 2;
@@ -401,32 +422,81 @@ TestSuite(device_kernels, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(device_kernels, sum)
 {
-    check_operation(KR_SUM);
+    check_operation(KR_SUM, false);
 }
 
 Test(device_kernels, prod)
 {
-    check_operation(KR_PROD);
+    check_operation(KR_PROD, false);
 }
 
 Test(device_kernels, max)
 {
-    check_operation(KR_MAX);
+    check_operation(KR_MAX, false);
 }
 
 Test(device_kernels, min)
 {
-    check_operation(KR_MIN);
+    check_operation(KR_MIN, false);
 }
 
 Test(device_kernels, premulsum_with_host_and_device_scalars)
 {
-    check_operation(KR_PREMULSUM);
+    check_operation(KR_PREMULSUM, false);
 }
 
 Test(device_kernels, sumpostdiv)
 {
-    check_operation(KR_SUMPOSTDIV);
+    check_operation(KR_SUMPOSTDIV, false);
+}
+
+/* kr_dev_from runs the kernel its batch names over the batch it reads from device memory:
+ * the same results, blocks past the batch's tasks doing nothing. */
+Test(device_kernels, from_device_memory_sum_and_premulsum)
+{
+    check_operation(KR_SUM, true);
+    check_operation(KR_PREMULSUM, true);
+}
+
+/* kr_dev_signal writes each word of the list it reads from device memory, into page-locked
+ * host memory (where a device team's done words are), after the work before it. */
+Test(device_kernels, signal_writes_its_words)
+{
+    enum { WORDS = 3 };
+    struct kr_dev_signals signals = {.n = WORDS};
+    uint32_t *words = aligned_alloc(4096, 4096);
+    CUdeviceptr words_dev = 0, signals_dev = 0;
+    CUfunction f;
+
+    if (!kernels_built()) {
+        cr_skip_test("built without nvcc: no kernels to launch");
+    }
+    cr_assert(words != NULL);
+    memset(words, 0, 4096);
+    cr_assert_eq(gpu_cu.cuMemHostRegister(words, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(&words_dev, words, 0), CUDA_SUCCESS);
+    for (int i = 0; i < WORDS; i++) {
+        /* A word per cache line, as the control block's. */
+        signals.words[i] = (struct kr_dev_signal_word){.addr = words_dev + 64 * (unsigned)i,
+                                                       .value = 1000u + (unsigned)i};
+    }
+    cr_assert_eq(gpu_cu.cuMemAlloc(&signals_dev, sizeof(signals)), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemcpyAsync(signals_dev, (CUdeviceptr)(uintptr_t)&signals,
+                                      sizeof(signals), stream), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuModuleGetFunction(&f, module, "kr_dev_signal"), CUDA_SUCCESS);
+    void *params[] = {&signals_dev};
+    cr_assert_eq(gpu_cu.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
+    for (int i = 0; i < WORDS; i++) {
+        cr_expect_eq(__atomic_load_n(&words[16 * i], __ATOMIC_ACQUIRE), 1000u + (unsigned)i,
+                     "word %d", i);
+    }
+    cr_expect_eq(words[16 * WORDS], 0u, "a word past the list was written");
+    gpu_cu.cuMemFree(signals_dev);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
 }
 
 /* Copies choose the widest word all of a task's pointers are aligned to (16, 8, 4 bytes, or
@@ -445,11 +515,20 @@ Test(device_kernels, copies_at_every_alignment)
         cr_skip_test("built without nvcc: no kernels to launch");
     }
     cr_assert_eq(gpu_cu.cuModuleGetFunction(&l.f, module, "kr_dev_copy"), CUDA_SUCCESS);
-    for (size_t g = 0; g < sizeof(grids) / sizeof(grids[0]); g++) {
-        rng_state = 0xc0b1 + g;
+    for (size_t g = 0; g < 2 * sizeof(grids) / sizeof(grids[0]); g++) {
+        /* Each grid twice: by value, then through kr_dev_from. */
+        size_t grid = g % (sizeof(grids) / sizeof(grids[0]));
+        bool from = g >= sizeof(grids) / sizeof(grids[0]);
+        l.from = NULL;
+        if (from) {
+            cr_assert_eq(gpu_cu.cuModuleGetFunction(&l.from, module, "kr_dev_from"),
+                         CUDA_SUCCESS);
+        }
+        rng_state = 0xc0b1 + grid;
         memset(&l.batch, 0, sizeof(l.batch));
-        memcpy(l.grid, grids[g], sizeof(l.grid));
-        memcpy(l.block, grids[g] + 3, sizeof(l.block));
+        l.batch.kernel = KR_DEV_ID_COPY;
+        memcpy(l.grid, grids[grid], sizeof(l.grid));
+        memcpy(l.block, grids[grid] + 3, sizeof(l.block));
         launch_reset(&l);
         for (size_t s = 0; s < sizeof(shifts) / sizeof(shifts[0]); s++) {
             for (size_t n = 0; n < NCOUNTS; n++) {

@@ -114,6 +114,13 @@ bool fake_mem_device_reaches(uintptr_t host, int device);
 bool fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out);
 
 /* Kernels (kernels_cpu.cpp), launched by stream.c. */
+/* What a kernel's one parameter is: the batch itself, or the device address of a batch (a
+ * kr_dev_from) or of a list of signal words (kr_dev_signal), read when the launch runs. */
+enum fake_kernel_param {
+    FAKE_PARAM_BATCH,
+    FAKE_PARAM_BATCH_AT,
+    FAKE_PARAM_SIGNALS_AT,
+};
 struct fake_kernel;
 /* A launch's grid (blocks) or block (threads) dimensions. */
 struct fake_dim3 {
@@ -123,6 +130,9 @@ struct fake_dim3 {
 const struct fake_kernel *fake_kernel_find(const char *name);
 /* The bytes of its one parameter, which cuLaunchKernel copies. */
 size_t fake_kernel_params_bytes(const struct fake_kernel *kernel);
+enum fake_kernel_param fake_kernel_param_of(const struct fake_kernel *kernel);
+/* The by-value kernel a batch names for kr_dev_from (enum kr_dev_kernel_id), or NULL. */
+const struct fake_kernel *fake_kernel_by_id(uint32_t id);
 /* The bytes of one element of its tasks (count is elements; 1 for kr_dev_copy). */
 size_t fake_kernel_elem_bytes(const struct fake_kernel *kernel);
 /* The most threads per block it may be launched with (its __launch_bounds__). */

@@ -31,18 +31,32 @@ __thread dim3 blockDim, gridDim;
 
 struct fake_kernel {
     const char *name;
-    void (*entry)(const kr_dev_batch batch);
+    void (*entry)(const kr_dev_batch batch); /* NULL: kr_dev_signal, emulated in stream.c */
     unsigned int max_threads; /* its __launch_bounds__ */
     size_t elem_bytes;        /* of its tasks' elements */
+    enum fake_kernel_param param;
 };
 
+/* kr_dev_from (device_abi.h) runs the by-value kernel its batch names, over the batch the
+ * worker reads when the launch runs (stream.c): its prologue, which loads the batch into
+ * shared memory, needs __syncthreads, which this emulation cannot give. The by-value kernels
+ * come first, numbered as enum kr_dev_kernel_id. */
 static const struct fake_kernel fake_kernels[] = {
 #define FAKE_REDUCE_KERNEL(type, N)                                                          \
-    {"kr_dev_reduce_" #N, kr_dev_reduce_##N, FAKE_KERNEL_MAX_THREADS, sizeof(kr_ops_##N::T)},
+    {"kr_dev_reduce_" #N, kr_dev_reduce_##N, FAKE_KERNEL_MAX_THREADS, sizeof(kr_ops_##N::T),   \
+     FAKE_PARAM_BATCH},
     KR_DEV_TYPE_NAMES(FAKE_REDUCE_KERNEL)
 #undef FAKE_REDUCE_KERNEL
-    {"kr_dev_copy", kr_dev_copy, FAKE_KERNEL_MAX_THREADS, 1},
+    {"kr_dev_copy", kr_dev_copy, FAKE_KERNEL_MAX_THREADS, 1, FAKE_PARAM_BATCH},
+    {"kr_dev_from", NULL, FAKE_KERNEL_MAX_THREADS, 0, FAKE_PARAM_BATCH_AT},
+    {"kr_dev_signal", NULL, 1024, 0, FAKE_PARAM_SIGNALS_AT},
 };
+
+const struct fake_kernel *
+fake_kernel_by_id(uint32_t id)
+{
+    return id < KR_DEV_IDS ? &fake_kernels[id] : NULL;
+}
 
 const struct fake_kernel *
 fake_kernel_find(const char *name)
@@ -58,8 +72,13 @@ fake_kernel_find(const char *name)
 size_t
 fake_kernel_params_bytes(const struct fake_kernel *kernel)
 {
-    (void)kernel;
-    return sizeof(kr_dev_batch);
+    return kernel->param == FAKE_PARAM_BATCH ? sizeof(kr_dev_batch) : sizeof(uint64_t);
+}
+
+enum fake_kernel_param
+fake_kernel_param_of(const struct fake_kernel *kernel)
+{
+    return kernel->param;
 }
 
 size_t

@@ -56,6 +56,7 @@ struct fake_op {
     void *params;
     size_t params_bytes;
     struct fake_dim3 grid, block; /* its blocks, and threads a block */
+    int device;               /* KERNEL: the device it runs on */
     CUhostFn host_fn;         /* HOST */
     void *host_data;
     struct CUstream_st *owner; /* one queue: the stream it was enqueued on */
@@ -151,6 +152,8 @@ fake_wait_done(const struct fake_op *op)
     }
 }
 
+static void fake_kernel_execute(const struct fake_op *op);
+
 static void
 fake_op_run(struct fake_op *op)
 {
@@ -182,7 +185,7 @@ fake_op_run(struct fake_op *op)
         pthread_mutex_unlock(&fake_event_lock);
         break;
     case FAKE_OP_KERNEL:
-        fake_kernel_run(op->kernel, op->params, &op->grid, &op->block);
+        fake_kernel_execute(op);
         break;
     case FAKE_OP_HOST:
         /* "Host functions ... may be serialized": one at a time in the process, as the
@@ -842,6 +845,78 @@ fake_batch_translate(struct kr_dev_batch *b, int device)
     return ok;
 }
 
+/* The struct at device address `at`, as work on `device` reads it when it runs, copied into
+ * out; false (having complained) where it may not be read. */
+static bool
+fake_read_at(uint64_t at, int device, void *out, size_t bytes, const char *what)
+{
+    if (at == 0 || !fake_device_address(&at, device, what)) {
+        fake_complain("%s reads its parameter block at 0x%llx, which device %d cannot read",
+                      what, (unsigned long long)at, device);
+        return false;
+    }
+    memcpy(out, (const void *)(uintptr_t)at, bytes);
+    return true;
+}
+
+/* A launch, when it runs. kr_dev_from reads its batch now (what it reads and writes is
+ * counted and checked then); kr_dev_signal writes its words, each with release order after
+ * everything before it on the stream. An address the kernel may not touch is an illegal
+ * address on a GPU, which ends the context's every later call: the process ends here. */
+static void
+fake_kernel_execute(const struct fake_op *op)
+{
+    switch (fake_kernel_param_of(op->kernel)) {
+    case FAKE_PARAM_BATCH:
+        fake_kernel_run(op->kernel, op->params, &op->grid, &op->block);
+        return;
+    case FAKE_PARAM_BATCH_AT: {
+        struct kr_dev_batch batch;
+        uint64_t at;
+        memcpy(&at, op->params, sizeof(at));
+        const struct fake_kernel *kernel = NULL;
+        if (!fake_read_at(at, op->device, &batch, sizeof(batch), "kr_dev_from") ||
+            batch.ntasks > KR_DEV_MAX_TASKS ||
+            (kernel = fake_kernel_by_id(batch.kernel)) == NULL) {
+            fake_complain("kr_dev_from: a batch of %u tasks naming kernel %u", batch.ntasks,
+                          batch.kernel);
+            abort();
+        }
+        fake_traffic_kernel(&batch, fake_kernel_elem_bytes(kernel), op->device);
+        if (!fake_batch_translate(&batch, op->device)) {
+            abort();
+        }
+        /* Blocks past the batch's tasks return at once (the kernel's prologue). */
+        struct fake_dim3 grid = op->grid;
+        grid.y = grid.y < batch.ntasks ? grid.y : batch.ntasks;
+        if (grid.y > 0) {
+            fake_kernel_run(kernel, &batch, &grid, &op->block);
+        }
+        return;
+    }
+    case FAKE_PARAM_SIGNALS_AT: {
+        struct kr_dev_signals signals;
+        uint64_t at;
+        memcpy(&at, op->params, sizeof(at));
+        if (!fake_read_at(at, op->device, &signals, sizeof(signals), "kr_dev_signal") ||
+            signals.n > KR_DEV_MAX_SIGNALS) {
+            abort();
+        }
+        for (uint32_t i = 0; i < signals.n; i++) {
+            uintptr_t word = fake_mem_op_target(signals.words[i].addr);
+            if (word == 0) {
+                fake_complain("kr_dev_signal writes a word at 0x%llx, which is not device "
+                              "memory or registered host memory",
+                              (unsigned long long)signals.words[i].addr);
+                abort();
+            }
+            __atomic_store_n((uint32_t *)word, signals.words[i].value, __ATOMIC_RELEASE);
+        }
+        return;
+    }
+    }
+}
+
 FAKE_API CUresult
 cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
@@ -859,10 +934,13 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
     }
     memcpy(op->params, params[0], bytes);
     struct CUstream_st *s = fake_stream(stream);
-    if (s != NULL) {
+    op->device = s != NULL ? s->ctx->device : 0;
+    /* A batch by value is looked at now; one read at run time, when the launch runs. */
+    bool by_value = fake_kernel_param_of(f->kernel) == FAKE_PARAM_BATCH;
+    if (s != NULL && by_value) {
         fake_traffic_kernel(op->params, fake_kernel_elem_bytes(f->kernel), s->ctx->device);
     }
-    if (s != NULL && !fake_batch_translate(op->params, s->ctx->device)) {
+    if (s != NULL && by_value && !fake_batch_translate(op->params, s->ctx->device)) {
         fake_op_free(op);
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
