@@ -28,13 +28,18 @@
  *                          its GPU's share | write done_q[k] for every rank q taking part
  *
  * Waits between ranks are stream memory operations on flags in pinned shared memory, or the
- * host's; never a kernel spinning on another process's flag. Where a leader's stream and a
- * rank's streams are of one context (the rank is on the leader's GPU, in its process: that
- * context may have a single hardware queue), a stream waits only for work already enqueued:
- * the leader's stream waits on an event of the leader rank's arrive, and a call there waits
- * on the host until that leader took its operations before its stream waits for done (an
- * event, for the leader rank), so such a call returns once the other ranks posted theirs.
- * Other GPUs' leaders run in contexts of their own. Buffers some leader cannot map (managed
+ * host's; never a kernel spinning on another process's flag. A leader alone on its GPU (one
+ * rank per GPU, as PyTorch runs) has no stream of its own: its call enqueues the GPU's share
+ * on its own stream before anyone knows it, as a kernel reading its batch from a work area
+ * the leader's thread fills once every rank posted, behind a word the thread opens once the
+ * ranks taking part arrived (ownstream.c), so it returns at once and may be captured into a
+ * CUDA graph with one hardware queue. Where a leader's stream and a rank's streams are of one
+ * context (ranks sharing the leader's GPU, in its process: that context may have a single
+ * hardware queue), a stream waits only for work already enqueued: the leader's stream waits
+ * on an event of the leader rank's arrive, and a call there waits on the host until that
+ * leader took its operations before its stream waits for done (an event, for the leader
+ * rank), so such a call returns once the other ranks posted theirs. Other GPUs' leaders run
+ * in contexts of their own. Buffers some leader cannot map (managed
  * or registered host memory, or device memory on a GPU a leader's cannot reach) are staged
  * through pinned shared host memory by their owner's stream, for every leader. cudaMalloc
  * memory that nobody registered is staged too, through a cuMem allocation of the owner's
@@ -122,10 +127,11 @@ struct cipc_op {
  * a capture), a host function that does it all. Then cipc_post_wait enqueues the wait for
  * done and the copies out (or nothing). Between the two, a caller with several teams in one
  * group arrives on all of them before it waits on any: the teams may be ranks of one clique.
- * Outside the process of its GPU's leader neither waits for another rank (the ring of
- * descriptors is the one bound: a rank CIPC_RING operations ahead of a leader waits for
- * room); in it, cipc_post_wait waits until that leader took the operations. With one hardware
- * queue (CUDA_DEVICE_MAX_CONNECTIONS=1), capturing in that process is refused. */
+ * Outside the process of a GPU's leader that other ranks share that GPU with, neither waits
+ * for another rank (the ring of descriptors is the one bound: a rank CIPC_RING operations
+ * ahead of a leader waits for room); in it, cipc_post_wait waits until that leader took the
+ * operations, and with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1) capturing is
+ * refused. */
 ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                               CUstream stream, bool capturing);
 ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);

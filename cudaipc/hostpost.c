@@ -59,6 +59,8 @@ struct cipc_hostpost {
     struct cipc_hostpost *next;      /* the team's list (under cipc_hostpost_lock) */
     bool captured;                   /* runs at every launch of its graph; kept for good */
     int slot;                        /* its release word */
+    struct cipc_own_pool *areas;     /* a leader alone on its GPU: where descs' work areas are
+                                        (ownstream.c); NULL */
     int nops;
     struct cipc_desc descs[];        /* numbered when it runs */
 };
@@ -343,6 +345,9 @@ cipc_hostpost_run(void *arg)
     }
     pthread_mutex_unlock(&cipc_hostpost_lock);
     cipc_release_set(hp->slot, CIPC_RELEASE_HELD);
+    for (int i = 0; hp->areas != NULL && i < hp->nops; i++) {
+        cipc_own_pool_hold(hp->areas, hp->descs[i].area);
+    }
     if (team != NULL) {
         uint32_t last = 0;
         shim_log_bind(team->log);
@@ -364,7 +369,11 @@ cipc_hostpost_run(void *arg)
         shim_log_bind(NULL);
     }
     if (!held) {
-        /* Nothing to wait for (failed, or no team any more): the stream goes on. */
+        /* Nothing to wait for (failed, or no team any more): the stream goes on, running
+         * nothing from its work areas. */
+        for (int i = 0; hp->areas != NULL && i < hp->nops; i++) {
+            cipc_own_pool_open_empty(hp->areas, hp->descs[i].area);
+        }
         cipc_release_set(hp->slot, CIPC_RELEASE_OPEN);
     }
     pthread_mutex_lock(&cipc_hostpost_lock);
@@ -443,6 +452,22 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
             goto err_pop;
         }
     }
+    for (int i = 0; team->own != NULL && i < nops; i++) {
+        hp->descs[i].area = cipc_ownstream_take_area(team, capturing);
+        if (hp->descs[i].area < 0) {
+            res = ncclInvalidUsage;
+            goto err_pop;
+        }
+        hp->areas = cipc_ownstream_pool(team);
+    }
+    if (team->own != NULL) {
+        /* Before the host function can post the group (below), as its areas are built. */
+        int areas[CIPC_RING / 2];
+        for (int i = 0; i < nops; i++) {
+            areas[i] = hp->descs[i].area;
+        }
+        cipc_ownstream_size(team, ops, areas, nops);
+    }
     if (staging) {
         /* Copied in before the host function posts and writes arrive; out after the wait. */
         res = cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, team->seq,
@@ -473,9 +498,23 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
                           __LINE__);
         goto err_pop;
     }
-    /* After it, the stream waits for the word, then says it passed. A failure here leaves the
-     * host function queued: it runs, and the team's error says what went wrong. */
-    res = gpu_stream_wait_flag(stream, &release, CIPC_RELEASE_OPEN);
+    /* After it, a leader alone on its GPU runs the share (ownstream.c); the stream waits for
+     * the word, then says it passed. A failure here leaves the host function queued: it runs,
+     * and the team's error says what went wrong. */
+    res = ncclSuccess;
+    if (team->own != NULL) {
+        int areas[CIPC_RING / 2], enqueued;
+        for (int i = 0; i < nops; i++) {
+            areas[i] = hp->descs[i].area;
+        }
+        res = cipc_ownstream_enqueue(team, ops, areas, nops, stream, &enqueued);
+    }
+    for (int i = 0; team->own != NULL && i < nops && !capturing; i++) {
+        cipc_ownstream_give_back(team, hp->descs[i].area); /* back once the stream passed it */
+    }
+    if (res == ncclSuccess) {
+        res = gpu_stream_wait_flag(stream, &release, CIPC_RELEASE_OPEN);
+    }
     if (res == ncclSuccess) {
         res = gpu_stream_post_flag(stream, &release, CIPC_RELEASE_PASSED);
     }
@@ -492,6 +531,11 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
 
 err_pop:
     team->ncopies = 0; /* staged copies out of a group that never posts */
+    for (int i = 0; hp->areas != NULL && i < nops; i++) {
+        if (hp->descs[i].area >= 0) {
+            cipc_ownstream_drop(team, hp->descs[i].area);
+        }
+    }
     gpu_ctx_pop();
 err_slot:
     cipc_release_set(hp->slot, CIPC_RELEASE_PASSED);

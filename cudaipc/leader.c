@@ -21,10 +21,12 @@
  * the kernels of this GPU's share, then for each rank whose head group is now all taken,
  * done[k] = its last number. A send and its receive are the receiver's GPU's alone: the other
  * leaders take them at once, with no work. The descriptors' ring slots are free for their rank
- * once every leader took them (consumed[k]).
+ * once every leader took them (consumed[k]). A leader alone on its GPU builds the same into
+ * work areas its own rank's stream runs instead (ownstream.c), in the order it takes them.
  *
  * The leader's stream also counts operations done (leader_done), which tells the mapping
- * cache which mappings no kernel still uses.
+ * cache which mappings no kernel still uses (a leader alone on its GPU: its rank's stream
+ * writes the number of the place it ran).
  */
 #include <errno.h>
 #include <poll.h>
@@ -56,6 +58,9 @@ struct cipc_leader {
     struct gpu_flag leader_done;
     CUevent done_event;           /* after the last write of the leader rank's own done */
     uint32_t ops;                 /* operations enqueued (the stream posts them done) */
+    uint32_t use;                 /* the mapping cache's stamp of the one being enqueued: its
+                                     count of operations, or, where the leader rank's streams
+                                     run them (ownstream.c), that rank's number of it */
     uint32_t *head;               /* per rank: its oldest operation not taken */
     uint8_t *taken;               /* per rank, per ring slot: taken, in the head group */
     uint32_t *waited;             /* per rank: the last arrive the stream waits for */
@@ -358,7 +363,7 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
                     bool own_part, uint64_t *addr_out)
 {
     struct cipc_leader *L = team->leader;
-    uint32_t use = L->ops + 1;
+    uint32_t use = L->use;
     bool here = rank == team->rank || shm_team_peer_in_this_process(team->shm, rank);
 
     if (own_part && here && buf->how != CIPC_BUF_NONE &&
@@ -469,13 +474,6 @@ cipc_is_coll(enum alg_coll coll)
 }
 
 static bool
-cipc_reduces(enum alg_coll coll)
-{
-    return coll == ALG_COLL_ALLREDUCE || coll == ALG_COLL_REDUCE ||
-           coll == ALG_COLL_REDUCESCATTER;
-}
-
-static bool
 cipc_want_coll(const struct cipc_desc *d, const void *arg)
 {
     return cipc_is_coll((enum alg_coll)d->coll) && d->match == *(const uint32_t *)arg;
@@ -510,6 +508,9 @@ cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
     uint32_t first, last;
 
     L->taken[(size_t)rank * CIPC_RING + d->seq % CIPC_RING] = 1;
+    if (team->own != NULL) {
+        cipc_ownstream_took(team, rank);
+    }
     cipc_head_group(team, rank, &first, &last);
     for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
         if (!cipc_taken(team, rank, s)) {
@@ -520,8 +521,12 @@ cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
         L->taken[(size_t)rank * CIPC_RING + s % CIPC_RING] = 0;
     }
     L->head[rank] = last + 1;
-    SHIM_CHECK(gpu_stream_post_flag(L->stream, &L->done[rank], last));
-    if (rank == team->rank) {
+    if (team->own != NULL) {
+        SHIM_CHECK(cipc_ownstream_signal(team, rank, last));
+    } else {
+        SHIM_CHECK(gpu_stream_post_flag(L->stream, &L->done[rank], last));
+    }
+    if (rank == team->rank && team->own == NULL) {
         /* Before consumed: the leader rank's call, waiting for that, then waits on it. */
         GPU_CU_CHECK(cuEventRecord(L->done_event, L->stream));
     }
@@ -543,6 +548,13 @@ cipc_leader_wait_arrive(struct cipc_team *team, int rank, const struct cipc_desc
 {
     struct cipc_leader *L = team->leader;
 
+    if (team->own != NULL) {
+        /* The leader rank's own stream arrived before it runs the share. */
+        if (rank != team->rank) {
+            cipc_ownstream_need(team, rank, d->seq);
+        }
+        return ncclSuccess;
+    }
     if (d->by_event && rank == team->rank) {
         /* The leader rank's stream, in this context: it recorded the event before it posted
          * the group, and records it again only once the leader took the whole group. */
@@ -555,11 +567,17 @@ cipc_leader_wait_arrive(struct cipc_team *team, int rank, const struct cipc_desc
     return gpu_stream_wait_flag(L->stream, &L->arrive[rank], d->seq);
 }
 
-/* After an operation's kernels: count it done for the mapping cache. */
+/* This GPU's share of w: built for the leader rank's stream to run (ownstream.c), or enqueued
+ * on the leader's stream and counted done there for the mapping cache. */
 static ncclResult_t
-cipc_leader_count_op(struct cipc_team *team)
+cipc_leader_run(struct cipc_team *team, const struct cipc_work *w)
 {
     struct cipc_leader *L = team->leader;
+
+    if (team->own != NULL) {
+        return cipc_ownstream_collect(team, w);
+    }
+    SHIM_CHECK(cipc_tasks_launch(w, L->stream, L->gpu));
     return gpu_stream_post_flag(L->stream, &L->leader_done, ++L->ops);
 }
 
@@ -606,6 +624,12 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
     const struct cipc_desc *d0 = descs[0];
 
     SHIM_CHECK(cipc_check_agree(team, descs));
+    if (team->own != NULL) {
+        SHIM_CHECK(cipc_ownstream_begin(team, descs[team->rank], L->head[team->rank],
+                                        &L->use));
+    } else {
+        L->use = L->ops + 1;
+    }
     memset(w, 0, sizeof(*w));
     w->coll = (enum alg_coll)d0->coll;
     w->nranks = team->nranks;
@@ -626,10 +650,12 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK(cipc_leader_wait_arrive(team, r, descs[r]));
     }
-    SHIM_CHECK(cipc_tasks_launch(w, L->stream, L->gpu));
-    SHIM_CHECK(cipc_leader_count_op(team));
+    SHIM_CHECK(cipc_leader_run(team, w));
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK(cipc_take(team, r, descs[r]));
+    }
+    if (team->own != NULL) {
+        cipc_ownstream_end(team);
     }
     return ncclSuccess;
 }
@@ -648,6 +674,17 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
              "the pair)", src, send_bytes, dst, recv_bytes, send->match);
         return ncclInvalidUsage;
     }
+    if (team->own != NULL) {
+        /* On this GPU: the receiver is its one rank, the leader; a message to itself has its
+         * send run too, with nothing to do. */
+        if (src == dst) {
+            SHIM_CHECK(cipc_ownstream_begin(team, send, L->head[src], &L->use));
+            cipc_ownstream_end(team);
+        }
+        SHIM_CHECK(cipc_ownstream_begin(team, recv, L->head[dst], &L->use));
+    } else {
+        L->use = L->ops + 1;
+    }
     memset(w, 0, sizeof(*w));
     w->coll = ALG_COLL_SEND;
     w->nranks = 1;
@@ -660,10 +697,13 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
     if (dst != src) {
         SHIM_CHECK(cipc_leader_wait_arrive(team, dst, recv));
     }
-    SHIM_CHECK(cipc_tasks_launch(w, L->stream, L->gpu));
-    SHIM_CHECK(cipc_leader_count_op(team));
+    SHIM_CHECK(cipc_leader_run(team, w));
     SHIM_CHECK(cipc_take(team, src, send));
-    return cipc_take(team, dst, recv);
+    SHIM_CHECK(cipc_take(team, dst, recv));
+    if (team->own != NULL) {
+        cipc_ownstream_end(team);
+    }
+    return ncclSuccess;
 }
 
 /* The next collective, if every rank's head group holds it; *found_out if enqueued. */
@@ -745,10 +785,19 @@ cipc_step_p2p_elsewhere(struct cipc_team *team, bool *found_out)
     for (int r = 0; r < team->nranks; r++) {
         struct cipc_rank_key key = {.team = team, .rank = r};
         const struct cipc_desc *d = cipc_find(team, r, cipc_want_elsewhere, &key);
-        if (d != NULL) {
-            *found_out = true;
+        if (d == NULL) {
+            continue;
+        }
+        *found_out = true;
+        if (team->own == NULL || r != team->rank) {
             return cipc_take(team, r, d);
         }
+        /* The leader rank's stream runs it too, with nothing to do. */
+        uint32_t pos;
+        SHIM_CHECK(cipc_ownstream_begin(team, d, team->leader->head[r], &pos));
+        SHIM_CHECK(cipc_take(team, r, d));
+        cipc_ownstream_end(team);
+        return ncclSuccess;
     }
     return ncclSuccess;
 }
@@ -822,13 +871,24 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
     if (L->acks_owed) {
         cipc_leader_ack_forgets(team);
     }
+    if (team->own != NULL) {
+        cipc_ownstream_lock(team);
+    }
     for (bool found = true; res == ncclSuccess && found;) {
         found = false;
+        if (team->own != NULL &&
+            (cipc_ownstream_released(team) || !cipc_ownstream_room(team))) {
+            break; /* areas are all built and waiting for their ranks: later */
+        }
         res = cipc_step_coll(team, &found);
         if (res == ncclSuccess && !found) {
             res = cipc_step_p2p(team, &found);
         }
         *progressed_out |= found;
+    }
+    if (team->own != NULL) {
+        cipc_ownstream_unlock(team);
+        *progressed_out |= cipc_ownstream_step(team);
     }
     gpu_ctx_pop();
     return res;

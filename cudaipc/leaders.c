@@ -50,6 +50,17 @@ cipc_leaders_form(struct cipc_team *team, const int *first_on_device)
 }
 
 bool
+cipc_leader_alone(const struct cipc_team *team)
+{
+    for (int r = 0; r < team->nranks && team->lead >= 0; r++) {
+        if (r != team->rank && team->leader_of[r] == team->lead) {
+            return false;
+        }
+    }
+    return team->lead >= 0;
+}
+
+bool
 cipc_leader_here(const struct cipc_team *team, int k)
 {
     int r = team->leaders[k];
@@ -96,7 +107,11 @@ ncclResult_t
 cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq, bool flags_only)
 {
     for (int k = 0; k < team->nleaders; k++) {
-        if (k == team->lead && !flags_only) {
+        if (k == team->lead && team->own != NULL) {
+            /* This rank's streams run its GPU's share themselves (ownstream.c), opened with
+             * nothing to do once the team failed. */
+            SHIM_CHECK(cipc_ownstream_follow(team, stream));
+        } else if (k == team->lead && !flags_only) {
             SHIM_CHECK(cipc_leader_follow(team, stream));
         } else {
             SHIM_CHECK(gpu_stream_wait_flag(stream, &team->done[k], seq));
@@ -108,8 +123,51 @@ cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq, bool flags
 void
 cipc_done_release(struct cipc_team *team, uint32_t seq)
 {
+    cipc_ownstream_release(team);
     for (int k = 0; k < team->nleaders; k++) {
         gpu_flag_release(&team->done[k], seq);
+    }
+}
+
+/* Whether leader k's GPU has a share in operation d of this rank: a collective's every GPU,
+ * a message's receiver's. */
+static bool
+cipc_desc_needs_gpu(const struct cipc_team *team, const struct cipc_desc *d, int k)
+{
+    if (d->coll == ALG_COLL_SEND) {
+        return d->root < 0 || d->root >= team->nranks || team->leader_of[d->root] == k;
+    }
+    if (d->coll == ALG_COLL_RECV) {
+        return team->leader_of[team->rank] == k;
+    }
+    return true;
+}
+
+void
+cipc_done_stand_in(struct cipc_team *team)
+{
+    struct cipc_ctrl *own = team->ctrls[team->rank];
+    uint32_t posted = shm_flag_load(&own->posted);
+
+    for (int k = 0; k < team->nleaders; k++) {
+        int lr = team->leaders[k];
+        if (lr == team->rank || !__atomic_load_n(&team->ctrls[lr]->left, __ATOMIC_ACQUIRE)) {
+            continue;
+        }
+        uint32_t s = __atomic_load_n(&own->done[k].value, __ATOMIC_ACQUIRE) + 1;
+        bool needed = false;
+        while (!needed && (int32_t)(posted - s) >= 0) {
+            uint32_t last = own->ring[s % CIPC_RING].group_last;
+            for (uint32_t t = s; (int32_t)(last - t) >= 0 && !needed; t++) {
+                /* Then the watch fails the team: that leader will not come. */
+                needed = cipc_desc_needs_gpu(team, &own->ring[t % CIPC_RING], k);
+            }
+            if (!needed) {
+                shm_flag_post(&own->consumed[k], last);
+                gpu_flag_release(&team->done[k], last);
+                s = last + 1;
+            }
+        }
     }
 }
 

@@ -115,10 +115,13 @@ cipc_post_ready(struct cipc_team *team)
         team->done[k] = cipc_flag(team, team->rank, &own->done[k].value);
     }
     /* This GPU's leader in this process: its stream is of this rank's context. (Leaders of
-     * other GPUs have contexts of their own, wherever they run.) */
+     * other GPUs have contexts of their own, wherever they run.) A leader alone on its GPU
+     * runs the share on this rank's streams instead. */
     int mine = team->leader_of[team->rank];
-    team->leader_ctx = mine >= 0 && cipc_leader_here(team, mine);
-    if (team->lead >= 0) {
+    team->leader_ctx = mine >= 0 && cipc_leader_here(team, mine) && team->own == NULL;
+    if (team->own != NULL) {
+        SHIM_CHECK_GOTO(cipc_ownstream_ready(team, gpu), res, out);
+    } else if (team->lead >= 0) {
         GPU_CU_CHECK_GOTO(cuEventCreate(&team->arrived, CU_EVENT_DISABLE_TIMING), res, out);
     }
     team->gpu = gpu;
@@ -613,6 +616,7 @@ cipc_desc_fill(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     d->root = op->root;
     d->count = op->count;
     d->divisor = op->redop.divisor;
+    d->area = -1;
     memcpy(&d->scalar, op->redop.scalar, sizeof(d->scalar));
 }
 
@@ -784,6 +788,22 @@ cipc_match_note(struct cipc_team *team, const struct cipc_op *op)
     }
 }
 
+/* A work area for each operation of a group of a leader rank alone on its GPU (ownstream.c). */
+static ncclResult_t
+cipc_post_take_areas(struct cipc_team *team, struct cipc_desc *const *descs, int nops)
+{
+    for (int i = 0; i < nops; i++) {
+        descs[i]->area = cipc_ownstream_take_area(team, false);
+        if (descs[i]->area < 0) {
+            for (int j = 0; j < i; j++) {
+                cipc_ownstream_drop(team, descs[j]->area);
+            }
+            return ncclInvalidUsage;
+        }
+    }
+    return ncclSuccess;
+}
+
 void
 cipc_post_publish(struct cipc_team *team, uint32_t last)
 {
@@ -833,6 +853,7 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         goto out;
     }
     uint32_t first = team->seq + 1, last = team->seq + (uint32_t)nops;
+    int enqueued = -1; /* operations whose share is enqueued, once that begins */
     SHIM_CHECK_GOTO(cipc_consumed_wait(team, -1, last - CIPC_RING), res, out);
     /* On another stream than the last operations, first wait for those to be done: arrive
      * must only grow (a later write of a smaller number would undo it), and the operations of
@@ -851,19 +872,48 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         cipc_match_note(team, &ops[i]);
         staging |= via[i][0] || via[i][1] || via[i][2];
     }
+    if (team->own != NULL) {
+        SHIM_CHECK_GOTO(cipc_post_take_areas(team, descs, nops), res, out);
+    }
     if (staging) {
         SHIM_CHECK_GOTO(cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, last,
-                                         stream), res, out);
+                                         stream), res, out_areas);
     }
     /* Enqueued before the leaders can see the group: in its context, this GPU's leader's
      * stream must only wait for what is enqueued already. */
-    SHIM_CHECK_GOTO(gpu_stream_post_flag(stream, &team->arrive, last), res, out);
+    SHIM_CHECK_GOTO(gpu_stream_post_flag(stream, &team->arrive, last), res, out_areas);
     if (team->arrived != NULL) {
-        GPU_CU_CHECK_GOTO(cuEventRecord(team->arrived, stream), res, out);
+        GPU_CU_CHECK_GOTO(cuEventRecord(team->arrived, stream), res, out_areas);
+    }
+    if (team->own != NULL) {
+        /* This rank's stream runs its GPU's share (ownstream.c). */
+        int areas[CIPC_RING / 2];
+        for (int i = 0; i < nops; i++) {
+            areas[i] = descs[i]->area;
+        }
+        cipc_ownstream_size(team, ops, areas, nops);
+        SHIM_CHECK_GOTO(cipc_ownstream_enqueue(team, ops, areas, nops, stream, &enqueued), res,
+                        out_areas);
+        SHIM_CHECK_GOTO(cipc_ownstream_close_group(team, stream), res, out_areas);
+        for (int i = 0; i < nops; i++) {
+            cipc_ownstream_give_back(team, descs[i]->area);
+        }
     }
     cipc_post_publish(team, last);
     team->pending_wait = last;
     res = ncclSuccess;
+    goto out;
+out_areas:
+    /* Never posted. An area a stream may read is opened with nothing to do (and comes back
+     * once that stream passed it); the others come back at once. */
+    for (int i = 0; team->own != NULL && i < nops; i++) {
+        if (i <= enqueued) {
+            cipc_ownstream_open_empty(team, descs[i]->area);
+            cipc_ownstream_give_back(team, descs[i]->area);
+        } else {
+            cipc_ownstream_drop(team, descs[i]->area);
+        }
+    }
 out:
     gpu_ctx_pop();
     return res;

@@ -4,6 +4,8 @@
  */
 #include "tasks.h"
 
+#include <string.h>
+
 #include "base/check.h"
 #include "kernels/device.h"
 
@@ -176,14 +178,50 @@ cipc_tasks_copy(const struct cipc_work *w, struct kr_dev_launch *l)
     }
 }
 
+bool
+cipc_reduces(enum alg_coll coll)
+{
+    return coll == ALG_COLL_ALLREDUCE || coll == ALG_COLL_REDUCE ||
+           coll == ALG_COLL_REDUCESCATTER;
+}
+
 ncclResult_t
 cipc_tasks_launch(const struct cipc_work *work, CUstream stream, const struct gpu_device *device)
 {
-    bool reduces = work->coll == ALG_COLL_ALLREDUCE || work->coll == ALG_COLL_REDUCE ||
-                   work->coll == ALG_COLL_REDUCESCATTER;
+    bool reduces = cipc_reduces(work->coll);
     struct kr_dev_launch l;
 
     kr_dev_begin(&l, stream, device, reduces ? &work->redop : NULL);
     SHIM_CHECK(reduces ? cipc_tasks_reduce(work, &l) : cipc_tasks_copy(work, &l));
     return kr_dev_end(&l);
+}
+
+void
+cipc_tasks_shape(enum alg_coll coll, size_t count, ncclDataType_t type, int nranks,
+                 bool *reduces_out, uint64_t *task_bytes_out, uint32_t *tasks_out)
+{
+    bool per_rank = coll == ALG_COLL_ALLGATHER || coll == ALG_COLL_ALLTOALL ||
+                    coll == ALG_COLL_GATHER;
+
+    *reduces_out = cipc_reduces(coll);
+    *task_bytes_out = (uint64_t)count * kr_type_size(type);
+    *tasks_out = per_rank ? (uint32_t)nranks : 1;
+}
+
+ncclResult_t
+cipc_tasks_collect(const struct cipc_work *work, const struct gpu_device *device,
+                   uint32_t max_tasks, struct kr_dev_batch *batch)
+{
+    bool reduces = cipc_reduces(work->coll);
+    struct kr_dev_launch l;
+
+    kr_dev_begin_collect(&l, device, reduces ? &work->redop : NULL);
+    SHIM_CHECK(reduces ? cipc_tasks_reduce(work, &l) : cipc_tasks_copy(work, &l));
+    if (l.batch.ntasks > max_tasks) {
+        WARN("cudaipc: a GPU's share of collective %d is %u kernel tasks, more than the %u its "
+             "launch was sized for", (int)work->coll, l.batch.ntasks, max_tasks);
+        return ncclInternalError;
+    }
+    memcpy(batch, &l.batch, sizeof(*batch));
+    return ncclSuccess;
 }

@@ -31,6 +31,7 @@
 
 #include "algorithms/alg.h"
 #include "cudaipc.h"
+#include "kernels/device_abi.h"
 #include "kernels/kernels.h"
 
 struct gpu_device;
@@ -53,6 +54,8 @@ struct cipc_work {
                                     elements (part < 0: none) */
 };
 
+/* Whether coll reduces (all-reduce, reduce, reduce-scatter): a reduction kernel; else copies. */
+bool cipc_reduces(enum alg_coll coll);
 /* The part of an all-reduce, reduce or broadcast that GPU k of g computes (root_gpu: the
  * root's): reduce and broadcast leave the root's GPU out of the parts, unless it is the only
  * one (a broadcast's root GPU copies the whole input to its own ranks instead); *part < 0:
@@ -69,5 +72,15 @@ void cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_
  * none). */
 ncclResult_t cipc_tasks_launch(const struct cipc_work *work, CUstream stream,
                                const struct gpu_device *device);
+
+/* For a GPU whose one rank is its leader (own.c): the kernel the share of a collective (SEND
+ * and RECV: a copy) of count elements of type needs, known from the call alone: a reduction of
+ * the type or a copy, its largest task's bytes and how many tasks it may have. */
+void cipc_tasks_shape(enum alg_coll coll, size_t count, ncclDataType_t type, int nranks,
+                      bool *reduces_out, uint64_t *task_bytes_out, uint32_t *tasks_out);
+/* This GPU's share of work as one batch, for a "_from" launch sized by cipc_tasks_shape (at
+ * most max_tasks tasks): an error where it does not fit. */
+ncclResult_t cipc_tasks_collect(const struct cipc_work *work, const struct gpu_device *device,
+                                uint32_t max_tasks, struct kr_dev_batch *batch);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include "team.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,8 @@
 #include "base/env.h"
 #include "base/report.h"
 
-/* How long the leader polls its doorbell before it sleeps on it: a rank posting its part of
- * an operation right after another costs no wakeup. */
+/* How long the leader polls (its doorbell; the arrive words its work areas wait for) before
+ * it sleeps: a rank posting or arriving right after another costs no wakeup. */
 #define CIPC_SPIN_NS 20000
 
 struct gpu_flag
@@ -116,6 +117,9 @@ cipc_team_describe(const struct cipc_team *team, char *buf, size_t len)
     if (team->lead >= 0 && n >= 0 && (size_t)n < len) {
         n += cipc_leader_describe(team, buf + n, len - (size_t)n);
     }
+    if (team->own != NULL && n >= 0 && (size_t)n < len) {
+        n += cipc_ownstream_describe(team, buf + n, len - (size_t)n);
+    }
     return n;
 }
 
@@ -158,7 +162,7 @@ cipc_team_check_peers(struct cipc_team *team)
 static void
 cipc_team_report(struct cipc_team *team, const char *why)
 {
-    char line[512];
+    char line[2048];
 
     cipc_team_describe(team, line, sizeof(line));
     fprintf(stderr, "ncclshim report (%s): pid %d device team %016llx rank %d of %d: %s\n", why,
@@ -251,6 +255,8 @@ cipc_team_main(void *arg)
         .reports = shim_report_requests(),
     };
 
+    uint64_t last_progress = 0;
+
     w.wait_ms = w.wait_ms > 0 ? w.wait_ms : 100;
     gpu_capture_relax_thread();
     shim_log_bind(team->log);
@@ -262,11 +268,23 @@ cipc_team_main(void *arg)
                 cipc_team_set_error(team, res);
             }
         }
+        if (team->gpu != NULL) {
+            cipc_done_stand_in(team);
+        }
         cipc_team_watch(team, &w, progressed);
         /* Groups posted by host functions wait for their words: the leader's stream writes
          * done and wakes no one, so while some are held, poll. */
         bool held = cipc_hostpost_release(team, cipc_team_error(team) != ncclSuccess);
-        if (held && !progressed) {
+        /* Work areas wait for ranks' arrive words, which wake no one either (ownstream.c):
+         * a rank's stream waits on the thread's look, so look again at once for a while. */
+        bool areas = team->own != NULL && cipc_ownstream_waiting(team);
+        uint64_t now = (uint64_t)shim_clock_ns();
+        if (progressed) {
+            last_progress = now;
+        }
+        if (areas && !progressed && now - last_progress < CIPC_SPIN_NS) {
+            sched_yield();
+        } else if ((held || areas) && !progressed) {
             usleep(20);
         } else if (!progressed) {
             cipc_team_sleep(team, w.wait_ms);
@@ -322,6 +340,9 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     if (team->lead >= 0) {
         SHIM_CHECK_GOTO(cipc_leader_create(team), res, err_free);
     }
+    if (cipc_leader_alone(team)) {
+        SHIM_CHECK_GOTO(cipc_ownstream_create(team), res, err_unready);
+    }
     /* Page-locked memory is registered now, not between a queued stream wait and its release
      * (registration may wait for the whole device), where the program chose the device; a
      * program that did not (host memory only, likely) gets it at its first device call. A
@@ -344,6 +365,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
 
 err_unready:
     cipc_post_free(team);
+    cipc_ownstream_destroy(team);
     if (team->prepared) {
         cipc_hostpost_unprepare();
     }
@@ -423,6 +445,7 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
         }
         pthread_join(team->thread, NULL);
     }
+    cipc_ownstream_flush(team);
     if (team->gpu != NULL && (abort || busy)) {
         /* Nothing waits for us any more: every gate of this rank's streams opens. */
         cipc_done_release(team, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
@@ -443,6 +466,7 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
     if (team->leader != NULL) {
         cipc_leader_destroy(team, abort || busy);
     }
+    cipc_ownstream_destroy(team);
     cipc_ctrl_unregister_all(team);
     free(team->registered);
     free(team->ctrls);

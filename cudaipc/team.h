@@ -8,15 +8,18 @@
  * driver by the rank and by every leader so that streams of all of them may touch its flags):
  *
  *   arrive       written by the rank's streams when they reach an operation (its number)
- *   done[k]      written by leader k's stream: its share of the rank's operations done, up to
- *                this number (the rank's operations are done when every leader's word is)
+ *   done[k]      written by leader k's stream (or, for a leader alone on its GPU, by its
+ *                rank's stream, or its thread: ownstream.c): its share of the rank's
+ *                operations done, up to this number (the rank's operations are done when
+ *                every leader's word is)
  *   posted       the rank's host: descriptors posted up to this number (a whole group at once)
  *   consumed[k]  leader k's host: this rank's descriptors taken, up to this number
  *   forgets_closed[k]  leader k closed what this rank's first forgets_closed[k] forgets named
  *   left         the rank destroyed or aborted its side: a rank still needed will not come
  *   ring         CIPC_RING descriptors: operation n is in slot n % CIPC_RING
  * and, in a leader's block: doorbell (a rank posted; the leader sleeps on it), leader_done
- * (its stream's operations done, for its mapping cache), channel (its socket's name) and
+ * (its stream's operations done, for its mapping cache and deferred done words), channel (its
+ * socket's name) and
  * forgets (bumped by a rank that sent it a forget on the channel, which it then reads). Rank
  * 0's block holds the team's verdict, `error` (a leader failed it: an ncclResult_t every
  * rank's thread adopts).
@@ -77,6 +80,8 @@ struct cipc_desc {
                               rank's process, uses the user's buffers as they are (post.c) */
     int32_t datatype;
     int32_t root;
+    int32_t area;          /* a leader rank alone on its GPU: the work area its stream runs
+                              this operation's share from (ownstream.c); -1 otherwise */
     uint64_t count;
     uint64_t divisor;
     uint64_t scalar;       /* PreMulSum's scalar, one element, unless scalar_buf is used */
@@ -120,6 +125,8 @@ struct cipc_release {
 struct cipc_stage;
 struct cipc_exports;
 struct cipc_leader;
+struct cipc_ownstream;
+struct cipc_work;
 
 struct cipc_team {
     struct shm_team *shm;
@@ -186,6 +193,8 @@ struct cipc_team {
     int released;                  /* atomic: revoked (cipc_team_release): calls stop waiting */
     int32_t error;                 /* atomic: ncclResult_t */
     struct cipc_leader *leader;    /* a leader's side; NULL on every other rank */
+    struct cipc_ownstream *own;    /* a leader alone on its GPU: its streams run the GPU's
+                                      share (ownstream.c); NULL otherwise */
 };
 
 /* Made ready when the team is made, where the program chose the device and it exists, so
@@ -202,6 +211,9 @@ ncclResult_t cipc_leader_activate(struct cipc_team *team);
 /* From first_on_device (per rank: the lowest rank on its device, -1 without one): the leaders,
  * each rank's, and this rank's index if it leads. An error past CIPC_MAX_LEADERS GPUs. */
 ncclResult_t cipc_leaders_form(struct cipc_team *team, const int *first_on_device);
+/* Whether this rank leads a GPU no other rank of the team uses: its streams run the GPU's
+ * share (ownstream.c). */
+bool cipc_leader_alone(const struct cipc_team *team);
 /* Whether leader k runs in this process. */
 bool cipc_leader_here(const struct cipc_team *team, int k);
 /* Whether every leader's done word of rank r reached seq: r's operations up to seq are done. */
@@ -216,6 +228,12 @@ uint32_t cipc_done_least(const struct cipc_team *team, int r);
  * revoke open the words now). */
 ncclResult_t cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq,
                             bool flags_only);
+/* A leader that left (destroyed or aborted its side) takes no more operations, and its done
+ * words of this rank stop. This rank's groups that need nothing of its GPU (messages between
+ * ranks of other GPUs, which NCCL lets go on) need nothing of it either: this rank writes its
+ * done and consumed words for them, up to the first group that needs its GPU (for which the
+ * watch fails the team). The team's thread calls it every turn. */
+void cipc_done_stand_in(struct cipc_team *team);
 /* Writes every done word of this rank up to seq from the host: every gate opens. */
 void cipc_done_release(struct cipc_team *team, uint32_t seq);
 /* The connection to leader k's socket, opened on first need. */
@@ -304,6 +322,69 @@ struct gpu_flag cipc_flag(struct cipc_team *team, int r, uint32_t *host);
 /* Fails the team (the first error stays): this rank, and, if it leads, through the verdict
  * in rank CIPC_VERDICT's block every rank, sees it. */
 void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
+
+/* ownstream.c: a leader rank alone on its GPU, whose streams run its GPU's share. */
+ncclResult_t cipc_ownstream_create(struct cipc_team *team);
+/* Its device's pool of work areas and its event, where the program chose the device. */
+ncclResult_t cipc_ownstream_ready(struct cipc_team *team, const struct gpu_device *gpu);
+void cipc_ownstream_destroy(struct cipc_team *team);
+/* A work area for one operation, held (-1, with a WARN, when none is left); captured: kept
+ * for good. Given back once enqueued (reused once its stream passed it); a captured one is
+ * held again at each launch, and opened with nothing to do where no team will build it. */
+int cipc_ownstream_take_area(struct cipc_team *team, bool captured);
+void cipc_ownstream_give_back(struct cipc_team *team, int area);
+/* An area taken for an operation that is never posted: back at once (-1: nothing). */
+void cipc_ownstream_drop(struct cipc_team *team, int area);
+void cipc_ownstream_hold(struct cipc_team *team, int area);
+void cipc_ownstream_open_empty(struct cipc_team *team, int area);
+/* The same on the pool itself, which a captured area's host function keeps after its team went
+ * (a captured area keeps its pool for the life of the process). */
+struct cipc_own_pool;
+struct cipc_own_pool *cipc_ownstream_pool(const struct cipc_team *team);
+void cipc_own_pool_hold(struct cipc_own_pool *pool, int area);
+void cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area);
+/* The rank's side, before the group is posted: sizes the launches of its areas for the
+ * group's nops operations (ops), any of which the thread may give any of them. */
+void cipc_ownstream_size(struct cipc_team *team, const struct cipc_op *ops, const int *areas,
+                         int nops);
+/* Then enqueues on stream, after arrive, each area's run; *enqueued: how many were enqueued
+ * whole (a failure leaves the next one partly enqueued). */
+ncclResult_t cipc_ownstream_enqueue(struct cipc_team *team, const struct cipc_op *ops,
+                                    const int *areas, int nops, CUstream stream, int *enqueued);
+/* After a group's operations: the event another stream of the rank follows them by. */
+ncclResult_t cipc_ownstream_close_group(struct cipc_team *team, CUstream stream);
+ncclResult_t cipc_ownstream_follow(struct cipc_team *team, CUstream stream);
+/* The leader's thread: the leader rank's operation d (of the group from group_first) is built
+ * next (begin .. end, with the lock held), into the group's next place (*pos_out: its number
+ * in the rank's stream order): its share (collect), the ranks it waits for (need), and the
+ * done words that taking operations completes (signal, also outside any build). */
+ncclResult_t cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d,
+                                  uint32_t group_first, uint32_t *pos_out);
+ncclResult_t cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w);
+void cipc_ownstream_need(struct cipc_team *team, int rank, uint32_t seq);
+/* Rank's operation is taken: within a build, rank's done word waits for that build. */
+void cipc_ownstream_took(struct cipc_team *team, int rank);
+ncclResult_t cipc_ownstream_signal(struct cipc_team *team, int rank, uint32_t value);
+void cipc_ownstream_end(struct cipc_team *team);
+/* Whether another operation can be built (CIPC_RING wait for their ranks at most). */
+bool cipc_ownstream_room(const struct cipc_team *team);
+/* Opens the areas whose ranks all arrived, writes the deferred done words that may go;
+ * whether anything moved. */
+bool cipc_ownstream_step(struct cipc_team *team);
+/* At teardown, once the thread stopped: writes every done word still deferred (the rank's
+ * operations are done, or aborted), so no other rank waits for a thread that went. */
+void cipc_ownstream_flush(struct cipc_team *team);
+/* Whether areas wait for ranks or done words wait for the stream: the thread polls. */
+bool cipc_ownstream_waiting(const struct cipc_team *team);
+void cipc_ownstream_lock(struct cipc_team *team);
+void cipc_ownstream_unlock(struct cipc_team *team);
+/* Opens every area of this rank's operations posted and not open, with nothing to do, for
+ * good (abort, destroy, revoke, a failed team). */
+void cipc_ownstream_release(struct cipc_team *team);
+/* For hang reports: what waits for whom. */
+int cipc_ownstream_describe(const struct cipc_team *team, char *buf, size_t len);
+/* Whether the areas were released: build nothing more. */
+bool cipc_ownstream_released(const struct cipc_team *team);
 
 /* post.c */
 /* Waits until every stream this rank gated has run past its gates (released, or done) and

@@ -67,10 +67,12 @@ gpu_stream_wait_flag(CUstream stream, const struct gpu_flag *flag, uint32_t seq)
 void
 gpu_flag_release(const struct gpu_flag *flag, uint32_t seq)
 {
-    /* Only forward: a stream's own later write must not be undone, nor a wait reopened. */
+    /* Only forward: a stream's own later write must not be undone, nor a wait reopened (a
+     * compare-and-swap, since a stream may write the word meanwhile). */
     uint32_t now = __atomic_load_n(flag->host, __ATOMIC_ACQUIRE);
-    if ((int32_t)(seq - now) > 0) {
-        __atomic_store_n(flag->host, seq, __ATOMIC_RELEASE);
+    while ((int32_t)(seq - now) > 0 &&
+           !__atomic_compare_exchange_n(flag->host, &now, seq, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_ACQUIRE)) {
     }
 }
 

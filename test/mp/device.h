@@ -339,15 +339,17 @@ mp_device_spread(void)
 
 /* Whether a device call of this rank may wait on the host for the other ranks to call too,
  * as NCCL's calls may: a GPU's leader in the device team (the lowest rank on each device,
- * here ranks 0 .. devices-1), whose streams share a context with its leader's stream, and
- * every rank of a communicator without a device team (here: one host with
- * NCCL_SHM_DISABLE=1), whose call waits for its messages. The others return once their work
- * is enqueued. */
+ * here ranks 0 .. devices-1) that shares its GPU with other ranks (its streams share a context
+ * with its leader's stream; a leader alone on its GPU runs the share on its own streams), and
+ * every rank of a communicator without a device team (here: one host with NCCL_SHM_DISABLE=1),
+ * whose call waits for its messages. The others return once their work is enqueued. */
 static inline bool
-mp_device_call_may_wait(int rank)
+mp_device_call_may_wait(int rank, int nranks)
 {
     const char *no_shm = getenv("NCCL_SHM_DISABLE");
-    return rank < mp_device_spread() || (no_shm != NULL && atoi(no_shm) == 1);
+    int devices = mp_device_spread();
+    bool shared_leader = rank < devices && rank + devices < nranks;
+    return shared_leader || (no_shm != NULL && atoi(no_shm) == 1);
 }
 
 /* The memory kind a command line names; exits on a name it does not know. */

@@ -235,7 +235,7 @@ part_devtimeout(const struct mp_world *w)
      * it before its own clock runs out reports where its operation stood then. */
     bool reported = hang_capture_has("ncclshim report (NCCLSHIM_TIMEOUT)") ||
                     hang_capture_has("ncclshim report (device team failed)");
-    MP_EXPECT(call < 0.5 || mp_device_call_may_wait(w->rank),
+    MP_EXPECT(call < 0.5 || mp_device_call_may_wait(w->rank, w->nranks),
               "the call took %.2f s: it must return once enqueued", call);
     MP_EXPECT(seen == ncclRemoteError, "ncclCommGetAsyncError gave %s, not a remote error",
               ncclGetErrorString(seen));

@@ -184,6 +184,15 @@ device_cases() {
         done
         run_case device-streams-register-n4-4gpu-graph 4 60 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
             "$bindir/streams" -p register -g
+        # A GPU per rank: each leader runs its GPU's share on its own stream (ownstream.c), so
+        # its calls return at once (returns, above), one queue takes a capture, and a group is
+        # run in the order its operations match, whatever the order in which the rank gave them.
+        run_case device-streams-grouporder-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
+            "$bindir/streams" -p grouporder
+        for part in graph onequeuegraph returns order; do
+            run_case "device-streams-$part-n4-4gpu-onequeue" 4 60 "${dev[@]}" \
+                FAKE_CUDA_DEVICES=4 CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/streams" -p "$part"
+        done
         run_case device-streams-abort-n4-4gpu-leader2 4 60 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
             "$bindir/streams" -p abort -r 2
         run_case device-fault-allreduce-n4-4gpu-leader2 1 90 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
@@ -222,6 +231,7 @@ device_cases() {
     run_case device-streams-window-n4-onequeue 4 60 "${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 \
         -- "$bindir/streams" -p window
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
+    run_case device-streams-grouporder-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p grouporder
     run_case device-streams-register-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p register -g
     run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
     run_case device-streams-hostonly-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p hostonly

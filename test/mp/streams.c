@@ -9,6 +9,8 @@
  *             run in issue order (each all-reduce in place feeds the next);
  *   group     a group with an all-reduce on one stream and an all-gather on another: after
  *             ncclGroupEnd, the second stream sees the first's result (NCCL's join);
+ *   grouporder  ranks group the same operations differently (a receive and an all-reduce in
+ *             one group on rank 0, the all-reduce and then the send on rank 1);
  *   devices   one process, ncclCommInitAll on devices 0 and 1, one thread: a group with a
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); then both ranks
@@ -80,8 +82,10 @@
  *             watchdog's, makes it return and frees nothing under it (-R: ncclCommRevoke
  *             makes it return, then abort);
  *   onequeuegraph  with CUDA_DEVICE_MAX_CONNECTIONS=1, every rank captures an all-reduce:
- *             the device team leader's process (rank 0) is refused with a message rather
- *             than hang when the graph runs; the others capture;
+ *             the process of a device team leader that shares its GPU (rank 0 of ranks on
+ *             one device) is refused with a message rather than hang when the graph runs;
+ *             the others capture; with a GPU per rank, every rank captures, and the graph,
+ *             launched twice, sums twice;
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
  *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
  */
@@ -156,7 +160,7 @@ part_returns(const struct mp_world *w)
     double t0 = mp_now();
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
     double call = mp_now() - t0;
-    if (w->rank != late && !mp_device_call_may_wait(w->rank)) {
+    if (w->rank != late && !mp_device_call_may_wait(w->rank, w->nranks)) {
         MP_EXPECT(call < 0.5, "the call took %.2f s while rank %d was late", call, late);
         MP_EXPECT(st_cu.stream_query(s) == CUDA_ERROR_NOT_READY,
                   "the stream was done before rank %d called", late);
@@ -203,6 +207,42 @@ part_group(const struct mp_world *w)
               "ncclGroupEnd did not make every stream of the group wait for all of it");
     MP_EXPECT(st_check(all, (size_t)w->nranks, 0, 1, b, "all-gather in the group") == 0,
               "wrong all-gather in a group of two streams");
+}
+
+/* Ranks that group the same operations differently: rank 0 receives from rank 1 and
+ * all-reduces in one group, while rank 1 all-reduces first and sends after (and the others
+ * all-reduce alone). Each rank's operations run in its stream's order, and rank 1 sends only
+ * once the all-reduce is done, so rank 0's GPU must run its group's all-reduce first, whatever
+ * its order in the group. Five times, each checked. */
+static void
+part_grouporder(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_COUNT, 1, 0, s);
+    float *msg = st_buffer(ST_COUNT, 7, 0, s);
+
+    for (int i = 0; i < 5; i++) {
+        float want = 1;
+        for (int k = 0; k <= i; k++) {
+            want *= (float)w->nranks;
+        }
+        if (w->rank == 0) {
+            MP_CHECK(ncclGroupStart());
+            MP_CHECK_COMM(w->comm, ncclRecv(msg, ST_COUNT, ncclFloat, 1, w->comm, s));
+            MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+            MP_CHECK(ncclGroupEnd());
+            MP_EXPECT(st_check(msg, ST_COUNT, 7 + (float)i, 0, s, "received in a group") == 0,
+                      "the message received in a group with an all-reduce is wrong");
+        } else if (w->rank == 1) {
+            MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+            float *sent = st_buffer(ST_COUNT, 7 + (float)i, 0, s);
+            MP_CHECK_COMM(w->comm, ncclSend(sent, ST_COUNT, ncclFloat, 0, w->comm, s));
+        } else {
+            MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+        }
+        MP_EXPECT(st_check(x, ST_COUNT, want, 0, s, "all-reduce grouped differently") == 0,
+                  "an all-reduce the ranks grouped differently is wrong");
+    }
 }
 
 static void
@@ -1026,7 +1066,7 @@ part_abortblocked(const struct mp_world *w, bool host, bool revoke)
         b.x = calloc(ST_COUNT, sizeof(float));
         MP_ASSERT(b.x != NULL, "out of memory");
     } else {
-        MP_ASSERT(mp_device_call_may_wait(w->rank), "abortblocked: rank 0's call must wait");
+        MP_ASSERT(mp_device_call_may_wait(w->rank, w->nranks), "abortblocked: rank 0's call must wait");
         b.stream = st_stream();
         b.x = st_buffer(ST_COUNT, 1, 0, b.stream);
         MP_CU(&st_cu, stream_synchronize(b.stream));
@@ -1069,14 +1109,29 @@ part_onequeuegraph(const struct mp_world *w)
     MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     ncclResult_t res = ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s);
     MP_CU(&st_cu, stream_end_capture(s, &graph));
-    if (w->rank == 0) {
+    /* Refused in the process of a leader that shares its GPU (the graph's wait would come
+     * before its leader's work); a leader alone on its GPU runs the share on its own stream. */
+    bool refused = w->rank == 0 && mp_device_call_may_wait(w->rank, w->nranks);
+    if (refused) {
         MP_EXPECT(res == ncclInvalidUsage, "a capture in the leader's process with one queue "
                   "gave %s", ncclGetErrorString(res));
         MP_EXPECT(strstr(mp_last_error(w->comm), "CUDA_DEVICE_MAX_CONNECTIONS") != NULL,
                   "no clear message: \"%s\"", mp_last_error(w->comm));
     } else {
-        MP_EXPECT(res == ncclSuccess, "a capture outside the leader's process gave %s",
+        MP_EXPECT(res == ncclSuccess, "a capture with one queue gave %s",
                   ncclGetErrorString(res));
+    }
+    if (w->nranks <= mp_device_spread()) {
+        /* Every rank captured (each leads a GPU of its own): launched twice, it sums twice. */
+        CUgraphExec exec = NULL;
+        MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
+        for (int i = 0; i < 2; i++) {
+            MP_CU(&st_cu, graph_launch(exec, s));
+        }
+        float n = (float)w->nranks;
+        MP_EXPECT(st_check(x, ST_COUNT, n * n, 0, s, "a graph launched twice, one queue") == 0,
+                  "two launches of a captured all-reduce with one queue did not sum twice");
+        MP_CU(&st_cu, graph_exec_destroy(exec));
     }
     MP_CU(&st_cu, graph_destroy(graph));
 }
@@ -1138,7 +1193,7 @@ main(int argc, char **argv)
         } else if (opt == 'X') {
             st_across = true;
         } else {
-            fprintf(stderr, "usage: streams -p returns|order|group|devices|refuse|memapi|"
+            fprintf(stderr, "usage: streams -p returns|order|group|grouporder|devices|refuse|memapi|"
                             "churn|graph|twographs|globalcapture|abort|abortblocked|"
                             "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
@@ -1166,6 +1221,8 @@ main(int argc, char **argv)
         part_order(&world);
     } else if (strcmp(part, "group") == 0) {
         part_group(&world);
+    } else if (strcmp(part, "grouporder") == 0) {
+        part_grouporder(&world);
     } else if (strcmp(part, "refuse") == 0) {
         part_refuse(&world);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)

@@ -1,0 +1,749 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A leader rank alone on its GPU runs its GPU's share on its own streams.
+ *
+ * Why. A GPU's leader enqueues its share on a stream of its own once every rank posted
+ * (leader.c). A rank in that stream's context cannot make its stream wait for that work at its
+ * call: a stream of a context may only wait for work already enqueued there (with one hardware
+ * queue, CUDA_DEVICE_MAX_CONNECTIONS=1, a wait enqueued before the work it waits for blocks
+ * that work for good). So such a call waits on the host for the other ranks, and a CUDA graph
+ * cannot hold it with one queue. On a GPU whose only rank is its leader (one rank per GPU, as
+ * PyTorch runs), every operation of the leader involves that rank, so the rank's call enqueues
+ * the work itself, before anyone knows what it is:
+ *
+ *   the rank's stream     write arrive | per operation of the group: wait go >= OPEN | copy
+ *                         its work area to the device | the kernel's "_from" twin over it
+ *                         (device_abi.h) | kr_dev_signal over it | write go = PASSED
+ *   the leader's thread   once every rank posted: the share's batch into the area, and the
+ *                         done words it completes into its signals; once every rank taking
+ *                         part arrived (their arrive words, read from the host): go = OPEN
+ *
+ * The stream waits only for words the host writes or other processes' streams write, never
+ * for work of its own context that is not enqueued yet: it holds with one queue, and in a
+ * graph.
+ *
+ * Work areas. One per operation in flight, from a pool per device and process made with the
+ * first such team (page-locked host memory the thread builds in, and a copy in device memory
+ * the kernels read), named in the operation's descriptor. An eager call's area goes back to
+ * the pool once its stream passed it; one captured into a graph is kept for good, and the pool
+ * with it, since the graph may be launched any time (its host function holds the area again
+ * at each launch: hostpost.c).
+ *
+ * Done words. Taking operations tells the thread which ranks' done words an operation
+ * completes (leader.c). A rank's word waits for the newest operation built with some of its
+ * share (operations run in their numbers' order, so every older one is done by then), and for
+ * nothing else: it goes into that operation's signals if its area is not open yet, else it is
+ * written from the host once the stream signalled that operation done (leader_done, which
+ * every operation's signals set to its number), only ever forward. Waiting for any newer
+ * operation could wait for a rank that waits for this word.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/clock.h"
+#include "kernels/device.h"
+#include "tasks.h"
+#include "team.h"
+
+/* Areas per device and process: every eager operation in flight (a rank's ring bounds them)
+ * and every one captured into a graph. */
+#define CIPC_OWN_AREAS 1024
+#define CIPC_OWN_HELD 0u
+#define CIPC_OWN_OPEN 1u
+#define CIPC_OWN_PASSED 2u
+
+/* What one operation's kernels read, on the device. */
+struct cipc_own_work {
+    struct kr_dev_batch batch;
+    struct kr_dev_signals signals;
+};
+
+struct cipc_own_area {
+    struct cipc_own_work work;  /* built here by the leader's thread, copied to the device */
+    _Alignas(64) uint32_t go;   /* HELD, OPEN (built, every rank arrived), PASSED */
+    uint32_t tasks;             /* the most tasks its launch was sized for */
+};
+
+struct cipc_own_pool {
+    struct cipc_own_area *host;  /* page-locked */
+    CUdeviceptr host_dev;        /* the same, as the device sees it: the go words */
+    CUdeviceptr dev;             /* CIPC_OWN_AREAS struct cipc_own_work */
+    CUcontext ctx;               /* the device's primary context, where they were made */
+    int teams;                   /* alive, prepared */
+    bool captured;               /* an area was captured: the pool stays */
+    int nfree;
+    int free[CIPC_OWN_AREAS];
+    int npassing;                /* given back, reusable once their stream passed them */
+    int passing[CIPC_OWN_AREAS];
+};
+
+static pthread_mutex_t cipc_own_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cipc_own_pool *cipc_own_pools[GPU_MAX_DEVICES];
+
+/* An operation built whose area is not open yet: the ranks (and their numbers) whose arrive
+ * it waits for. */
+struct cipc_own_pending {
+    int area;
+    uint32_t seq;                /* the leader rank's number of it */
+    int nneeds;
+    int8_t need_rank[CIPC_MAX_RANKS];
+    uint32_t need_seq[CIPC_MAX_RANKS];
+};
+
+/* A done word to write from the host once leader_done reaches need. */
+struct cipc_own_deferred {
+    int rank;
+    uint32_t value, need;
+};
+
+struct cipc_ownstream {
+    struct cipc_own_pool *pool;  /* once ready */
+    CUevent done_event;          /* after the last group's signals, on its stream */
+    pthread_mutex_t lock;        /* the thread's building against a release */
+    bool released;               /* every area opened for good: build nothing more */
+    /* The leader's thread. */
+    struct cipc_own_pending pending[CIPC_RING];
+    int npending;
+    int building;                /* pending[building] is being built; -1 */
+    bool any_built;
+    uint32_t newest;             /* the newest place built (for reports) */
+    bool in_group;               /* the leader rank's group being built: its last number */
+    uint32_t group_last;
+    uint32_t group_built;        /* its places built so far */
+    /* Per rank: the newest operation built that runs some of its share here (its done word
+     * waits for that one's kernels, and no other's). */
+    bool has_last[CIPC_MAX_RANKS];
+    uint32_t last_for[CIPC_MAX_RANKS];
+    struct cipc_own_deferred *deferred;
+    int ndeferred, deferred_cap;
+};
+
+/* --- the pool ------------------------------------------------------------------------------ */
+
+static struct gpu_flag
+cipc_own_go(const struct cipc_own_pool *pool, int area)
+{
+    return (struct gpu_flag){
+        .host = &pool->host[area].go,
+        .dev = pool->host_dev + (CUdeviceptr)area * sizeof(struct cipc_own_area) +
+               offsetof(struct cipc_own_area, go)};
+}
+
+static CUdeviceptr
+cipc_own_work_dev(const struct cipc_own_pool *pool, int area)
+{
+    return pool->dev + (CUdeviceptr)area * sizeof(struct cipc_own_work);
+}
+
+/* Every area free, or given back and passed (with the lock). */
+static bool
+cipc_own_pool_idle(const struct cipc_own_pool *pool)
+{
+    for (int i = 0; i < pool->npassing; i++) {
+        if (__atomic_load_n(&pool->host[pool->passing[i]].go, __ATOMIC_ACQUIRE) !=
+            CIPC_OWN_PASSED) {
+            return false;
+        }
+    }
+    return pool->nfree + pool->npassing == CIPC_OWN_AREAS;
+}
+
+static void
+cipc_own_pool_free(struct cipc_own_pool *pool)
+{
+    if (gpu_ctx_push(pool->ctx) == ncclSuccess) {
+        if (pool->dev != 0) {
+            gpu_cu.cuMemFree(pool->dev);
+        }
+        if (pool->host_dev != 0) {
+            gpu_cu.cuMemHostUnregister(pool->host);
+        }
+        gpu_ctx_pop();
+    }
+    free(pool->host);
+    free(pool);
+}
+
+/* The device's pool, made with its first team (registration and allocation happen where the
+ * program chose its device, not between a queued wait and its release). */
+static ncclResult_t
+cipc_own_pool_prepare(const struct gpu_device *gpu, struct cipc_own_pool **pool_out)
+{
+    const size_t bytes = CIPC_OWN_AREAS * sizeof(struct cipc_own_area);
+    struct cipc_own_pool *pool;
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&cipc_own_lock);
+    pool = cipc_own_pools[gpu->ordinal];
+    if (pool != NULL) {
+        pool->teams++;
+        goto out;
+    }
+    SHIM_CHECK_GOTO(shim_calloc(&pool, 1), res, out);
+    pool->ctx = gpu->ctx;
+    pool->host = aligned_alloc(4096, bytes);
+    if (pool->host == NULL) {
+        WARN("out of memory for %zu bytes of device work areas", bytes);
+        free(pool);
+        res = ncclSystemError;
+        goto out;
+    }
+    memset(pool->host, 0, bytes);
+    SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, err);
+    CUstreamCaptureMode mode = gpu_capture_relax();
+    CUresult cu = gpu_cu.cuMemHostRegister(pool->host, bytes, CU_MEMHOSTREGISTER_PORTABLE |
+                                                                  CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (cu == CUDA_SUCCESS) {
+        cu = gpu_cu.cuMemHostGetDevicePointer(&pool->host_dev, pool->host, 0);
+        if (cu != CUDA_SUCCESS) {
+            gpu_cu.cuMemHostUnregister(pool->host);
+        }
+    }
+    if (cu == CUDA_SUCCESS) {
+        cu = gpu_cu.cuMemAlloc(&pool->dev, CIPC_OWN_AREAS * sizeof(struct cipc_own_work));
+    }
+    gpu_capture_restore(mode);
+    gpu_ctx_pop();
+    if (cu != CUDA_SUCCESS) {
+        res = gpu_cu_fail(cu, "making the device work areas", __FILE__, __LINE__);
+        goto err;
+    }
+    for (int i = 0; i < CIPC_OWN_AREAS; i++) {
+        pool->free[i] = CIPC_OWN_AREAS - 1 - i;
+    }
+    pool->nfree = CIPC_OWN_AREAS;
+    pool->teams = 1;
+    cipc_own_pools[gpu->ordinal] = pool;
+    goto out;
+err:
+    cipc_own_pool_free(pool);
+    pool = NULL;
+out:
+    pthread_mutex_unlock(&cipc_own_lock);
+    *pool_out = pool;
+    return res;
+}
+
+/* A team lets its pool go; the last one frees it, unless an area was captured or a stream
+ * still waits on one (given a moment: abort must return at once). */
+static void
+cipc_own_pool_unprepare(struct cipc_own_pool *pool)
+{
+    pthread_mutex_lock(&cipc_own_lock);
+    if (--pool->teams > 0 || pool->captured) {
+        pthread_mutex_unlock(&cipc_own_lock);
+        return;
+    }
+    uint64_t until = (uint64_t)shim_clock_ns() + 200000000u;
+    while (!cipc_own_pool_idle(pool) && (uint64_t)shim_clock_ns() < until) {
+        pthread_mutex_unlock(&cipc_own_lock);
+        usleep(100);
+        pthread_mutex_lock(&cipc_own_lock);
+    }
+    if (pool->teams == 0 && cipc_own_pool_idle(pool)) {
+        for (int d = 0; d < GPU_MAX_DEVICES; d++) {
+            if (cipc_own_pools[d] == pool) {
+                cipc_own_pools[d] = NULL;
+            }
+        }
+        cipc_own_pool_free(pool);
+    }
+    pthread_mutex_unlock(&cipc_own_lock);
+}
+
+int
+cipc_ownstream_take_area(struct cipc_team *team, bool captured)
+{
+    struct cipc_own_pool *pool = team->own->pool;
+    int area = -1;
+
+    pthread_mutex_lock(&cipc_own_lock);
+    if (pool->nfree == 0) {
+        for (int i = 0; i < pool->npassing;) {
+            int a = pool->passing[i];
+            if (__atomic_load_n(&pool->host[a].go, __ATOMIC_ACQUIRE) == CIPC_OWN_PASSED) {
+                pool->free[pool->nfree++] = a;
+                pool->passing[i] = pool->passing[--pool->npassing];
+            } else {
+                i++;
+            }
+        }
+    }
+    if (pool->nfree > 0) {
+        area = pool->free[--pool->nfree];
+        pool->host[area].work.batch.ntasks = 0;
+        pool->host[area].work.signals.n = 0;
+        __atomic_store_n(&pool->host[area].go, CIPC_OWN_HELD, __ATOMIC_RELEASE);
+        pool->captured |= captured;
+    }
+    pthread_mutex_unlock(&cipc_own_lock);
+    if (area < 0) {
+        WARN("rank %d: more than %d device operations in flight or captured into CUDA graphs "
+             "on this GPU in this process", team->rank, CIPC_OWN_AREAS);
+    }
+    return area;
+}
+
+void
+cipc_ownstream_give_back(struct cipc_team *team, int area)
+{
+    struct cipc_own_pool *pool = team->own->pool;
+
+    pthread_mutex_lock(&cipc_own_lock);
+    pool->passing[pool->npassing++] = area;
+    pthread_mutex_unlock(&cipc_own_lock);
+}
+
+void
+cipc_ownstream_drop(struct cipc_team *team, int area)
+{
+    if (area >= 0) {
+        __atomic_store_n(&team->own->pool->host[area].go, CIPC_OWN_PASSED, __ATOMIC_RELEASE);
+        cipc_ownstream_give_back(team, area);
+    }
+}
+
+struct cipc_own_pool *
+cipc_ownstream_pool(const struct cipc_team *team)
+{
+    return team->own->pool;
+}
+
+void
+cipc_own_pool_hold(struct cipc_own_pool *pool, int area)
+{
+    struct cipc_own_area *a = &pool->host[area];
+
+    a->work.batch.ntasks = 0;
+    a->work.signals.n = 0;
+    __atomic_store_n(&a->go, CIPC_OWN_HELD, __ATOMIC_RELEASE);
+}
+
+void
+cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area)
+{
+    cipc_own_pool_hold(pool, area);
+    __atomic_store_n(&pool->host[area].go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
+}
+
+void
+cipc_ownstream_hold(struct cipc_team *team, int area)
+{
+    cipc_own_pool_hold(team->own->pool, area);
+}
+
+void
+cipc_ownstream_open_empty(struct cipc_team *team, int area)
+{
+    cipc_own_pool_open_empty(team->own->pool, area);
+}
+
+/* --- the team's side ----------------------------------------------------------------------- */
+
+ncclResult_t
+cipc_ownstream_create(struct cipc_team *team)
+{
+    struct cipc_ownstream *own;
+
+    SHIM_CHECK(shim_calloc(&own, 1));
+    pthread_mutex_init(&own->lock, NULL);
+    own->building = -1;
+    team->own = own;
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_ownstream_ready(struct cipc_team *team, const struct gpu_device *gpu)
+{
+    struct cipc_ownstream *own = team->own;
+
+    if (own->pool == NULL) {
+        SHIM_CHECK(cipc_own_pool_prepare(gpu, &own->pool));
+    }
+    if (own->done_event == NULL) {
+        GPU_CU_CHECK(cuEventCreate(&own->done_event, CU_EVENT_DISABLE_TIMING));
+    }
+    return ncclSuccess;
+}
+
+void
+cipc_ownstream_destroy(struct cipc_team *team)
+{
+    struct cipc_ownstream *own = team->own;
+
+    if (own == NULL) {
+        return;
+    }
+    if (own->done_event != NULL) {
+        gpu_cu.cuEventDestroy(own->done_event);
+    }
+    if (own->pool != NULL) {
+        cipc_own_pool_unprepare(own->pool);
+    }
+    free(own->deferred);
+    pthread_mutex_destroy(&own->lock);
+    free(own);
+    team->own = NULL;
+}
+
+/* The largest task and the most tasks of a group's operations: the thread may give an area
+ * any operation of the group, so each launch is sized for the largest. */
+static void
+cipc_own_group_shape(const struct cipc_team *team, const struct cipc_op *ops, int nops,
+                     uint64_t *bytes_out, uint32_t *tasks_out)
+{
+    *bytes_out = 0;
+    *tasks_out = 1;
+    for (int i = 0; i < nops; i++) {
+        uint64_t task_bytes;
+        uint32_t tasks;
+        bool reduces;
+        cipc_tasks_shape(ops[i].coll, ops[i].count, ops[i].redop.type, team->nranks, &reduces,
+                         &task_bytes, &tasks);
+        *bytes_out = task_bytes > *bytes_out ? task_bytes : *bytes_out;
+        *tasks_out = tasks > *tasks_out ? tasks : *tasks_out;
+    }
+}
+
+void
+cipc_ownstream_size(struct cipc_team *team, const struct cipc_op *ops, const int *areas,
+                    int nops)
+{
+    uint64_t bytes;
+    uint32_t tasks;
+
+    cipc_own_group_shape(team, ops, nops, &bytes, &tasks);
+    for (int i = 0; i < nops; i++) {
+        team->own->pool->host[areas[i]].tasks = tasks;
+    }
+}
+
+ncclResult_t
+cipc_ownstream_enqueue(struct cipc_team *team, const struct cipc_op *ops, const int *areas,
+                       int nops, CUstream stream, int *enqueued)
+{
+    struct cipc_own_pool *pool = team->own->pool;
+    uint64_t most_bytes;
+    uint32_t most_tasks;
+
+    cipc_own_group_shape(team, ops, nops, &most_bytes, &most_tasks);
+    for (*enqueued = 0; *enqueued < nops; (*enqueued)++) {
+        int area = areas[*enqueued];
+        struct gpu_flag go = cipc_own_go(pool, area);
+        CUdeviceptr work = cipc_own_work_dev(pool, area);
+        CUdeviceptr built = pool->host_dev + (CUdeviceptr)area * sizeof(struct cipc_own_area) +
+                            offsetof(struct cipc_own_area, work);
+        SHIM_CHECK(gpu_stream_wait_flag(stream, &go, CIPC_OWN_OPEN));
+        GPU_CU_CHECK(cuMemcpyAsync(work, built, sizeof(struct cipc_own_work), stream));
+        SHIM_CHECK(kr_dev_launch_from(stream, team->gpu, most_bytes, most_tasks,
+                                      work + offsetof(struct cipc_own_work, batch)));
+        SHIM_CHECK(kr_dev_signal_from(stream, team->gpu,
+                                      work + offsetof(struct cipc_own_work, signals)));
+        SHIM_CHECK(gpu_stream_post_flag(stream, &go, CIPC_OWN_PASSED));
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_ownstream_close_group(struct cipc_team *team, CUstream stream)
+{
+    GPU_CU_CHECK(cuEventRecord(team->own->done_event, stream));
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_ownstream_follow(struct cipc_team *team, CUstream stream)
+{
+    GPU_CU_CHECK(cuStreamWaitEvent(stream, team->own->done_event, 0));
+    return ncclSuccess;
+}
+
+/* --- the leader's thread ------------------------------------------------------------------ */
+
+static uint32_t
+cipc_own_leader_done(const struct cipc_team *team)
+{
+    return __atomic_load_n(&team->ctrls[team->rank]->leader_done, __ATOMIC_ACQUIRE);
+}
+
+ncclResult_t
+cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t group_first,
+                     uint32_t *pos_out)
+{
+    struct cipc_ownstream *own = team->own;
+
+    /* The group's areas in the order its operations are built (their matching order, which no
+     * rank's stream contradicts), whatever their order in the group. */
+    if (!own->in_group || own->group_last != d->group_last) {
+        own->in_group = true;
+        own->group_last = d->group_last;
+        own->group_built = 0;
+    }
+    uint32_t pos = group_first + own->group_built++;
+    const struct cipc_desc *at = &team->ctrls[team->rank]->ring[pos % CIPC_RING];
+    if (at->area < 0 || at->area >= CIPC_OWN_AREAS || own->npending == CIPC_RING ||
+        (int32_t)(d->group_last - pos) < 0) {
+        WARN("cudaipc: rank %d's operation %u in place %u names work area %d (%d being built)",
+             team->rank, d->seq, pos, at->area, own->npending);
+        return ncclInternalError;
+    }
+    struct cipc_own_pending *p = &own->pending[own->npending];
+    p->area = at->area;
+    p->seq = pos;
+    p->nneeds = 0;
+    own->building = own->npending++;
+    cipc_ownstream_hold(team, at->area);
+    if (!own->any_built || (int32_t)(pos - own->newest) > 0) {
+        own->newest = pos;
+        own->any_built = true;
+    }
+    /* The stream says it ran this place: the word deferred writes and mappings wait for. */
+    struct gpu_flag done = cipc_flag(team, team->rank, &team->ctrls[team->rank]->leader_done);
+    struct kr_dev_signals *s = &own->pool->host[at->area].work.signals;
+    s->words[0] = (struct kr_dev_signal_word){.addr = done.dev, .value = pos};
+    s->n = 1;
+    *pos_out = pos;
+    return ncclSuccess;
+}
+
+ncclResult_t
+cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w)
+{
+    struct cipc_ownstream *own = team->own;
+    struct cipc_own_area *a = &own->pool->host[own->pending[own->building].area];
+
+    return cipc_tasks_collect(w, team->gpu, a->tasks, &a->work.batch);
+}
+
+void
+cipc_ownstream_need(struct cipc_team *team, int rank, uint32_t seq)
+{
+    struct cipc_own_pending *p = &team->own->pending[team->own->building];
+
+    p->need_rank[p->nneeds] = (int8_t)rank;
+    p->need_seq[p->nneeds++] = seq;
+}
+
+/* The pending entry of operation seq, or NULL where its area is open. */
+static struct cipc_own_pending *
+cipc_own_pending_of(struct cipc_ownstream *own, uint32_t seq)
+{
+    for (int i = 0; i < own->npending; i++) {
+        if (own->pending[i].seq == seq) {
+            return &own->pending[i];
+        }
+    }
+    return NULL;
+}
+
+void
+cipc_ownstream_took(struct cipc_team *team, int rank)
+{
+    struct cipc_ownstream *own = team->own;
+
+    if (own->building < 0) {
+        return; /* taken with no work here */
+    }
+    uint32_t seq = own->pending[own->building].seq;
+    if (!own->has_last[rank] || (int32_t)(seq - own->last_for[rank]) > 0) {
+        own->last_for[rank] = seq;
+        own->has_last[rank] = true;
+    }
+}
+
+static void
+cipc_own_add_signal(struct kr_dev_signals *s, uint64_t addr, uint32_t value)
+{
+    for (uint32_t i = 0; i < s->n; i++) {
+        if (s->words[i].addr == addr) {
+            if ((int32_t)(value - s->words[i].value) > 0) {
+                s->words[i].value = value;
+            }
+            return;
+        }
+    }
+    s->words[s->n++] = (struct kr_dev_signal_word){.addr = addr, .value = value};
+}
+
+ncclResult_t
+cipc_ownstream_signal(struct cipc_team *team, int rank, uint32_t value)
+{
+    struct cipc_ownstream *own = team->own;
+    struct gpu_flag done = cipc_flag(team, rank, &team->ctrls[rank]->done[team->lead].value);
+    uint32_t need = own->last_for[rank];
+    struct cipc_own_pending *p = own->has_last[rank] ? cipc_own_pending_of(own, need) : NULL;
+
+    if (p != NULL) {
+        /* A word per rank and leader_done: at most KR_DEV_MAX_SIGNALS. */
+        cipc_own_add_signal(&own->pool->host[p->area].work.signals, done.dev, value);
+        return ncclSuccess;
+    }
+    if (!own->has_last[rank] || (int32_t)(cipc_own_leader_done(team) - need) >= 0) {
+        gpu_flag_release(&done, value);
+        return ncclSuccess;
+    }
+    if (own->ndeferred == own->deferred_cap) {
+        int cap = own->deferred_cap ? 2 * own->deferred_cap : 64;
+        struct cipc_own_deferred *grown = realloc(own->deferred, (size_t)cap * sizeof(*grown));
+        if (grown == NULL) {
+            WARN("cudaipc: out of memory for %d deferred done words", cap);
+            return ncclSystemError;
+        }
+        own->deferred = grown;
+        own->deferred_cap = cap;
+    }
+    own->deferred[own->ndeferred++] =
+        (struct cipc_own_deferred){.rank = rank, .value = value, .need = need};
+    return ncclSuccess;
+}
+
+void
+cipc_ownstream_end(struct cipc_team *team)
+{
+    team->own->building = -1;
+}
+
+bool
+cipc_ownstream_room(const struct cipc_team *team)
+{
+    return team->own->npending < CIPC_RING;
+}
+
+/* Writes the deferred done words whose operation the stream ran (all: every one); whether any
+ * (with the lock). */
+static bool
+cipc_own_write_deferred(struct cipc_team *team, bool all)
+{
+    struct cipc_ownstream *own = team->own;
+    uint32_t done = cipc_own_leader_done(team);
+    bool wrote = false;
+
+    for (int i = 0; i < own->ndeferred;) {
+        const struct cipc_own_deferred *d = &own->deferred[i];
+        if (!all && (int32_t)(done - d->need) < 0) {
+            i++;
+            continue;
+        }
+        struct gpu_flag word = {.host = &team->ctrls[d->rank]->done[team->lead].value};
+        gpu_flag_release(&word, d->value);
+        own->deferred[i] = own->deferred[--own->ndeferred];
+        wrote = true;
+    }
+    return wrote;
+}
+
+bool
+cipc_ownstream_step(struct cipc_team *team)
+{
+    struct cipc_ownstream *own = team->own;
+    bool moved = false;
+
+    pthread_mutex_lock(&own->lock);
+    for (int i = 0; i < own->npending && !own->released;) {
+        struct cipc_own_pending *p = &own->pending[i];
+        bool arrived = true;
+        for (int j = 0; j < p->nneeds && arrived; j++) {
+            uint32_t a = __atomic_load_n(&team->ctrls[p->need_rank[j]]->arrive,
+                                         __ATOMIC_ACQUIRE);
+            arrived = (int32_t)(a - p->need_seq[j]) >= 0;
+        }
+        if (!arrived) {
+            i++;
+            continue;
+        }
+        __atomic_store_n(&own->pool->host[p->area].go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
+        *p = own->pending[--own->npending];
+        moved = true;
+    }
+    moved |= cipc_own_write_deferred(team, false);
+    pthread_mutex_unlock(&own->lock);
+    return moved;
+}
+
+void
+cipc_ownstream_flush(struct cipc_team *team)
+{
+    if (team->own != NULL) {
+        pthread_mutex_lock(&team->own->lock);
+        cipc_own_write_deferred(team, true);
+        pthread_mutex_unlock(&team->own->lock);
+    }
+}
+
+bool
+cipc_ownstream_released(const struct cipc_team *team)
+{
+    return team->own->released;
+}
+
+bool
+cipc_ownstream_waiting(const struct cipc_team *team)
+{
+    return team->own->npending > 0 || team->own->ndeferred > 0;
+}
+
+void
+cipc_ownstream_lock(struct cipc_team *team)
+{
+    pthread_mutex_lock(&team->own->lock);
+}
+
+void
+cipc_ownstream_unlock(struct cipc_team *team)
+{
+    pthread_mutex_unlock(&team->own->lock);
+}
+
+void
+cipc_ownstream_release(struct cipc_team *team)
+{
+    struct cipc_ownstream *own = team->own;
+    struct cipc_ctrl *ctrl = team->ctrls[team->rank];
+
+    if (own == NULL || own->pool == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&own->lock);
+    own->released = true;
+    /* Built and waiting for ranks that will not come: they run nothing. */
+    for (int i = 0; i < own->npending; i++) {
+        cipc_ownstream_open_empty(team, own->pending[i].area);
+    }
+    own->npending = 0;
+    /* Posted, not built: the same. (Taken ones are built; the ring holds the rest.) */
+    uint32_t posted = shm_flag_load(&ctrl->posted);
+    uint32_t consumed = shm_flag_load(&ctrl->consumed[team->lead]);
+    for (uint32_t s = consumed + 1; (int32_t)(posted - s) >= 0; s++) {
+        const struct cipc_desc *d = &ctrl->ring[s % CIPC_RING];
+        if (d->area >= 0 && d->area < CIPC_OWN_AREAS &&
+            __atomic_load_n(&own->pool->host[d->area].go, __ATOMIC_ACQUIRE) == CIPC_OWN_HELD) {
+            cipc_ownstream_open_empty(team, d->area);
+        }
+    }
+    pthread_mutex_unlock(&own->lock);
+}
+
+int
+cipc_ownstream_describe(const struct cipc_team *team, char *buf, size_t len)
+{
+    const struct cipc_ownstream *own = team->own;
+    int n = snprintf(buf, len, "; own stream: %d built waiting for ranks", own->npending);
+
+    for (int i = 0; i < own->npending && n >= 0 && (size_t)n < len; i++) {
+        const struct cipc_own_pending *p = &own->pending[i];
+        n += snprintf(buf + n, len - (size_t)n, " %u (area %d, go %u):", p->seq, p->area,
+                      own->pool->host[p->area].go);
+        for (int j = 0; j < p->nneeds && n >= 0 && (size_t)n < len; j++) {
+            n += snprintf(buf + n, len - (size_t)n, " r%d>=%u", p->need_rank[j],
+                          p->need_seq[j]);
+        }
+    }
+    if (n >= 0 && (size_t)n < len) {
+        n += snprintf(buf + n, len - (size_t)n, ", newest %u, %d done words deferred",
+                      own->newest, own->ndeferred);
+    }
+    return n;
+}
