@@ -128,7 +128,7 @@ $(INTERNAL): $(LIB_OBJS) $(LAYERS_OK)
 
 # --- tools ----------------------------------------------------------------------------------
 tools: $(LAUNCHER) $(BENCH) $(BENCH_COLLS:%=$(BUILD)/bin/%_perf) $(BUILD)/bin/kernel_perf \
-       $(BUILD)/bin/ipc_probe
+       $(BUILD)/bin/ipc_probe $(BUILD)/bin/from_check
 
 $(LAUNCHER): tools/launcher/launcher.c
 	@mkdir -p $(dir $@)
@@ -147,6 +147,12 @@ $(BUILD)/bin/kernel_perf: tools/bench/kernel_perf.c $(KERNEL_OBJS)
 # What a GPU machine must measure for the device team's mapping policy (tools/gpu-check probe):
 # the driver through gpu/driver.c's table, nothing else of the library.
 $(BUILD)/bin/ipc_probe: tools/gpu/ipc_probe.c $(INTERNAL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(INTERNAL) -ldl -lpthread -lm
+
+# The kernels a device team's leader alone on its GPU enqueues before their batch is known
+# (tools/gpu-check quick, make test-kernels).
+$(BUILD)/bin/from_check: tools/gpu/from_check.c $(INTERNAL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(INTERNAL) -ldl -lpthread -lm
 
@@ -214,9 +220,12 @@ test-unit: $(UNIT_BINS) $(FAKE_CUDA)
 test-layers:
 	@test/layers.sh $(LIB_SRCS) $(LIB_HDRS)
 
-# The kernels compiled for every architecture and embedded where the driver looks.
-test-kernels: $(LIB)
+# The kernels compiled for every architecture and embedded where the driver looks; then
+# kr_dev_from and kr_dev_signal as a device team runs them, through the driver's double (a GPU
+# machine runs the same program on its GPU: tools/gpu-check quick).
+test-kernels: $(LIB) $(BUILD)/bin/from_check $(FAKE_CUDA)
 	@test/kernels_check.sh $(LIB) $(NVCC)
+	@LD_LIBRARY_PATH=$(FAKE_CUDA_DIR) $(BUILD)/bin/from_check
 
 test-abi: $(LIB)
 	@test/abi_check.sh $(NCCL_LIBDIR)/libnccl.so.2 $(LIB)
