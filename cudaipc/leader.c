@@ -522,7 +522,7 @@ cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
     }
     L->head[rank] = last + 1;
     if (team->own != NULL) {
-        SHIM_CHECK(cipc_ownstream_signal(team, rank, last));
+        SHIM_CHECK(cipc_ownstream_signal(team, rank, &L->done[rank], last));
     } else {
         SHIM_CHECK(gpu_stream_post_flag(L->stream, &L->done[rank], last));
     }
@@ -626,7 +626,7 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
     SHIM_CHECK(cipc_check_agree(team, descs));
     if (team->own != NULL) {
         SHIM_CHECK(cipc_ownstream_begin(team, descs[team->rank], L->head[team->rank],
-                                        &L->use));
+                                        &L->leader_done, &L->use));
     } else {
         L->use = L->ops + 1;
     }
@@ -678,10 +678,11 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
         /* On this GPU: the receiver is its one rank, the leader; a message to itself has its
          * send run too, with nothing to do. */
         if (src == dst) {
-            SHIM_CHECK(cipc_ownstream_begin(team, send, L->head[src], &L->use));
+            SHIM_CHECK(cipc_ownstream_begin(team, send, L->head[src], &L->leader_done,
+                                            &L->use));
             cipc_ownstream_end(team);
         }
-        SHIM_CHECK(cipc_ownstream_begin(team, recv, L->head[dst], &L->use));
+        SHIM_CHECK(cipc_ownstream_begin(team, recv, L->head[dst], &L->leader_done, &L->use));
     } else {
         L->use = L->ops + 1;
     }
@@ -794,7 +795,8 @@ cipc_step_p2p_elsewhere(struct cipc_team *team, bool *found_out)
         }
         /* The leader rank's stream runs it too, with nothing to do. */
         uint32_t pos;
-        SHIM_CHECK(cipc_ownstream_begin(team, d, team->leader->head[r], &pos));
+        SHIM_CHECK(cipc_ownstream_begin(team, d, team->leader->head[r],
+                                        &team->leader->leader_done, &pos));
         SHIM_CHECK(cipc_take(team, r, d));
         cipc_ownstream_end(team);
         return ncclSuccess;

@@ -471,7 +471,7 @@ cipc_own_leader_done(const struct cipc_team *team)
 
 ncclResult_t
 cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t group_first,
-                     uint32_t *pos_out)
+                     const struct gpu_flag *leader_done, uint32_t *pos_out)
 {
     struct cipc_ownstream *own = team->own;
 
@@ -501,9 +501,8 @@ cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t
         own->any_built = true;
     }
     /* The stream says it ran this place: the word deferred writes and mappings wait for. */
-    struct gpu_flag done = cipc_flag(team, team->rank, &team->ctrls[team->rank]->leader_done);
     struct kr_dev_signals *s = &own->pool->host[at->area].work.signals;
-    s->words[0] = (struct kr_dev_signal_word){.addr = done.dev, .value = pos};
+    s->words[0] = (struct kr_dev_signal_word){.addr = leader_done->dev, .value = pos};
     s->n = 1;
     *pos_out = pos;
     return ncclSuccess;
@@ -569,20 +568,20 @@ cipc_own_add_signal(struct kr_dev_signals *s, uint64_t addr, uint32_t value)
 }
 
 ncclResult_t
-cipc_ownstream_signal(struct cipc_team *team, int rank, uint32_t value)
+cipc_ownstream_signal(struct cipc_team *team, int rank, const struct gpu_flag *done,
+                      uint32_t value)
 {
     struct cipc_ownstream *own = team->own;
-    struct gpu_flag done = cipc_flag(team, rank, &team->ctrls[rank]->done[team->lead].value);
     uint32_t need = own->last_for[rank];
     struct cipc_own_pending *p = own->has_last[rank] ? cipc_own_pending_of(own, need) : NULL;
 
     if (p != NULL) {
         /* A word per rank and leader_done: at most KR_DEV_MAX_SIGNALS. */
-        cipc_own_add_signal(&own->pool->host[p->area].work.signals, done.dev, value);
+        cipc_own_add_signal(&own->pool->host[p->area].work.signals, done->dev, value);
         return ncclSuccess;
     }
     if (!own->has_last[rank] || (int32_t)(cipc_own_leader_done(team) - need) >= 0) {
-        gpu_flag_release(&done, value);
+        gpu_flag_release(done, value);
         return ncclSuccess;
     }
     if (own->ndeferred == own->deferred_cap) {

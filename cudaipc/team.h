@@ -356,15 +356,19 @@ ncclResult_t cipc_ownstream_close_group(struct cipc_team *team, CUstream stream)
 ncclResult_t cipc_ownstream_follow(struct cipc_team *team, CUstream stream);
 /* The leader's thread: the leader rank's operation d (of the group from group_first) is built
  * next (begin .. end, with the lock held), into the group's next place (*pos_out: its number
- * in the rank's stream order): its share (collect), the ranks it waits for (need), and the
- * done words that taking operations completes (signal, also outside any build). */
+ * in the rank's stream order, which the stream writes to leader_done once run): its share
+ * (collect), the ranks it waits for (need), and the done words (rank's `done`, as the
+ * leader's GPU reaches it) that taking operations completes (signal, also outside any
+ * build). */
 ncclResult_t cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d,
-                                  uint32_t group_first, uint32_t *pos_out);
+                                  uint32_t group_first, const struct gpu_flag *leader_done,
+                                  uint32_t *pos_out);
 ncclResult_t cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w);
 void cipc_ownstream_need(struct cipc_team *team, int rank, uint32_t seq);
 /* Rank's operation is taken: within a build, rank's done word waits for that build. */
 void cipc_ownstream_took(struct cipc_team *team, int rank);
-ncclResult_t cipc_ownstream_signal(struct cipc_team *team, int rank, uint32_t value);
+ncclResult_t cipc_ownstream_signal(struct cipc_team *team, int rank,
+                                   const struct gpu_flag *done, uint32_t value);
 void cipc_ownstream_end(struct cipc_team *team);
 /* Whether another operation can be built (CIPC_RING wait for their ranks at most). */
 bool cipc_ownstream_room(const struct cipc_team *team);
