@@ -31,8 +31,8 @@
  * several streams must see them reached in the same order as its peers (one stream per
  * communicator, as PyTorch uses, always does); otherwise the leaders find mismatched
  * collectives. While capturing, every buffer must reach every leader without staging (device
- * memory, exported; the exports are pinned while the team lives, since the graph may run at
- * any time). Staged buffers are refused in this mode altogether. Ranks of the team may share
+ * memory, exported; the exports are pinned while the graph lives, since it may run at any
+ * time). Staged buffers are refused in this mode altogether. Ranks of the team may share
  * the process: their host functions only post, whatever order the driver runs them in. A
  * group whose ring slots are still taken (CIPC_RING descriptors behind) fails the team with
  * a message instead of waiting, since the room could only come from another host function of
@@ -43,8 +43,11 @@
  *
  * Lifetime. A host function finds its team through its record, which teardown detaches under a
  * lock (and waits for those running), so a graph launched after the communicator went does
- * nothing. A captured record lives as long as the process (a graph may be launched any time);
- * an eager one goes after its run.
+ * nothing. A captured record lives as long as its graph: a user object the graph holds runs
+ * its destructor once the graph, its instantiations and their launches went, and the rank's
+ * next call unpins the record's buffers (returning once every leader closed its mapping, so
+ * their owner may free them, as after ncclCommDeregister) and frees it; a record whose team
+ * went first goes with its graph. An eager one goes after its run.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +64,10 @@ struct cipc_hostpost {
     int slot;                        /* its release word */
     struct cipc_own_pool *areas;     /* a leader alone on its GPU: where descs' work areas are
                                         (ownstream.c); NULL */
+    struct cipc_pin *pins;           /* captured: the exports its buffers pinned, 3 per op */
+    bool bound;                      /* captured: its graph holds a user object for it */
+    bool graph_gone;                 /* ... whose destructor ran: the graph and every launch
+                                        of it went (under cipc_hostpost_lock) */
     int nops;
     struct cipc_desc descs[];        /* numbered when it runs */
 };
@@ -394,6 +401,120 @@ cipc_hostpost_run(void *arg)
     pthread_mutex_unlock(&cipc_hostpost_lock);
 }
 
+/* What a captured record holds besides itself: its release word and its work areas, given
+ * back once nothing can launch it (with cipc_hostpost_lock). */
+static void
+cipc_hostpost_give_back(struct cipc_hostpost *hp)
+{
+    cipc_release_give_back(hp->slot);
+    for (int i = 0; hp->areas != NULL && i < hp->nops; i++) {
+        cipc_own_pool_give_back(hp->areas, hp->descs[i].area);
+    }
+    free(hp->pins);
+    free(hp);
+}
+
+/* The user object's destructor, on a driver thread once the graph and every launch of it went
+ * (no CUDA call here, and no wait): the team's next call unpins the record's buffers; a record
+ * whose team went already goes now. */
+static void CUDA_CB
+cipc_hostpost_graph_gone(void *arg)
+{
+    struct cipc_hostpost *hp = arg;
+
+    pthread_mutex_lock(&cipc_hostpost_lock);
+    if (hp->bound) {
+        hp->graph_gone = true;
+        if (hp->team != NULL) {
+            __atomic_add_fetch(&hp->team->graphs_gone, 1, __ATOMIC_RELEASE);
+        } else {
+            struct cipc_hostpost **link = &cipc_hostposts_kept;
+            while (*link != NULL && *link != hp) {
+                link = &(*link)->next;
+            }
+            if (*link == hp) {
+                *link = hp->next;
+                cipc_hostpost_give_back(hp);
+            }
+        }
+    }
+    pthread_mutex_unlock(&cipc_hostpost_lock);
+}
+
+/* A captured record lives as long as its graph, as NCCL's graph registration does: a user
+ * object the graph holds says when the graph and its launches went. Without one (a driver
+ * that refuses), the record and its pins stay for the team's life, as they did. */
+static void
+cipc_hostpost_bind_graph(struct cipc_team *team, struct cipc_hostpost *hp, CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph graph = NULL;
+    CUuserObject object;
+
+    if (gpu_cu.cuStreamGetCaptureInfo(stream, &status, NULL, &graph, NULL, NULL) !=
+            CUDA_SUCCESS ||
+        status != CU_STREAM_CAPTURE_STATUS_ACTIVE || graph == NULL ||
+        gpu_cu.cuUserObjectCreate(&object, hp, cipc_hostpost_graph_gone, 1,
+                                  CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) != CUDA_SUCCESS) {
+        INFO(SHIM_GRAPH, "rank %d: a captured group's buffers stay pinned while the "
+             "communicator lives (no user object for its graph)", team->rank);
+        return;
+    }
+    pthread_mutex_lock(&cipc_hostpost_lock);
+    hp->bound = true;
+    pthread_mutex_unlock(&cipc_hostpost_lock);
+    if (gpu_cu.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE) !=
+        CUDA_SUCCESS) {
+        pthread_mutex_lock(&cipc_hostpost_lock);
+        hp->bound = false; /* its destructor, run by the release, leaves it be */
+        pthread_mutex_unlock(&cipc_hostpost_lock);
+        gpu_cu.cuUserObjectRelease(object, 1);
+        INFO(SHIM_GRAPH, "rank %d: a captured group's buffers stay pinned while the "
+             "communicator lives (its graph took no user object)", team->rank);
+    }
+}
+
+ncclResult_t
+cipc_hostpost_reap(struct cipc_team *team)
+{
+    uint32_t gone = __atomic_load_n(&team->graphs_gone, __ATOMIC_ACQUIRE);
+    struct cipc_hostpost *reaped = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    if (gone == team->graphs_reaped) {
+        return ncclSuccess;
+    }
+    team->graphs_reaped = gone;
+    pthread_mutex_lock(&cipc_hostpost_lock);
+    for (struct cipc_hostpost **link = &team->hostposts; *link != NULL;) {
+        struct cipc_hostpost *hp = *link;
+        if (hp->graph_gone) {
+            *link = hp->next;
+            hp->next = reaped;
+            reaped = hp;
+        } else {
+            link = &hp->next;
+        }
+    }
+    pthread_mutex_unlock(&cipc_hostpost_lock);
+    while (reaped != NULL) {
+        struct cipc_hostpost *hp = reaped;
+        reaped = hp->next;
+        /* The last unpin of cudaMalloc memory returns once every leader closed its mapping:
+         * from then on its owner may free it, as after ncclCommDeregister. */
+        for (int p = 0; p < 3 * hp->nops; p++) {
+            if (hp->pins[p].pinned) {
+                ncclResult_t r = cipc_team_unpin(team, &hp->pins[p]);
+                res = res != ncclSuccess ? res : r;
+            }
+        }
+        pthread_mutex_lock(&cipc_hostpost_lock);
+        cipc_hostpost_give_back(hp);
+        pthread_mutex_unlock(&cipc_hostpost_lock);
+    }
+    return res;
+}
+
 ncclResult_t
 cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                      CUstream stream, bool capturing)
@@ -413,6 +534,11 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     }
     hp->captured = capturing;
     hp->nops = nops;
+    if (capturing && (hp->pins = calloc(3 * (size_t)nops, sizeof(*hp->pins))) == NULL) {
+        free(hp);
+        WARN("rank %d: out of memory for a group of %d device operations", team->rank, nops);
+        return ncclSystemError;
+    }
     if (cipc_releases.words == NULL) {
         WARN("rank %d: no release words (their registration failed when the team was made): "
              "operations cannot be posted from streams", team->rank);
@@ -445,8 +571,7 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
         const struct cipc_buf *bufs[3] = {&hp->descs[i].send, &hp->descs[i].recv,
                                           &hp->descs[i].scalar_buf};
         for (int b = 0; b < 3 && res == ncclSuccess && capturing; b++) {
-            struct cipc_pin pin;
-            res = cipc_export_pin_buf(team, bufs[b], &pin);
+            res = cipc_export_pin_buf(team, bufs[b], &hp->pins[3 * i + b]);
         }
         if (res != ncclSuccess) {
             goto err_pop;
@@ -521,6 +646,9 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     if (res == ncclSuccess) {
         res = cipc_stage_copy_out(team, stream);
     }
+    if (res == ncclSuccess && capturing) {
+        cipc_hostpost_bind_graph(team, hp, stream);
+    }
     gpu_ctx_pop();
     if (res != ncclSuccess) {
         cipc_team_set_error(team, res);
@@ -541,6 +669,7 @@ err_slot:
     cipc_release_set(hp->slot, CIPC_RELEASE_PASSED);
     cipc_release_give_back(hp->slot);
 err_free:
+    free(hp->pins);
     free(hp);
     return res;
 }
@@ -554,7 +683,9 @@ cipc_hostpost_detach(struct cipc_team *team)
         team->hostposts = hp->next;
         hp->team = NULL;
         hp->next = NULL;
-        if (hp->captured) {
+        if (hp->captured && hp->graph_gone) {
+            cipc_hostpost_give_back(hp); /* nothing can launch it */
+        } else if (hp->captured) {
             hp->next = cipc_hostposts_kept;
             cipc_hostposts_kept = hp;
         }

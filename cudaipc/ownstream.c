@@ -288,13 +288,17 @@ cipc_ownstream_take_area(struct cipc_team *team, bool captured)
 }
 
 void
-cipc_ownstream_give_back(struct cipc_team *team, int area)
+cipc_own_pool_give_back(struct cipc_own_pool *pool, int area)
 {
-    struct cipc_own_pool *pool = team->own->pool;
-
     pthread_mutex_lock(&cipc_own_lock);
     pool->passing[pool->npassing++] = area;
     pthread_mutex_unlock(&cipc_own_lock);
+}
+
+void
+cipc_ownstream_give_back(struct cipc_team *team, int area)
+{
+    cipc_own_pool_give_back(team->own->pool, area);
 }
 
 void

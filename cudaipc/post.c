@@ -837,6 +837,7 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
     /* The sweep asks the driver about allocations, which needs the device's context. */
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
     SHIM_CHECK_GOTO(cipc_exports_sweep(team), res, out);
+    SHIM_CHECK_GOTO(cipc_hostpost_reap(team), res, out);
     if ((capturing || team->stream_posting) && team->leader_ctx && gpu_one_queue()) {
         /* A graph holds the wait for the leader's work, which the leader's thread enqueues
          * later: in one queue, behind that wait, for good. */

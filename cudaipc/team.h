@@ -181,6 +181,8 @@ struct cipc_team {
     int hostposts_queued;          /* atomic: made by calls, not posted yet */
     int hostposts_running;         /* under cipc_hostpost_lock */
     struct cipc_hostpost *hostposts; /* under cipc_hostpost_lock: every one naming this team */
+    uint32_t graphs_gone;          /* atomic: captured records whose graph went, counted */
+    uint32_t graphs_reaped;        /* ... as the posting thread last reaped them */
     bool prepared;                 /* cipc_hostpost_prepare'd, to unprepare */
     pthread_mutex_t release_lock;  /* guards releases: words the thread opens at done >= last */
     struct cipc_release *releases;
@@ -276,6 +278,9 @@ void cipc_post_publish(struct cipc_team *team, uint32_t last);
 /* hostpost.c: operations posted by a host function on their stream (cudaipc.h). */
 ncclResult_t cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                                   CUstream stream, bool capturing);
+/* Unpins the buffers of captured groups whose graph and every launch of it went, and frees
+ * their records; a call does it first (the posting thread owns the exports). */
+ncclResult_t cipc_hostpost_reap(struct cipc_team *team);
 /* At teardown, after the thread stopped: no host function touches the team any more, and
  * every release word it held is open. */
 void cipc_hostpost_detach(struct cipc_team *team);
@@ -343,6 +348,7 @@ struct cipc_own_pool;
 struct cipc_own_pool *cipc_ownstream_pool(const struct cipc_team *team);
 void cipc_own_pool_hold(struct cipc_own_pool *pool, int area);
 void cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area);
+void cipc_own_pool_give_back(struct cipc_own_pool *pool, int area);
 /* The rank's side, before the group is posted: sizes the launches of its areas for the
  * group's nops operations (ops), any of which the thread may give any of them. */
 void cipc_ownstream_size(struct cipc_team *team, const struct cipc_op *ops, const int *areas,

@@ -56,7 +56,8 @@
     X(cuEventRecord, 2000) X(cuEventQuery, 2000) X(cuEventSynchronize, 2000)                 \
     X(cuEventDestroy, 4000) X(cuModuleLoadData, 2000) X(cuModuleUnload, 2000)                \
     X(cuModuleGetFunction, 2000) X(cuLaunchKernel, 4000) X(cuMemcpyAsync, 4000)              \
-    X(cuLaunchHostFunc, 10000)
+    X(cuLaunchHostFunc, 10000) X(cuUserObjectCreate, 11030) X(cuUserObjectRelease, 11030)    \
+    X(cuGraphRetainUserObject, 11030) X(cuStreamGetCaptureInfo, 11030)
 
 /* Entry points that older drivers lack, where ncclshim works without them: NULL there (the
  * device path needs a driver of CUDA 13 anyway, for its kernels). */

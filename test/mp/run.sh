@@ -189,6 +189,8 @@ device_cases() {
         # run in the order its operations match, whatever the order in which the rank gave them.
         run_case device-streams-grouporder-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
             "$bindir/streams" -p grouporder
+        run_case device-streams-graphfree-n2-2gpu 2 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
+            "$bindir/streams" -p graphfree
         for part in graph onequeuegraph returns order; do
             run_case "device-streams-$part-n4-4gpu-onequeue" 4 60 "${dev[@]}" \
                 FAKE_CUDA_DEVICES=4 CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/streams" -p "$part"
@@ -232,6 +234,7 @@ device_cases() {
         -- "$bindir/streams" -p window
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
     run_case device-streams-grouporder-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p grouporder
+    run_case device-streams-graphfree-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graphfree
     run_case device-streams-register-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p register -g
     run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
     run_case device-streams-hostonly-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p hostonly

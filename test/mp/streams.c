@@ -64,6 +64,8 @@
  *             the ring captured into a CUDA graph run only when it is launched, as often as it
  *             is (5 launches, with an uncaptured all-reduce after each), and later calls
  *             still run;
+ *   graphfree unregistered cudaMalloc memory captured into a graph may be freed once the
+ *             graph went and a call was made after (no leader maps it any more);
  *   twographs two communicators of the same ranks, each captured on its own stream, the
  *             graphs launched in opposite orders by even and odd ranks, three times: both
  *             finish (no host function waits for GPU work) and are right;
@@ -938,6 +940,39 @@ part_graph(struct mp_world *w)
     MP_CU(&st_cu, graph_destroy(graph));
 }
 
+/* A graph's buffers are their owner's again once the graph went, as with NCCL's graph
+ * registration: unregistered cudaMalloc memory captured into a graph (which a leader of
+ * another process maps) may be freed once the graph and its exec were destroyed and a call
+ * made after that (the call unpins it, and returns once every leader closed its mapping: the
+ * double complains at a free of memory a leader still maps). Before, it stayed mapped while
+ * the communicator lived. */
+static void
+part_graphfree(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_COUNT, 1, 0, s);
+    float *y = st_buffer(ST_COUNT, 1, 0, s);
+    const float n = (float)w->nranks;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+
+    MP_CU(&st_cu, stream_synchronize(s));
+    MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_CU(&st_cu, stream_end_capture(s, &graph));
+    MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
+    MP_CU(&st_cu, graph_launch(exec, s));
+    MP_EXPECT(st_check(x, ST_COUNT, n, 0, s, "the captured all-reduce") == 0,
+              "a captured all-reduce went wrong");
+    MP_CU(&st_cu, graph_exec_destroy(exec));
+    MP_CU(&st_cu, graph_destroy(graph));
+    usleep(200 * 1000); /* the graph's user object goes on a driver thread of its own */
+    MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_EXPECT(st_check(y, ST_COUNT, n, 0, s, "a call after the graph went") == 0,
+              "an all-reduce after the graph went went wrong");
+    MP_CU(&st_cu, mem_free((CUdeviceptr)(uintptr_t)x));
+}
+
 /* Two communicators of the same ranks (a data- and a tensor-parallel group), each captured
  * on its own stream, and their graphs launched in opposite orders by even and odd ranks: a
  * host function that waited for GPU work could stall every other host function of its process
@@ -1194,7 +1229,7 @@ main(int argc, char **argv)
             st_across = true;
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|grouporder|devices|refuse|memapi|"
-                            "churn|graph|twographs|globalcapture|abort|abortblocked|"
+                            "churn|graph|graphfree|twographs|globalcapture|abort|abortblocked|"
                             "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
             return 2;
@@ -1241,6 +1276,8 @@ main(int argc, char **argv)
         part_churn(&world);
     } else if (strcmp(part, "graph") == 0) {
         part_graph(&world);
+    } else if (strcmp(part, "graphfree") == 0) {
+        part_graphfree(&world);
     } else if (strcmp(part, "twographs") == 0) {
         part_twographs(&world);
     } else if (strcmp(part, "globalcapture") == 0) {

@@ -113,6 +113,12 @@ bool fake_mem_device_reaches(uintptr_t host, int device);
 /* The allocation, registration or mapping containing p; false if none. */
 bool fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out);
 
+/* cuStreamGetCaptureInfo's 11.3 variant (stream.c), which proc.c's table hands out. */
+CUresult fake_stream_get_capture_info_v11030(CUstream handle, CUstreamCaptureStatus *status_out,
+                                             cuuint64_t *id_out, CUgraph *graph_out,
+                                             const CUgraphNode **dependencies_out,
+                                             size_t *num_dependencies_out);
+
 /* Kernels (kernels_cpu.cpp), launched by stream.c. */
 /* What a kernel's one parameter is: the batch itself, or the device address of a batch (a
  * kr_dev_from) or of a list of signal words (kr_dev_signal), read when the launch runs. */

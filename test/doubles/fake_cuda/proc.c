@@ -342,6 +342,9 @@ static const struct fake_entry {
     FAKE_ENTRY(cuFuncLoad, 12040),
     FAKE_ENTRY(cuLaunchKernel, 4000), FAKE_ENTRY(cuMemcpyAsync, 4000),
     FAKE_ENTRY(cuLaunchHostFunc, 10000), FAKE_ENTRY(cuMemcpyHtoD, 3020),
+    FAKE_ENTRY(cuUserObjectCreate, 11030), FAKE_ENTRY(cuUserObjectRelease, 11030),
+    FAKE_ENTRY(cuGraphRetainUserObject, 11030),
+    FAKE_VARIANT(cuStreamGetCaptureInfo, 11030, fake_stream_get_capture_info_v11030),
     FAKE_ENTRY(cuMemcpyDtoH, 3020), FAKE_ENTRY(cuMemsetD8, 3020),
 };
 

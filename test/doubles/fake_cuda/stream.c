@@ -10,6 +10,7 @@
  * fork and join across streams): an event recorded or awaited while capturing invalidates the
  * capture.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -63,13 +64,26 @@ struct fake_op {
     struct fake_op *next;
 };
 
+/* References to user objects (cuGraphRetainUserObject) a graph, an instantiated graph or a
+ * launch of one holds. */
+#define FAKE_MAX_USER_REFS 256
+struct fake_user_refs {
+    int n;
+    struct {
+        struct CUuserObject_st *object;
+        unsigned int count;
+    } refs[FAKE_MAX_USER_REFS];
+};
+
 /* A captured graph and an instantiated one: a list of operations. */
 struct CUgraph_st {
     struct fake_op *head, *tail;
+    struct fake_user_refs users;
 };
 
 struct CUgraphExec_st {
     struct fake_op *head;
+    struct fake_user_refs users;
 };
 
 struct CUstream_st {
@@ -1082,6 +1096,184 @@ fake_capture_track(struct CUstream_st *s, bool begin)
     return done;
 }
 
+/* --- user objects ------------------------------------------------------------------------ */
+
+/* cuUserObjectCreate: the destructor runs when the last reference goes, "executed by a shared
+ * internal thread", and "cannot make CUDA API calls" (it runs as a host function does: a call
+ * from it complains). References: the caller's, a graph's, an instantiated graph's, and each
+ * launch's until its work is done. */
+struct CUuserObject_st {
+    void *ptr;
+    CUhostFn destroy;
+    unsigned int refs; /* under fake_user_lock */
+};
+
+static pthread_mutex_t fake_user_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *
+fake_user_destroy_main(void *arg)
+{
+    struct CUuserObject_st *object = arg;
+
+    fake_in_host_fn = true;
+    object->destroy(object->ptr);
+    free(object);
+    return NULL;
+}
+
+/* Drops count references; the last runs the destructor on a thread of its own. */
+static CUresult
+fake_user_release(struct CUuserObject_st *object, unsigned int count)
+{
+    pthread_mutex_lock(&fake_user_lock);
+    bool wrong = count == 0 || count > INT_MAX || count > object->refs;
+    bool last = !wrong && (object->refs -= count) == 0;
+    pthread_mutex_unlock(&fake_user_lock);
+    if (wrong) {
+        fake_complain("cuUserObjectRelease of %u references, %u held (\"undefined behavior to "
+                      "release references not owned by the caller\")", count, object->refs);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (last) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&thread, &attr, fake_user_destroy_main, object) != 0) {
+            fake_user_destroy_main(object);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    return CUDA_SUCCESS;
+}
+
+static void
+fake_user_retain(struct CUuserObject_st *object, unsigned int count)
+{
+    pthread_mutex_lock(&fake_user_lock);
+    object->refs += count;
+    pthread_mutex_unlock(&fake_user_lock);
+}
+
+/* Adds count references of object to refs (already retained for it). */
+static CUresult
+fake_user_refs_add(struct fake_user_refs *refs, struct CUuserObject_st *object,
+                   unsigned int count)
+{
+    for (int i = 0; i < refs->n; i++) {
+        if (refs->refs[i].object == object) {
+            refs->refs[i].count += count;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (refs->n == FAKE_MAX_USER_REFS) {
+        fake_complain("more than %d user objects in one graph", FAKE_MAX_USER_REFS);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    refs->refs[refs->n].object = object;
+    refs->refs[refs->n++].count = count;
+    return CUDA_SUCCESS;
+}
+
+static void
+fake_user_refs_retain(const struct fake_user_refs *refs)
+{
+    for (int i = 0; i < refs->n; i++) {
+        fake_user_retain(refs->refs[i].object, refs->refs[i].count);
+    }
+}
+
+static void
+fake_user_refs_release(struct fake_user_refs *refs)
+{
+    for (int i = 0; i < refs->n; i++) {
+        fake_user_release(refs->refs[i].object, refs->refs[i].count);
+    }
+    refs->n = 0;
+}
+
+/* A launch's references, let go when its work is done (a host function at its end). */
+static void CUDA_CB
+fake_user_refs_launch_done(void *arg)
+{
+    fake_user_refs_release(arg);
+    free(arg);
+}
+
+FAKE_API CUresult
+cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+                   unsigned int initialRefcount, unsigned int flags)
+{
+    if (object_out == NULL || destroy == NULL || initialRefcount == 0 ||
+        initialRefcount > INT_MAX || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct CUuserObject_st *object = calloc(1, sizeof(*object));
+    if (object == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *object = (struct CUuserObject_st){.ptr = ptr, .destroy = destroy, .refs = initialRefcount};
+    *object_out = object;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult
+cuUserObjectRelease(CUuserObject object, unsigned int count)
+{
+    return object != NULL ? fake_user_release(object, count) : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_API CUresult
+cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count,
+                        unsigned int flags)
+{
+    if (graph == NULL || object == NULL || count == 0 || count > INT_MAX ||
+        (flags != 0 && flags != CU_GRAPH_USER_OBJECT_MOVE)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (flags == 0) {
+        fake_user_retain(object, count);
+    }
+    return fake_user_refs_add(&graph->users, object, count);
+}
+
+/* cuStreamGetCaptureInfo as of 11.3 (the variant asked for at 11030): the graph being
+ * captured into, which the caller does not own. */
+CUresult
+fake_stream_get_capture_info_v11030(CUstream handle, CUstreamCaptureStatus *status_out,
+                                    cuuint64_t *id_out, CUgraph *graph_out,
+                                    const CUgraphNode **dependencies_out,
+                                    size_t *num_dependencies_out)
+{
+    struct CUstream_st *s = fake_stream(handle);
+
+    if (status_out == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    pthread_mutex_lock(&s->lock);
+    struct CUgraph_st *graph = s->graph;
+    *status_out = graph == NULL   ? CU_STREAM_CAPTURE_STATUS_NONE
+                  : s->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                   : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    pthread_mutex_unlock(&s->lock);
+    if (id_out != NULL) {
+        *id_out = (cuuint64_t)(uintptr_t)graph;
+    }
+    if (graph_out != NULL) {
+        *graph_out = graph;
+    }
+    if (dependencies_out != NULL) {
+        *dependencies_out = NULL;
+    }
+    if (num_dependencies_out != NULL) {
+        *num_dependencies_out = 0;
+    }
+    return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult
 cuStreamBeginCapture(CUstream handle, CUstreamCaptureMode mode)
 {
@@ -1140,6 +1332,7 @@ cuStreamEndCapture(CUstream handle, CUgraph *graph_out)
     fake_capture_track(s, false);
     if (invalidated) {
         fake_op_list_free(graph->head);
+        fake_user_refs_release(&graph->users);
         free(graph);
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }
@@ -1151,6 +1344,7 @@ FAKE_API CUresult
 cuGraphDestroy(CUgraph graph)
 {
     fake_op_list_free(graph->head);
+    fake_user_refs_release(&graph->users);
     free(graph);
     return CUDA_SUCCESS;
 }
@@ -1174,6 +1368,8 @@ cuGraphInstantiateWithFlags(CUgraphExec *exec_out, CUgraph graph, unsigned long 
         }
         fake_op_append(&exec->head, &tail, copy);
     }
+    exec->users = graph->users;
+    fake_user_refs_retain(&exec->users);
     *exec_out = exec;
     return CUDA_SUCCESS;
 }
@@ -1182,6 +1378,7 @@ FAKE_API CUresult
 cuGraphExecDestroy(CUgraphExec exec)
 {
     fake_op_list_free(exec->head);
+    fake_user_refs_release(&exec->users);
     free(exec);
     return CUDA_SUCCESS;
 }
@@ -1199,5 +1396,20 @@ cuGraphLaunch(CUgraphExec exec, CUstream stream)
             return cu;
         }
     }
-    return CUDA_SUCCESS;
+    if (exec->users.n == 0) {
+        return CUDA_SUCCESS;
+    }
+    /* The launch holds the graph's user objects until its work is done. */
+    struct fake_user_refs *held = malloc(sizeof(*held));
+    struct fake_op *op = fake_op_new(FAKE_OP_HOST);
+    if (held == NULL || op == NULL) {
+        free(held);
+        free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *held = exec->users;
+    fake_user_refs_retain(held);
+    op->host_fn = fake_user_refs_launch_done;
+    op->host_data = held;
+    return fake_enqueue(stream, op);
 }
