@@ -3,10 +3,11 @@
  * Collectives and send/receive on device memory between the ranks of one host, through CUDA
  * IPC. A communicator whose ranks share a host (its shared-memory team, shm/) has one device
  * team. Each GPU the team's ranks use has a leader, the lowest rank on it, which carries out
- * that GPU's share of every operation with one kernel launch on a stream of its own, reading
- * and writing the other ranks' buffers through IPC mappings of them (tasks.h: an all-reduce
- * in parts, one per GPU; the outputs of a GPU's own ranks; a send on the receiver's GPU). The
- * other ranks' streams only wait and signal.
+ * that GPU's share of every operation with one kernel launch on a stream of its own (or, when
+ * it is the GPU's only rank, on that rank's own stream: ownstream.c), reading and writing the
+ * other ranks' buffers through IPC mappings of them (tasks.h: an all-reduce in parts, one per
+ * GPU; the outputs of a GPU's own ranks; a send on the receiver's GPU). The other ranks'
+ * streams only wait and signal.
  *
  * Why a leader per GPU: across GPUs, a single leader's GPU would carry every byte of every
  * rank over its own links (7 S in and out for an all-reduce of S at 8 GPUs, where a ring moves
@@ -26,6 +27,8 @@
  *                          not mapped yet (a cache), and enqueue on leader k's stream:
  *                          wait arrive_q >= s_q for every rank q taking part | kernel(s) of
  *                          its GPU's share | write done_q[k] for every rank q taking part
+ *                          (alone on its GPU: build the same into a work area its rank's
+ *                          stream already waits to run, and open it once they arrived)
  *
  * Waits between ranks are stream memory operations on flags in pinned shared memory, or the
  * host's; never a kernel spinning on another process's flag. A leader alone on its GPU (one
