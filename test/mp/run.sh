@@ -203,6 +203,10 @@ device_cases() {
             NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p devtimeout
         run_case device-soak-n4-2gpu 4 120 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
             "$bindir/soak" -D -n 3000
+        # A GPU per rank: every share on its rank's own stream, two communicators per rank
+        # driven from two threads, work areas taken and given back thousands of times.
+        run_case device-soak-n4-4gpu 4 120 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
+            "$bindir/soak" -D -n 6000
         # Three GPUs of two ranks each: sends between ranks whose receiver's GPU leads them
         # (a leader once carried out another GPU's send posted while it looked). The double's
         # device memory is the leaders' RSS where they touch it, a part more of each new
