@@ -12,7 +12,7 @@
  * the work itself, before anyone knows what it is:
  *
  *   the rank's stream     write arrive | per operation of the group: wait go >= OPEN | copy
- *                         its work area to the device | the kernel's "_from" twin over it
+ *                         its work area to the device | kr_dev_from over it
  *                         (device_abi.h) | kr_dev_signal over it | write go = PASSED
  *   the leader's thread   once every rank posted: the share's batch into the area, and the
  *                         done words it completes into its signals; once every rank taking
@@ -404,8 +404,7 @@ cipc_own_group_shape(const struct cipc_team *team, const struct cipc_op *ops, in
     for (int i = 0; i < nops; i++) {
         uint64_t task_bytes;
         uint32_t tasks;
-        bool reduces;
-        cipc_tasks_shape(ops[i].coll, ops[i].count, ops[i].redop.type, team->nranks, &reduces,
+        cipc_tasks_shape(ops[i].coll, ops[i].count, ops[i].redop.type, team->nranks,
                          &task_bytes, &tasks);
         *bytes_out = task_bytes > *bytes_out ? task_bytes : *bytes_out;
         *tasks_out = tasks > *tasks_out ? tasks : *tasks_out;

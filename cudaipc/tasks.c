@@ -198,12 +198,11 @@ cipc_tasks_launch(const struct cipc_work *work, CUstream stream, const struct gp
 
 void
 cipc_tasks_shape(enum alg_coll coll, size_t count, ncclDataType_t type, int nranks,
-                 bool *reduces_out, uint64_t *task_bytes_out, uint32_t *tasks_out)
+                 uint64_t *task_bytes_out, uint32_t *tasks_out)
 {
     bool per_rank = coll == ALG_COLL_ALLGATHER || coll == ALG_COLL_ALLTOALL ||
                     coll == ALG_COLL_GATHER;
 
-    *reduces_out = cipc_reduces(coll);
     *task_bytes_out = (uint64_t)count * kr_type_size(type);
     *tasks_out = per_rank ? (uint32_t)nranks : 1;
 }

@@ -73,13 +73,13 @@ void cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_
 ncclResult_t cipc_tasks_launch(const struct cipc_work *work, CUstream stream,
                                const struct gpu_device *device);
 
-/* For a GPU whose one rank is its leader (own.c): the kernel the share of a collective (SEND
- * and RECV: a copy) of count elements of type needs, known from the call alone: a reduction of
- * the type or a copy, its largest task's bytes and how many tasks it may have. */
+/* For a GPU whose one rank is its leader (ownstream.c), known from the call alone: the
+ * largest task of its share of a collective (SEND and RECV too) of count elements of type,
+ * in bytes, and how many tasks the share may have. */
 void cipc_tasks_shape(enum alg_coll coll, size_t count, ncclDataType_t type, int nranks,
-                      bool *reduces_out, uint64_t *task_bytes_out, uint32_t *tasks_out);
-/* This GPU's share of work as one batch, for a "_from" launch sized by cipc_tasks_shape (at
- * most max_tasks tasks): an error where it does not fit. */
+                      uint64_t *task_bytes_out, uint32_t *tasks_out);
+/* This GPU's share of work as one batch, for a kr_dev_from launch sized by cipc_tasks_shape
+ * (at most max_tasks tasks): an error where it does not fit. */
 ncclResult_t cipc_tasks_collect(const struct cipc_work *work, const struct gpu_device *device,
                                 uint32_t max_tasks, struct kr_dev_batch *batch);
 
