@@ -30,7 +30,7 @@ cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key, 
             m->forgotten = false;
             cache->forgotten--;
         }
-        /* The newest use: a GPU's share may be built out of its order of running (own.c). */
+        /* The newest use: a GPU's share may be built out of its order of running (ownstream.c). */
         if ((int32_t)(use - m->last_use) > 0) {
             m->last_use = use;
         }

@@ -577,21 +577,16 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
             goto err_pop;
         }
     }
-    for (int i = 0; team->own != NULL && i < nops; i++) {
-        hp->descs[i].area = cipc_ownstream_take_area(team, capturing);
-        if (hp->descs[i].area < 0) {
-            res = ncclInvalidUsage;
+    int areas[CIPC_RING / 2]; /* a leader alone on its GPU: its stream runs the share */
+    if (team->own != NULL) {
+        res = cipc_ownstream_take_group(team, ops, nops, capturing, areas);
+        if (res != ncclSuccess) {
             goto err_pop;
         }
         hp->areas = cipc_ownstream_pool(team);
-    }
-    if (team->own != NULL) {
-        /* Before the host function can post the group (below), as its areas are built. */
-        int areas[CIPC_RING / 2];
         for (int i = 0; i < nops; i++) {
-            areas[i] = hp->descs[i].area;
+            hp->descs[i].area = areas[i];
         }
-        cipc_ownstream_size(team, ops, areas, nops);
     }
     if (staging) {
         /* Copied in before the host function posts and writes arrive; out after the wait. */
@@ -628,14 +623,11 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
      * and the team's error says what went wrong. */
     res = ncclSuccess;
     if (team->own != NULL) {
-        int areas[CIPC_RING / 2], enqueued;
-        for (int i = 0; i < nops; i++) {
-            areas[i] = hp->descs[i].area;
-        }
-        res = cipc_ownstream_enqueue(team, ops, areas, nops, stream, &enqueued);
+        int enqueued;
+        res = cipc_ownstream_enqueue(team, areas, nops, stream, &enqueued);
     }
     for (int i = 0; team->own != NULL && i < nops && !capturing; i++) {
-        cipc_ownstream_give_back(team, hp->descs[i].area); /* back once the stream passed it */
+        cipc_ownstream_give_back(team, areas[i]); /* back once the stream passed it */
     }
     if (res == ncclSuccess) {
         res = gpu_stream_wait_flag(stream, &release, CIPC_RELEASE_OPEN);

@@ -52,7 +52,7 @@ struct cipc_pending_fd {
 struct cipc_leader {
     int index;                    /* which leader: team->leaders[index] is this rank */
     const struct gpu_device *gpu; /* set once the first operation came */
-    CUstream stream;
+    CUstream stream;              /* NULL where the leader rank's streams run the share */
     struct gpu_flag *arrive;      /* every rank's flags, as the leader's stream sees them */
     struct gpu_flag *done;
     struct gpu_flag leader_done;
@@ -137,10 +137,14 @@ cipc_leader_destroy(struct cipc_team *team, bool abort)
             }
         }
         gpu_ctx_push(L->gpu->ctx);
-        gpu_cu.cuStreamSynchronize(L->stream);
+        if (L->stream != NULL) {
+            gpu_cu.cuStreamSynchronize(L->stream);
+        }
         cipc_cache_clear(&L->cache);
-        gpu_cu.cuStreamDestroy(L->stream);
-        gpu_cu.cuEventDestroy(L->done_event);
+        if (L->stream != NULL) {
+            gpu_cu.cuStreamDestroy(L->stream);
+            gpu_cu.cuEventDestroy(L->done_event);
+        }
         gpu_ctx_pop();
     }
     for (int i = 0; i < L->nfds; i++) {
@@ -201,8 +205,11 @@ cipc_leader_activate(struct cipc_team *team)
         L->done[r] = cipc_flag(team, r, &team->ctrls[r]->done[L->index].value);
     }
     L->leader_done = cipc_flag(team, team->rank, &team->ctrls[team->rank]->leader_done);
-    GPU_CU_CHECK_GOTO(cuEventCreate(&L->done_event, CU_EVENT_DISABLE_TIMING), res, out);
-    GPU_CU_CHECK_GOTO(cuStreamCreate(&L->stream, CU_STREAM_NON_BLOCKING), res, out);
+    if (team->own == NULL) {
+        /* A leader alone on its GPU has none: its rank's streams run the share. */
+        GPU_CU_CHECK_GOTO(cuEventCreate(&L->done_event, CU_EVENT_DISABLE_TIMING), res, out);
+        GPU_CU_CHECK_GOTO(cuStreamCreate(&L->stream, CU_STREAM_NON_BLOCKING), res, out);
+    }
     L->gpu = gpu;
     INFO(SHIM_INIT, "cudaipc: rank %d leads device %d, one of %d GPUs of a device team of %d "
          "ranks", team->rank, gpu->ordinal, team->nleaders, team->nranks);
@@ -567,6 +574,29 @@ cipc_leader_wait_arrive(struct cipc_team *team, int rank, const struct cipc_desc
     return gpu_stream_wait_flag(L->stream, &L->arrive[rank], d->seq);
 }
 
+/* The start of an operation with this GPU's share: where the leader rank's stream runs it
+ * (ownstream.c), the next place of that rank's group, for its operation d, is built, until
+ * cipc_leader_end; the mapping cache's stamp for it. */
+static ncclResult_t
+cipc_leader_begin(struct cipc_team *team, const struct cipc_desc *d)
+{
+    struct cipc_leader *L = team->leader;
+
+    if (team->own == NULL) {
+        L->use = L->ops + 1;
+        return ncclSuccess;
+    }
+    return cipc_ownstream_begin(team, d, L->head[team->rank], &L->leader_done, &L->use);
+}
+
+static void
+cipc_leader_end(struct cipc_team *team)
+{
+    if (team->own != NULL) {
+        cipc_ownstream_end(team);
+    }
+}
+
 /* This GPU's share of w: built for the leader rank's stream to run (ownstream.c), or enqueued
  * on the leader's stream and counted done there for the mapping cache. */
 static ncclResult_t
@@ -624,12 +654,7 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
     const struct cipc_desc *d0 = descs[0];
 
     SHIM_CHECK(cipc_check_agree(team, descs));
-    if (team->own != NULL) {
-        SHIM_CHECK(cipc_ownstream_begin(team, descs[team->rank], L->head[team->rank],
-                                        &L->leader_done, &L->use));
-    } else {
-        L->use = L->ops + 1;
-    }
+    SHIM_CHECK(cipc_leader_begin(team, descs[team->rank]));
     memset(w, 0, sizeof(*w));
     w->coll = (enum alg_coll)d0->coll;
     w->nranks = team->nranks;
@@ -654,9 +679,7 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK(cipc_take(team, r, descs[r]));
     }
-    if (team->own != NULL) {
-        cipc_ownstream_end(team);
-    }
+    cipc_leader_end(team);
     return ncclSuccess;
 }
 
@@ -674,18 +697,13 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
              "the pair)", src, send_bytes, dst, recv_bytes, send->match);
         return ncclInvalidUsage;
     }
-    if (team->own != NULL) {
-        /* On this GPU: the receiver is its one rank, the leader; a message to itself has its
-         * send run too, with nothing to do. */
-        if (src == dst) {
-            SHIM_CHECK(cipc_ownstream_begin(team, send, L->head[src], &L->leader_done,
-                                            &L->use));
-            cipc_ownstream_end(team);
-        }
-        SHIM_CHECK(cipc_ownstream_begin(team, recv, L->head[dst], &L->leader_done, &L->use));
-    } else {
-        L->use = L->ops + 1;
+    if (team->own != NULL && src == dst) {
+        /* A message of the leader rank to itself: its send runs too, with nothing to do. */
+        SHIM_CHECK(cipc_leader_begin(team, send));
+        cipc_leader_end(team);
     }
+    /* On this GPU: where its leader rank's stream runs it, the receiver is that rank. */
+    SHIM_CHECK(cipc_leader_begin(team, recv));
     memset(w, 0, sizeof(*w));
     w->coll = ALG_COLL_SEND;
     w->nranks = 1;
@@ -701,9 +719,7 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
     SHIM_CHECK(cipc_leader_run(team, w));
     SHIM_CHECK(cipc_take(team, src, send));
     SHIM_CHECK(cipc_take(team, dst, recv));
-    if (team->own != NULL) {
-        cipc_ownstream_end(team);
-    }
+    cipc_leader_end(team);
     return ncclSuccess;
 }
 
@@ -760,9 +776,9 @@ cipc_step_coll(struct cipc_team *team, bool *found_out)
 static bool
 cipc_p2p_elsewhere(const struct cipc_team *team, int rank, const struct cipc_desc *d)
 {
-    int receiver = d->coll == ALG_COLL_SEND ? d->root : rank;
-    return receiver >= 0 && receiver < team->nranks &&
-           team->leader_of[receiver] != team->leader->index;
+    int gpu = cipc_message_gpu((enum alg_coll)d->coll, rank, d->root, team->leader_of,
+                               team->nranks);
+    return gpu >= 0 && gpu != team->leader->index;
 }
 
 struct cipc_rank_key {
@@ -794,11 +810,9 @@ cipc_step_p2p_elsewhere(struct cipc_team *team, bool *found_out)
             return cipc_take(team, r, d);
         }
         /* The leader rank's stream runs it too, with nothing to do. */
-        uint32_t pos;
-        SHIM_CHECK(cipc_ownstream_begin(team, d, team->leader->head[r],
-                                        &team->leader->leader_done, &pos));
+        SHIM_CHECK(cipc_leader_begin(team, d));
         SHIM_CHECK(cipc_take(team, r, d));
-        cipc_ownstream_end(team);
+        cipc_leader_end(team);
         return ncclSuccess;
     }
     return ncclSuccess;

@@ -16,6 +16,7 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/env.h"
+#include "tasks.h"
 #include "team.h"
 
 ncclResult_t
@@ -130,17 +131,16 @@ cipc_done_release(struct cipc_team *team, uint32_t seq)
 }
 
 /* Whether leader k's GPU has a share in operation d of this rank: a collective's every GPU,
- * a message's receiver's. */
+ * a message's receiver's (any, where that is unknown). */
 static bool
 cipc_desc_needs_gpu(const struct cipc_team *team, const struct cipc_desc *d, int k)
 {
-    if (d->coll == ALG_COLL_SEND) {
-        return d->root < 0 || d->root >= team->nranks || team->leader_of[d->root] == k;
+    if (d->coll != ALG_COLL_SEND && d->coll != ALG_COLL_RECV) {
+        return true;
     }
-    if (d->coll == ALG_COLL_RECV) {
-        return team->leader_of[team->rank] == k;
-    }
-    return true;
+    int gpu = cipc_message_gpu((enum alg_coll)d->coll, team->rank, d->root, team->leader_of,
+                               team->nranks);
+    return gpu < 0 || gpu == k;
 }
 
 void

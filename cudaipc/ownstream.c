@@ -64,7 +64,8 @@ struct cipc_own_work {
 struct cipc_own_area {
     struct cipc_own_work work;  /* built here by the leader's thread, copied to the device */
     _Alignas(64) uint32_t go;   /* HELD, OPEN (built, every rank arrived), PASSED */
-    uint32_t tasks;             /* the most tasks its launch was sized for */
+    uint32_t tasks;             /* its launch's size: the most tasks of its group's operations */
+    uint64_t task_bytes;        /* ... and their largest task's bytes */
 };
 
 struct cipc_own_pool {
@@ -254,10 +255,10 @@ cipc_own_pool_unprepare(struct cipc_own_pool *pool)
     pthread_mutex_unlock(&cipc_own_lock);
 }
 
-int
-cipc_ownstream_take_area(struct cipc_team *team, bool captured)
+/* A free area, held (empty) for an operation; -1 when none is left. */
+static int
+cipc_own_take_area(struct cipc_own_pool *pool, bool captured)
 {
-    struct cipc_own_pool *pool = team->own->pool;
     int area = -1;
 
     pthread_mutex_lock(&cipc_own_lock);
@@ -274,16 +275,10 @@ cipc_ownstream_take_area(struct cipc_team *team, bool captured)
     }
     if (pool->nfree > 0) {
         area = pool->free[--pool->nfree];
-        pool->host[area].work.batch.ntasks = 0;
-        pool->host[area].work.signals.n = 0;
-        __atomic_store_n(&pool->host[area].go, CIPC_OWN_HELD, __ATOMIC_RELEASE);
+        cipc_own_pool_hold(pool, area);
         pool->captured |= captured;
     }
     pthread_mutex_unlock(&cipc_own_lock);
-    if (area < 0) {
-        WARN("rank %d: more than %d device operations in flight or captured into CUDA graphs "
-             "on this GPU in this process", team->rank, CIPC_OWN_AREAS);
-    }
     return area;
 }
 
@@ -331,12 +326,6 @@ cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area)
 {
     cipc_own_pool_hold(pool, area);
     __atomic_store_n(&pool->host[area].go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
-}
-
-void
-cipc_ownstream_hold(struct cipc_team *team, int area)
-{
-    cipc_own_pool_hold(team->own->pool, area);
 }
 
 void
@@ -411,37 +400,47 @@ cipc_own_group_shape(const struct cipc_team *team, const struct cipc_op *ops, in
     }
 }
 
-void
-cipc_ownstream_size(struct cipc_team *team, const struct cipc_op *ops, const int *areas,
-                    int nops)
+ncclResult_t
+cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops, int nops,
+                          bool captured, int *areas)
 {
+    struct cipc_own_pool *pool = team->own->pool;
     uint64_t bytes;
     uint32_t tasks;
 
     cipc_own_group_shape(team, ops, nops, &bytes, &tasks);
     for (int i = 0; i < nops; i++) {
-        team->own->pool->host[areas[i]].tasks = tasks;
+        areas[i] = cipc_own_take_area(pool, captured);
+        if (areas[i] < 0) {
+            for (int j = 0; j < i; j++) {
+                cipc_ownstream_drop(team, areas[j]);
+            }
+            WARN("rank %d: more than %d device operations in flight or captured into CUDA "
+                 "graphs on this GPU in this process", team->rank, CIPC_OWN_AREAS);
+            return ncclInvalidUsage;
+        }
+        pool->host[areas[i]].tasks = tasks;
+        pool->host[areas[i]].task_bytes = bytes;
     }
+    return ncclSuccess;
 }
 
 ncclResult_t
-cipc_ownstream_enqueue(struct cipc_team *team, const struct cipc_op *ops, const int *areas,
-                       int nops, CUstream stream, int *enqueued)
+cipc_ownstream_enqueue(struct cipc_team *team, const int *areas, int nops, CUstream stream,
+                       int *enqueued)
 {
     struct cipc_own_pool *pool = team->own->pool;
-    uint64_t most_bytes;
-    uint32_t most_tasks;
 
-    cipc_own_group_shape(team, ops, nops, &most_bytes, &most_tasks);
     for (*enqueued = 0; *enqueued < nops; (*enqueued)++) {
         int area = areas[*enqueued];
+        const struct cipc_own_area *a = &pool->host[area];
         struct gpu_flag go = cipc_own_go(pool, area);
         CUdeviceptr work = cipc_own_work_dev(pool, area);
         CUdeviceptr built = pool->host_dev + (CUdeviceptr)area * sizeof(struct cipc_own_area) +
                             offsetof(struct cipc_own_area, work);
         SHIM_CHECK(gpu_stream_wait_flag(stream, &go, CIPC_OWN_OPEN));
         GPU_CU_CHECK(cuMemcpyAsync(work, built, sizeof(struct cipc_own_work), stream));
-        SHIM_CHECK(kr_dev_launch_from(stream, team->gpu, most_bytes, most_tasks,
+        SHIM_CHECK(kr_dev_launch_from(stream, team->gpu, a->task_bytes, a->tasks,
                                       work + offsetof(struct cipc_own_work, batch)));
         SHIM_CHECK(kr_dev_signal_from(stream, team->gpu,
                                       work + offsetof(struct cipc_own_work, signals)));
@@ -493,12 +492,13 @@ cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t
              team->rank, d->seq, pos, at->area, own->npending);
         return ncclInternalError;
     }
+    /* The area is held and empty: its call took it so, or each launch's host function holds
+     * it again. */
     struct cipc_own_pending *p = &own->pending[own->npending];
     p->area = at->area;
     p->seq = pos;
     p->nneeds = 0;
     own->building = own->npending++;
-    cipc_ownstream_hold(team, at->area);
     if (!own->any_built || (int32_t)(pos - own->newest) > 0) {
         own->newest = pos;
         own->any_built = true;

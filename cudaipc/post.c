@@ -161,6 +161,20 @@ cipc_leader_touches_local(struct cipc_team *team, int k, const void *ptr,
 /* Which buffers of an operation a GPU's share touches (tasks.h), as a mask of leaders. */
 enum cipc_which { CIPC_SEND_BUF, CIPC_RECV_BUF, CIPC_SCALAR_BUF };
 
+/* The GPUs with a part of a reduce or broadcast (cipc_share_part), as a mask. */
+static uint32_t
+cipc_part_gpus(enum alg_coll coll, int g, int root_k)
+{
+    uint32_t parts = 0;
+
+    for (int k = 0; k < g; k++) {
+        int part, nparts;
+        cipc_share_part(coll, k, g, root_k, &part, &nparts);
+        parts |= part >= 0 ? 1u << k : 0;
+    }
+    return parts;
+}
+
 static uint32_t
 cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_which which)
 {
@@ -170,20 +184,16 @@ cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_
     const int root_k = op->root >= 0 && op->root < team->nranks ? team->leader_of[op->root] : -1;
     const uint32_t root_gpu = root_k >= 0 ? 1u << root_k : 0;
     const bool input = which != CIPC_RECV_BUF;
-    uint32_t parts = 0; /* the GPUs with a part of a reduce or broadcast */
-    for (int k = 0; k < team->nleaders; k++) {
-        int part, nparts;
-        cipc_share_part(op->coll, k, team->nleaders, root_k, &part, &nparts);
-        parts |= part >= 0 ? 1u << k : 0;
-    }
 
     switch (op->coll) {
     case ALG_COLL_ALLREDUCE:
         return all;
     case ALG_COLL_REDUCE:
-        return parts;
+        return cipc_part_gpus(op->coll, team->nleaders, root_k);
     case ALG_COLL_BROADCAST:
-        return input ? all : own == root_k ? root_gpu : parts;
+        return input            ? all
+               : own == root_k ? root_gpu
+                               : cipc_part_gpus(op->coll, team->nleaders, root_k);
     case ALG_COLL_REDUCESCATTER:
     case ALG_COLL_ALLGATHER:
     case ALG_COLL_ALLTOALL:
@@ -191,10 +201,11 @@ cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_
         return input ? all : mine;
     case ALG_COLL_GATHER:
         return root_gpu;
-    case ALG_COLL_SEND:
-        return root_gpu; /* the receiver's */
-    default:
-        return mine;     /* RECV */
+    default: { /* SEND, RECV: the receiver's */
+        int gpu = cipc_message_gpu(op->coll, team->rank, op->root, team->leader_of,
+                                   team->nranks);
+        return gpu >= 0 ? 1u << gpu : 0;
+    }
     }
 }
 
@@ -788,22 +799,6 @@ cipc_match_note(struct cipc_team *team, const struct cipc_op *op)
     }
 }
 
-/* A work area for each operation of a group of a leader rank alone on its GPU (ownstream.c). */
-static ncclResult_t
-cipc_post_take_areas(struct cipc_team *team, struct cipc_desc *const *descs, int nops)
-{
-    for (int i = 0; i < nops; i++) {
-        descs[i]->area = cipc_ownstream_take_area(team, false);
-        if (descs[i]->area < 0) {
-            for (int j = 0; j < i; j++) {
-                cipc_ownstream_drop(team, descs[j]->area);
-            }
-            return ncclInvalidUsage;
-        }
-    }
-    return ncclSuccess;
-}
-
 void
 cipc_post_publish(struct cipc_team *team, uint32_t last)
 {
@@ -873,8 +868,12 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
         cipc_match_note(team, &ops[i]);
         staging |= via[i][0] || via[i][1] || via[i][2];
     }
+    int areas[CIPC_RING / 2]; /* a leader alone on its GPU: its stream runs the share */
     if (team->own != NULL) {
-        SHIM_CHECK_GOTO(cipc_post_take_areas(team, descs, nops), res, out);
+        SHIM_CHECK_GOTO(cipc_ownstream_take_group(team, ops, nops, false, areas), res, out);
+        for (int i = 0; i < nops; i++) {
+            descs[i]->area = areas[i];
+        }
     }
     if (staging) {
         SHIM_CHECK_GOTO(cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, last,
@@ -888,16 +887,11 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
     }
     if (team->own != NULL) {
         /* This rank's stream runs its GPU's share (ownstream.c). */
-        int areas[CIPC_RING / 2];
-        for (int i = 0; i < nops; i++) {
-            areas[i] = descs[i]->area;
-        }
-        cipc_ownstream_size(team, ops, areas, nops);
-        SHIM_CHECK_GOTO(cipc_ownstream_enqueue(team, ops, areas, nops, stream, &enqueued), res,
+        SHIM_CHECK_GOTO(cipc_ownstream_enqueue(team, areas, nops, stream, &enqueued), res,
                         out_areas);
         SHIM_CHECK_GOTO(cipc_ownstream_close_group(team, stream), res, out_areas);
         for (int i = 0; i < nops; i++) {
-            cipc_ownstream_give_back(team, descs[i]->area);
+            cipc_ownstream_give_back(team, areas[i]);
         }
     }
     cipc_post_publish(team, last);
@@ -909,10 +903,10 @@ out_areas:
      * once that stream passed it); the others come back at once. */
     for (int i = 0; team->own != NULL && i < nops; i++) {
         if (i <= enqueued) {
-            cipc_ownstream_open_empty(team, descs[i]->area);
-            cipc_ownstream_give_back(team, descs[i]->area);
+            cipc_ownstream_open_empty(team, areas[i]);
+            cipc_ownstream_give_back(team, areas[i]);
         } else {
-            cipc_ownstream_drop(team, descs[i]->area);
+            cipc_ownstream_drop(team, areas[i]);
         }
     }
 out:

@@ -178,6 +178,13 @@ cipc_tasks_copy(const struct cipc_work *w, struct kr_dev_launch *l)
     }
 }
 
+int
+cipc_message_gpu(enum alg_coll coll, int rank, int peer, const int8_t *leader_of, int nranks)
+{
+    int receiver = coll == ALG_COLL_SEND ? peer : rank;
+    return receiver >= 0 && receiver < nranks ? leader_of[receiver] : -1;
+}
+
 bool
 cipc_reduces(enum alg_coll coll)
 {

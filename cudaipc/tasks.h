@@ -54,6 +54,11 @@ struct cipc_work {
                                     elements (part < 0: none) */
 };
 
+/* The GPU (its leader's index, leader_of as the team's) that carries out a send (coll SEND)
+ * or receive of `rank` with `peer`: the receiver's; -1 where the receiver is no rank of the
+ * nranks or has no device. */
+int cipc_message_gpu(enum alg_coll coll, int rank, int peer, const int8_t *leader_of,
+                     int nranks);
 /* Whether coll reduces (all-reduce, reduce, reduce-scatter): a reduction kernel; else copies. */
 bool cipc_reduces(enum alg_coll coll);
 /* The part of an all-reduce, reduce or broadcast that GPU k of g computes (root_gpu: the

@@ -333,14 +333,21 @@ ncclResult_t cipc_ownstream_create(struct cipc_team *team);
 /* Its device's pool of work areas and its event, where the program chose the device. */
 ncclResult_t cipc_ownstream_ready(struct cipc_team *team, const struct gpu_device *gpu);
 void cipc_ownstream_destroy(struct cipc_team *team);
-/* A work area for one operation, held (-1, with a WARN, when none is left); captured: kept
- * for good. Given back once enqueued (reused once its stream passed it); a captured one is
- * held again at each launch, and opened with nothing to do where no team will build it. */
-int cipc_ownstream_take_area(struct cipc_team *team, bool captured);
+/* The rank's side, before a group of nops operations (ops) is posted: a work area for each,
+ * held and empty, its launch sized for the largest of the group (the thread may give any area
+ * any operation of the group); ncclInvalidUsage with a WARN, holding none, when the pool has
+ * too few. captured: kept while the graph lives, and held again at each launch. */
+ncclResult_t cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops,
+                                       int nops, bool captured, int *areas);
+/* Then enqueues on stream, after arrive, each area's run; *enqueued: how many were enqueued
+ * whole (a failure leaves the next one partly enqueued). An area is given back once
+ * enqueued, and reused once its stream passed it. */
+ncclResult_t cipc_ownstream_enqueue(struct cipc_team *team, const int *areas, int nops,
+                                    CUstream stream, int *enqueued);
 void cipc_ownstream_give_back(struct cipc_team *team, int area);
 /* An area taken for an operation that is never posted: back at once (-1: nothing). */
 void cipc_ownstream_drop(struct cipc_team *team, int area);
-void cipc_ownstream_hold(struct cipc_team *team, int area);
+/* Opened with nothing to do, for a stream that may read it but no team will build it. */
 void cipc_ownstream_open_empty(struct cipc_team *team, int area);
 /* The same on the pool itself, which a captured area's host function keeps after its team went
  * (a captured area keeps its pool for the life of the process). */
@@ -349,14 +356,6 @@ struct cipc_own_pool *cipc_ownstream_pool(const struct cipc_team *team);
 void cipc_own_pool_hold(struct cipc_own_pool *pool, int area);
 void cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area);
 void cipc_own_pool_give_back(struct cipc_own_pool *pool, int area);
-/* The rank's side, before the group is posted: sizes the launches of its areas for the
- * group's nops operations (ops), any of which the thread may give any of them. */
-void cipc_ownstream_size(struct cipc_team *team, const struct cipc_op *ops, const int *areas,
-                         int nops);
-/* Then enqueues on stream, after arrive, each area's run; *enqueued: how many were enqueued
- * whole (a failure leaves the next one partly enqueued). */
-ncclResult_t cipc_ownstream_enqueue(struct cipc_team *team, const struct cipc_op *ops,
-                                    const int *areas, int nops, CUstream stream, int *enqueued);
 /* After a group's operations: the event another stream of the rank follows them by. */
 ncclResult_t cipc_ownstream_close_group(struct cipc_team *team, CUstream stream);
 ncclResult_t cipc_ownstream_follow(struct cipc_team *team, CUstream stream);
