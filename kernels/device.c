@@ -328,7 +328,7 @@ kr_dev_end(struct kr_dev_launch *l)
     unsigned blocks, threads;
     uint64_t bytes = l->copy ? l->max_count : l->max_count * kr_type_size(l->type);
     kr_dev_grid(l->device, bytes, l->batch.ntasks, &blocks, &threads);
-    res = kr_dev_launch(l->device, l->copy ? KR_DEV_COPY : kr_dev_kernel_of(l->type), blocks,
+    res = kr_dev_launch(l->device, (enum kr_dev_kernel)l->batch.kernel, blocks,
                         l->batch.ntasks, threads, l->stream, &l->batch);
     l->batch.ntasks = 0;
     l->max_count = 0;

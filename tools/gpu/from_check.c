@@ -92,11 +92,7 @@ from_case(const struct gpu_device *dev, CUstream stream, CUdeviceptr batch_dev,
         kr_reduce_host(want, want, host + (size_t)k * bytes, count, op, 0);
     }
     uint64_t dst = in_place ? srcs[0].ptr : mem + (CUdeviceptr)nsrc * (bytes + 256) + shift;
-    if (op != NULL) {
-        kr_dev_begin_collect(&l, dev, op);
-    } else {
-        kr_dev_begin_collect(&l, dev, NULL);
-    }
+    kr_dev_begin_collect(&l, dev, op);
     bool ok = kr_dev_add(&l, srcs, nsrc, &dst, 1, count) == ncclSuccess;
     ok = ok && from_cu(gpu_cu.cuMemcpyAsync(batch_dev, (CUdeviceptr)(uintptr_t)&l.batch,
                                             sizeof(l.batch), stream), "the batch");

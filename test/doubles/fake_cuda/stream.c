@@ -888,10 +888,11 @@ fake_kernel_execute(const struct fake_op *op)
         struct kr_dev_batch batch;
         uint64_t at;
         memcpy(&at, op->params, sizeof(at));
-        const struct fake_kernel *kernel = NULL;
-        if (!fake_read_at(at, op->device, &batch, sizeof(batch), "kr_dev_from") ||
-            batch.ntasks > KR_DEV_MAX_TASKS ||
-            (kernel = fake_kernel_by_id(batch.kernel)) == NULL) {
+        if (!fake_read_at(at, op->device, &batch, sizeof(batch), "kr_dev_from")) {
+            abort();
+        }
+        const struct fake_kernel *kernel = fake_kernel_by_id(batch.kernel);
+        if (batch.ntasks > KR_DEV_MAX_TASKS || kernel == NULL) {
             fake_complain("kr_dev_from: a batch of %u tasks naming kernel %u", batch.ntasks,
                           batch.kernel);
             abort();
@@ -912,8 +913,12 @@ fake_kernel_execute(const struct fake_op *op)
         struct kr_dev_signals signals;
         uint64_t at;
         memcpy(&at, op->params, sizeof(at));
-        if (!fake_read_at(at, op->device, &signals, sizeof(signals), "kr_dev_signal") ||
-            signals.n > KR_DEV_MAX_SIGNALS) {
+        if (!fake_read_at(at, op->device, &signals, sizeof(signals), "kr_dev_signal")) {
+            abort();
+        }
+        if (signals.n > KR_DEV_MAX_SIGNALS) {
+            fake_complain("kr_dev_signal: a list of %u words (at most %d)", signals.n,
+                          KR_DEV_MAX_SIGNALS);
             abort();
         }
         for (uint32_t i = 0; i < signals.n; i++) {
