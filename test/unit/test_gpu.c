@@ -268,6 +268,97 @@ Test(gpu, a_capturing_stream_is_told)
     gpu_cu.cuStreamDestroy(s);
 }
 
+/* A user object's destructor, as the device team's captured groups have one: it records
+ * that it ran, and what a CUDA call made from it gets. */
+static CUresult user_destroy_call;
+
+static void CUDA_CB
+user_destroy(void *arg)
+{
+    CUdeviceptr p = 0;
+    user_destroy_call = gpu_cu.cuMemAlloc(&p, 64);
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+/* cuUserObjectCreate, cuGraphRetainUserObject and cuStreamGetCaptureInfo as cuda.h has them:
+ * the one flag required, a reference count of at least one, the graph being captured; the
+ * destructor runs once the graph, its instantiation and a launch in flight all let go, and a
+ * CUDA call from it is refused ("cannot make CUDA API calls"). */
+Test(gpu, a_user_object_goes_with_its_graph_and_its_launches)
+{
+    CUresult (*begin)(CUstream, CUstreamCaptureMode) = fake_fn("cuStreamBeginCapture_v2");
+    CUresult (*end)(CUstream, CUgraph *) = fake_fn("cuStreamEndCapture");
+    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long) =
+        fake_fn("cuGraphInstantiateWithFlags");
+    CUresult (*launch)(CUgraphExec, CUstream) = fake_fn("cuGraphLaunch");
+    CUresult (*exec_destroy)(CUgraphExec) = fake_fn("cuGraphExecDestroy");
+    CUresult (*graph_destroy)(CUgraph) = fake_fn("cuGraphDestroy");
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CUgraph captured = NULL, graph = NULL;
+    CUgraphExec exec = NULL;
+    CUuserObject object;
+    uint32_t *gate_host, *mark_host;
+    int gone = 0;
+
+    if (fake_fn("fake_cuda_set_capturing") == NULL) {
+        cr_skip_test("a real driver: graphs are tested on the GPU machine");
+    }
+    cr_assert_eq(gpu_cu.cuUserObjectCreate(&object, &gone, user_destroy, 1, 0),
+                 CUDA_ERROR_INVALID_VALUE, "the one defined flag is required");
+    cr_assert_eq(gpu_cu.cuUserObjectCreate(&object, &gone, user_destroy, 0,
+                                           CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+                 CUDA_ERROR_INVALID_VALUE, "a reference count of zero");
+    /* "undefined behavior to release references not owned by the caller": refused. */
+    int other = 0;
+    cr_assert_eq(gpu_cu.cuUserObjectCreate(&object, &other, user_destroy, 1,
+                                           CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuUserObjectRelease(object, 2), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuUserObjectRelease(object, 1), CUDA_SUCCESS);
+    EVENTUALLY(__atomic_load_n(&other, __ATOMIC_ACQUIRE) == 1);
+    struct gpu_flag gate = new_flag(&gate_host), mark = new_flag(&mark_host);
+    CUstream s = new_stream();
+    cr_assert_eq(gpu_cu.cuStreamGetCaptureInfo(s, NULL, NULL, &captured, NULL, NULL),
+                 CUDA_ERROR_INVALID_VALUE, "the status is required");
+    cr_assert_eq(gpu_cu.cuStreamGetCaptureInfo(s, &status, NULL, &captured, NULL, NULL),
+                 CUDA_SUCCESS);
+    cr_assert_eq(status, CU_STREAM_CAPTURE_STATUS_NONE);
+    cr_assert_eq(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    cr_assert_eq(gpu_stream_wait_flag(s, &gate, 1), ncclSuccess);
+    cr_assert_eq(gpu_stream_post_flag(s, &mark, 1), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuStreamGetCaptureInfo(s, &status, NULL, &captured, NULL, NULL),
+                 CUDA_SUCCESS);
+    cr_assert_eq(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    cr_assert_eq(gpu_cu.cuUserObjectCreate(&object, &gone, user_destroy, 1,
+                                           CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuGraphRetainUserObject(captured, object, 1, 7),
+                 CUDA_ERROR_INVALID_VALUE, "an undefined flag");
+    cr_assert_eq(gpu_cu.cuGraphRetainUserObject(captured, object, 1,
+                                                CU_GRAPH_USER_OBJECT_MOVE),
+                 CUDA_SUCCESS);
+    cr_assert_eq(end(s, &graph), CUDA_SUCCESS);
+    cr_assert_eq(graph, captured);
+    cr_assert_eq(instantiate(&exec, graph, 0), CUDA_SUCCESS);
+    cr_assert_eq(launch(exec, s), CUDA_SUCCESS);
+    cr_assert_eq(exec_destroy(exec), CUDA_SUCCESS);
+    cr_assert_eq(graph_destroy(graph), CUDA_SUCCESS);
+    usleep(50 * 1000);
+    cr_assert_eq(__atomic_load_n(&gone, __ATOMIC_ACQUIRE), 0,
+                 "the destructor ran while a launch of the graph was still waiting");
+    __atomic_store_n(gate_host, 1, __ATOMIC_RELEASE);
+    EVENTUALLY(__atomic_load_n(&gone, __ATOMIC_ACQUIRE) == 1);
+    cr_assert_eq(__atomic_load_n(mark_host, __ATOMIC_ACQUIRE), 1u);
+    cr_assert_eq(user_destroy_call, CUDA_ERROR_NOT_PERMITTED,
+                 "a CUDA call from a user object's destructor was let through");
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    gpu_cu.cuStreamDestroy(s);
+    gpu_cu.cuMemHostUnregister(gate_host);
+    gpu_cu.cuMemHostUnregister(mark_host);
+    free(gate_host);
+    free(mark_host);
+}
+
 /* More tasks, operands and destinations than one launch holds, against the host's result. */
 Test(gpu, batches_of_any_size_give_the_host_reductions)
 {
