@@ -441,7 +441,7 @@ cipc_ownstream_enqueue(struct cipc_team *team, const int *areas, int nops, CUstr
         SHIM_CHECK(gpu_stream_wait_flag(stream, &go, CIPC_OWN_OPEN));
         GPU_CU_CHECK(cuMemcpyAsync(work, built, sizeof(struct cipc_own_work), stream));
         SHIM_CHECK(kr_dev_launch_from(stream, team->gpu, a->task_bytes, a->tasks,
-                                      work + offsetof(struct cipc_own_work, batch)));
+                                      work + offsetof(struct cipc_own_work, batch), 0));
         SHIM_CHECK(kr_dev_signal_from(stream, team->gpu,
                                       work + offsetof(struct cipc_own_work, signals)));
         SHIM_CHECK(gpu_stream_post_flag(stream, &go, CIPC_OWN_PASSED));

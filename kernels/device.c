@@ -207,7 +207,7 @@ kr_dev_begin(struct kr_dev_launch *l, CUstream stream, const struct gpu_device *
         l->type = op->type;
         l->batch.kind = (uint32_t)op->kind;
         l->batch.divisor = op->divisor;
-        l->batch.post = op->kind == KR_SUMPOSTDIV;
+        l->post = op->kind == KR_SUMPOSTDIV;
     }
 }
 
@@ -222,7 +222,13 @@ kr_dev_begin_collect(struct kr_dev_launch *l, const struct gpu_device *device,
 void
 kr_dev_set_post(struct kr_dev_launch *l, bool post)
 {
-    l->batch.post = !l->copy && post && l->batch.kind == KR_SUMPOSTDIV;
+    l->post = !l->copy && post && l->batch.kind == KR_SUMPOSTDIV;
+}
+
+void
+kr_dev_set_level(struct kr_dev_launch *l, uint8_t level)
+{
+    l->level = level;
 }
 
 static uint32_t
@@ -260,6 +266,11 @@ kr_dev_add(struct kr_dev_launch *l, const struct kr_dev_src *srcs, int nsrc,
             return ncclInternalError;
         }
     }
+    if (b->ntasks > 0 && b->tasks[b->ntasks - 1].level > l->level) {
+        WARN("a kernel task of level %u after one of level %u: a batch's levels ascend",
+             l->level, b->tasks[b->ntasks - 1].level);
+        return ncclInternalError;
+    }
     if (b->ntasks == KR_DEV_MAX_TASKS || kr_dev_nsrcs(b) + (uint32_t)nsrc > KR_DEV_MAX_SRCS ||
         kr_dev_ndsts(b) + (uint32_t)ndst > KR_DEV_MAX_DSTS) {
         SHIM_CHECK(kr_dev_end(l));
@@ -267,8 +278,10 @@ kr_dev_add(struct kr_dev_launch *l, const struct kr_dev_src *srcs, int nsrc,
     struct kr_dev_task *t = &b->tasks[b->ntasks];
     t->first_src = (uint16_t)kr_dev_nsrcs(b);
     t->first_dst = (uint16_t)kr_dev_ndsts(b);
-    t->nsrc = (uint16_t)nsrc;
-    t->ndst = (uint16_t)ndst;
+    t->nsrc = (uint8_t)nsrc;
+    t->ndst = (uint8_t)ndst;
+    t->post = l->post;
+    t->level = l->level;
     t->count = count;
     memcpy(&b->srcs[t->first_src], srcs, (size_t)nsrc * sizeof(*srcs));
     memcpy(&b->dsts[t->first_dst], dsts, (size_t)ndst * sizeof(*dsts));
@@ -337,8 +350,9 @@ kr_dev_end(struct kr_dev_launch *l)
 
 ncclResult_t
 kr_dev_launch_from(CUstream stream, const struct gpu_device *device, uint64_t max_task_bytes,
-                   uint32_t max_tasks, CUdeviceptr batch)
+                   uint32_t max_tasks, CUdeviceptr batch, uint32_t level)
 {
+    struct kr_dev_from_args args = {.batch = batch, .level = level};
     unsigned blocks, threads;
 
     if (max_tasks == 0 || max_tasks > KR_DEV_MAX_TASKS) {
@@ -346,7 +360,7 @@ kr_dev_launch_from(CUstream stream, const struct gpu_device *device, uint64_t ma
         return ncclInternalError;
     }
     kr_dev_grid(device, max_task_bytes, max_tasks, &blocks, &threads);
-    return kr_dev_launch(device, KR_DEV_FROM, blocks, max_tasks, threads, stream, &batch);
+    return kr_dev_launch(device, KR_DEV_FROM, blocks, max_tasks, threads, stream, &args);
 }
 
 ncclResult_t

@@ -45,6 +45,8 @@ struct kr_dev_launch {
     bool collect;       /* kr_dev_begin_collect: build l->batch, launch nothing */
     ncclDataType_t type;
     uint64_t max_count; /* the largest task of the batch, for the grid */
+    bool post;          /* the tasks added next get the post-operation */
+    uint8_t level;      /* ... and this level (kr_dev_from: the launch that runs them) */
     struct kr_dev_batch batch;
 };
 
@@ -56,6 +58,9 @@ void kr_dev_begin(struct kr_dev_launch *l, CUstream stream, const struct gpu_dev
  * kr_dev_begin sets for every result: a schedule's step applies it only to an element's last
  * reduction, its earlier steps being partial sums. */
 void kr_dev_set_post(struct kr_dev_launch *l, bool post);
+/* The level of the tasks added next (0 at kr_dev_begin), for a batch collected for several
+ * kr_dev_from launches, one per level: levels ascend through the batch. */
+void kr_dev_set_level(struct kr_dev_launch *l, uint8_t level);
 /* Adds a task (device_abi.h): nsrc operands reduced (a copy takes exactly one) into ndst
  * destinations, count elements (bytes for copies); at most KR_DEV_MAX_SRCS operands and
  * KR_DEV_MAX_DSTS destinations. A task with nothing to do is dropped. Launches the batch
@@ -69,12 +74,13 @@ void kr_dev_begin_collect(struct kr_dev_launch *l, const struct gpu_device *devi
 /* Launches what the batch still holds. */
 ncclResult_t kr_dev_end(struct kr_dev_launch *l);
 
-/* Enqueues kr_dev_from (device_abi.h) over the batch at device address `batch`, read when it
- * runs (built by kr_dev_begin_collect and kr_dev_add: it names its kernel), for a grid sized
- * for up to max_tasks tasks of up to max_task_bytes each (the batch may hold fewer, and
- * smaller: the rest do nothing). */
+/* Enqueues kr_dev_from (device_abi.h) over the tasks of `level` of the batch at device
+ * address `batch`, read when it runs (built by kr_dev_begin_collect and kr_dev_add: it names
+ * its kernel), for a grid sized for up to max_tasks tasks of up to max_task_bytes each (the
+ * level may hold fewer, and smaller: the rest do nothing). */
 ncclResult_t kr_dev_launch_from(CUstream stream, const struct gpu_device *device,
-                                uint64_t max_task_bytes, uint32_t max_tasks, CUdeviceptr batch);
+                                uint64_t max_task_bytes, uint32_t max_tasks, CUdeviceptr batch,
+                                uint32_t level);
 /* Enqueues kr_dev_signal over the struct kr_dev_signals at device address `signals`. */
 ncclResult_t kr_dev_signal_from(CUstream stream, const struct gpu_device *device,
                                 CUdeviceptr signals);

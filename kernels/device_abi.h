@@ -11,7 +11,7 @@
  *     dst0[i] = dst1[i] = ... = acc
  *
  * pre is PreMulSum's multiply by the operand's own scalar (applied where the operand's `pre`
- * is set), post SumPostDiv's divide (where the batch's `post` is set); OP is the kind's
+ * is set), post SumPostDiv's divide (where the task's `post` is set); OP is the kind's
  * combining operation (sum for both of those kinds). This is the host path's order and
  * rounding (kernels.h), so device and host results are bit-identical. kr_dev_copy runs the
  * same batch with count in bytes and one operand, copied to every destination.
@@ -24,8 +24,10 @@
  * memory, read when the kernel runs, whose `kernel` says which (a reduction of a type, or the
  * copy). Its launch is enqueued before the batch is known (a device team's leader rank
  * enqueues its GPU's share at its call; the leader's thread builds the batch later, once every
- * rank posted, and may give the launch any operation of the group). Tasks beyond the batch's
- * ntasks (blockIdx.y >= ntasks) do nothing. kr_dev_signal then writes a list of 32-bit words,
+ * rank posted, and may give the launch any operation of the group). One batch may hold the
+ * tasks of several launches in sequence (a schedule's levels, cudaipc/levels.h): the launch
+ * names its level, and block y runs the y-th task of that level; blocks past them do nothing.
+ * kr_dev_signal then writes a list of 32-bit words,
  * also read when it runs, after everything before it on its stream: the done words of the
  * ranks whose operations the batch completed.
  */
@@ -49,20 +51,29 @@ struct kr_dev_src {
 struct kr_dev_task {
     uint64_t count;      /* elements (bytes for kr_dev_copy) */
     uint16_t first_src;  /* operands srcs[first_src .. first_src + nsrc) */
-    uint16_t nsrc;
     uint16_t first_dst;  /* destinations dsts[first_dst .. first_dst + ndst) */
-    uint16_t ndst;
+    uint8_t nsrc;
+    uint8_t ndst;
+    uint8_t post;        /* apply the post-operation to this task's results */
+    uint8_t level;       /* kr_dev_from: the launch that runs it (the batch's tasks ascend) */
 };
 
 struct kr_dev_batch {
     uint32_t kind;       /* enum kr_op_kind (kernels.h); unused by kr_dev_copy */
     uint32_t ntasks;
-    uint32_t post;       /* apply the post-operation to every result */
+    uint32_t pad;
     uint32_t kernel;     /* enum kr_dev_kernel_id: what kr_dev_from runs */
     uint64_t divisor;    /* SumPostDiv */
     struct kr_dev_task tasks[KR_DEV_MAX_TASKS];
     struct kr_dev_src srcs[KR_DEV_MAX_SRCS];
     uint64_t dsts[KR_DEV_MAX_DSTS];
+};
+
+/* kr_dev_from's one parameter. */
+struct kr_dev_from_args {
+    uint64_t batch;      /* device address of a struct kr_dev_batch */
+    uint32_t level;      /* the tasks it runs: those of this level */
+    uint32_t pad;
 };
 
 /* A word per rank of a device team, and one more. */

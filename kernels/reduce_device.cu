@@ -136,7 +136,7 @@ kr_reduce_vec(const kr_dev_batch &b, const kr_dev_task &t, size_t v)
             acc.e[e] = kr_combine<O, KIND>(acc.e[e], kr_pre<O, KIND>(y.e[e], srcs[k]));
         }
     }
-    if (KIND == KR_K_SUM && b.post) {
+    if (KIND == KR_K_SUM && t.post) {
 #pragma unroll
         for (int e = 0; e < V; e++) {
             acc.e[e] = O::postdiv(acc.e[e], b.divisor);
@@ -158,7 +158,7 @@ kr_reduce_elem(const kr_dev_batch &b, const kr_dev_task &t, size_t i)
     for (int k = 1; k < t.nsrc; k++) {
         acc = kr_combine<O, KIND>(acc, kr_pre<O, KIND>(((const T *)srcs[k].ptr)[i], srcs[k]));
     }
-    if (KIND == KR_K_SUM && b.post) {
+    if (KIND == KR_K_SUM && t.post) {
         acc = O::postdiv(acc, b.divisor);
     }
     for (int d = 0; d < t.ndst; d++) {
@@ -203,10 +203,8 @@ kr_reduce_task(const kr_dev_batch &b, const kr_dev_task &t)
 
 template <class O>
 static __device__ void
-kr_reduce_batch(const kr_dev_batch &b)
+kr_reduce_batch(const kr_dev_batch &b, const kr_dev_task &t)
 {
-    const kr_dev_task &t = b.tasks[blockIdx.y];
-
     switch (b.kind) {
     case KR_K_SUM:
         kr_reduce_task<O, KR_K_SUM>(b, t);
@@ -231,7 +229,7 @@ kr_reduce_batch(const kr_dev_batch &b)
     extern "C" __global__ void __launch_bounds__(512)                                        \
     kr_dev_reduce_##N(const kr_dev_batch batch)                                              \
     {                                                                                        \
-        kr_reduce_batch<kr_ops_##N>(batch);                                                  \
+        kr_reduce_batch<kr_ops_##N>(batch, batch.tasks[blockIdx.y]);                         \
     }
 KR_DEV_TYPE_NAMES(KR_REDUCE_KERNEL)
 
@@ -253,9 +251,8 @@ kr_copy_words(const kr_dev_batch &b, const kr_dev_task &t, size_t first, size_t 
 }
 
 static __device__ void
-kr_copy_batch(const kr_dev_batch &batch)
+kr_copy_batch(const kr_dev_batch &batch, const kr_dev_task &t)
 {
-    const kr_dev_task &t = batch.tasks[blockIdx.y];
     const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     uint64_t bits = batch.srcs[t.first_src].ptr;
@@ -285,7 +282,7 @@ kr_copy_batch(const kr_dev_batch &batch)
 extern "C" __global__ void __launch_bounds__(512)
 kr_dev_copy(const kr_dev_batch batch)
 {
-    kr_copy_batch(batch);
+    kr_copy_batch(batch, batch.tasks[blockIdx.y]);
 }
 
 #if defined(__CUDACC__)
@@ -295,28 +292,35 @@ kr_dev_copy(const kr_dev_batch batch)
  * by-value kernel over the batch it reads at run time instead: its emulation runs threads one
  * at a time, which __syncthreads cannot be.) */
 extern "C" __global__ void __launch_bounds__(512)
-kr_dev_from(const kr_dev_batch *batch)
+kr_dev_from(const kr_dev_from_args args)
 {
     __shared__ kr_dev_batch b;
-    const uint32_t *src = (const uint32_t *)batch;
+    const uint32_t *src = (const uint32_t *)args.batch;
     uint32_t *dst = (uint32_t *)&b;
 
     for (unsigned i = threadIdx.x; i < sizeof(kr_dev_batch) / 4; i += blockDim.x) {
         dst[i] = src[i];
     }
     __syncthreads();
-    if (blockIdx.y >= b.ntasks) {
+    /* The level's tasks are consecutive: block y runs the y-th of them. */
+    uint32_t first = 0;
+    while (first < b.ntasks && b.tasks[first].level < args.level) {
+        first++;
+    }
+    const uint32_t task = first + blockIdx.y;
+    if (task >= b.ntasks || task >= KR_DEV_MAX_TASKS || b.tasks[task].level != args.level) {
         return;
     }
+    const kr_dev_task &t = b.tasks[task];
     switch (b.kernel) {
 #define KR_FROM_CASE(type, N)                                                                \
     case KR_DEV_ID_##N:                                                                      \
-        kr_reduce_batch<kr_ops_##N>(b);                                                      \
+        kr_reduce_batch<kr_ops_##N>(b, t);                                                   \
         break;
         KR_DEV_TYPE_NAMES(KR_FROM_CASE)
 #undef KR_FROM_CASE
     case KR_DEV_ID_COPY:
-        kr_copy_batch(b);
+        kr_copy_batch(b, t);
         break;
     default:
         break;

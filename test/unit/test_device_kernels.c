@@ -91,6 +91,7 @@ struct launch {
     unsigned int grid[3], block[3]; /* grid[1], blocks in y, is the batch's tasks */
     const char *what;
     CUfunction from;     /* kr_dev_from: run the batch from device memory instead; NULL */
+    bool post;           /* the tasks get the post-operation */
 };
 
 static const struct gpu_device *device;
@@ -226,7 +227,7 @@ launch_expect(const struct launch *l, uint8_t *acc)
         const struct task_check *c = &l->checks[i];
         struct kr_redop op = {.kind = (enum kr_op_kind)l->batch.kind, .type = l->type,
                               .divisor = l->batch.divisor};
-        unsigned post = l->batch.post ? KR_POST : 0;
+        unsigned post = l->batch.tasks[i].post ? KR_POST : 0;
 
         if (l->copy) {
             memcpy(acc, arena.init + c->src_off[0], c->count);
@@ -262,14 +263,22 @@ launch_run(struct launch *l)
     cr_assert_eq(gpu_cu.cuMemcpyAsync(arena.dev, (CUdeviceptr)(uintptr_t)arena.init,
                                       arena.used, stream), CUDA_SUCCESS);
     if (l->from != NULL) {
-        /* The batch in device memory, read when the kernel runs; blocks in y past its tasks
-         * must do nothing. */
-        void *at[] = {&batch_dev};
+        /* The batch in device memory, read when the kernel runs, cut into levels of up to
+         * three tasks, a launch each (in reverse: each reads only its own tasks); blocks in y
+         * past a level's tasks must do nothing. */
+        uint32_t levels = (l->batch.ntasks + 2) / 3;
+        for (uint32_t i = 0; i < l->batch.ntasks; i++) {
+            l->batch.tasks[i].level = (uint8_t)(i / 3);
+        }
         cr_assert_eq(gpu_cu.cuMemcpyAsync(batch_dev, (CUdeviceptr)(uintptr_t)&l->batch,
                                           sizeof(l->batch), stream), CUDA_SUCCESS);
-        cr_assert_eq(gpu_cu.cuLaunchKernel(l->from, g[0], l->batch.ntasks + 2, g[2], b[0], b[1],
-                                           b[2], 0, stream, at, NULL),
-                     CUDA_SUCCESS, "kr_dev_from, %s", l->what);
+        for (uint32_t level = levels; level-- > 0;) {
+            struct kr_dev_from_args args = {.batch = batch_dev, .level = level};
+            void *at[] = {&args};
+            cr_assert_eq(gpu_cu.cuLaunchKernel(l->from, g[0], 3 + 2, g[2], b[0], b[1], b[2], 0,
+                                               stream, at, NULL),
+                         CUDA_SUCCESS, "kr_dev_from, %s, level %u", l->what, level);
+        }
     } else {
         cr_assert_eq(gpu_cu.cuLaunchKernel(l->f, g[0], l->batch.ntasks, g[2], b[0], b[1], b[2],
                                            0, stream, params, NULL),
@@ -318,8 +327,8 @@ launch_task(struct launch *l, size_t count, int nsrc, int ndst)
     struct kr_dev_task *t = &l->batch.tasks[l->batch.ntasks];
     struct task_check *c = &l->checks[l->batch.ntasks];
     *t = (struct kr_dev_task){.count = count, .first_src = (uint16_t)l->nsrcs,
-                              .nsrc = (uint16_t)nsrc, .first_dst = (uint16_t)l->ndsts,
-                              .ndst = (uint16_t)ndst};
+                              .nsrc = (uint8_t)nsrc, .first_dst = (uint16_t)l->ndsts,
+                              .ndst = (uint8_t)ndst, .post = l->post};
     *c = (struct task_check){.nsrc = nsrc, .ndst = ndst, .count = count};
     l->batch.ntasks++;
     return c;
@@ -403,7 +412,7 @@ check_operation(enum kr_op_kind kind, bool from)
             memset(&l.batch, 0, sizeof(l.batch));
             l.batch.kernel = (uint32_t)ty; /* types[] is in enum kr_dev_kernel_id's order */
             l.batch.kind = (uint32_t)kind;
-            l.batch.post = kind == KR_SUMPOSTDIV;
+            l.post = kind == KR_SUMPOSTDIV;
             l.batch.divisor = 3 + sh * 2;
             l.grid[0] = shapes[sh][0], l.grid[2] = 1;
             l.block[0] = shapes[sh][1], l.block[1] = l.block[2] = 1;
@@ -450,8 +459,9 @@ Test(device_kernels, sumpostdiv)
     check_operation(KR_SUMPOSTDIV, false);
 }
 
-/* kr_dev_from runs the kernel its batch names over the batch it reads from device memory:
- * the same results, blocks past the batch's tasks doing nothing. */
+/* kr_dev_from runs the kernel its batch names over the tasks of its level of the batch it
+ * reads from device memory: one launch per level gives the same results, blocks past a level's
+ * tasks doing nothing. */
 Test(device_kernels, from_device_memory_sum_and_premulsum)
 {
     check_operation(KR_SUM, true);

@@ -3,7 +3,8 @@
  * from_check: kr_dev_from and kr_dev_signal (kernels/device_abi.h) on whatever driver is there,
  * the way a device team's leader rank alone on its GPU runs them (cudaipc/ownstream.c): a batch
  * built by kr_dev_begin_collect and kr_dev_add, copied into device memory, run by a launch
- * enqueued through kr_dev_launch_from for more tasks and bigger ones than the batch holds; then
+ * enqueued through kr_dev_launch_from for more tasks and bigger ones than the batch holds, and
+ * for one level of it (a decoy task at another level must not run); then
  * kr_dev_signal writing words into page-locked host memory. Every result is compared bit for
  * bit with the host reductions. A GPU machine has no Criterion, where test_device_kernels
  * checks the same in CI, so tools/gpu-check runs this instead; make test runs it through the
@@ -93,11 +94,14 @@ from_case(const struct gpu_device *dev, CUstream stream, CUdeviceptr batch_dev,
     }
     uint64_t dst = in_place ? srcs[0].ptr : mem + (CUdeviceptr)nsrc * (bytes + 256) + shift;
     kr_dev_begin_collect(&l, dev, op);
-    bool ok = kr_dev_add(&l, srcs, nsrc, &dst, 1, count) == ncclSuccess;
+    /* A decoy at level 0, which the launch of level 1 must leave alone. */
+    bool ok = kr_dev_add(&l, &srcs[nsrc - 1], 1, &dst, 1, count) == ncclSuccess;
+    kr_dev_set_level(&l, 1);
+    ok = ok && kr_dev_add(&l, srcs, nsrc, &dst, 1, count) == ncclSuccess;
     ok = ok && from_cu(gpu_cu.cuMemcpyAsync(batch_dev, (CUdeviceptr)(uintptr_t)&l.batch,
                                             sizeof(l.batch), stream), "the batch");
     /* Sized for three tasks of twice the bytes: the rest of the grid must do nothing. */
-    ok = ok && kr_dev_launch_from(stream, dev, 2 * bytes, 3, batch_dev) == ncclSuccess;
+    ok = ok && kr_dev_launch_from(stream, dev, 2 * bytes, 3, batch_dev, 1) == ncclSuccess;
     ok = ok && from_cu(gpu_cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)got, dst, bytes, stream),
                        "cuMemcpyAsync out");
     ok = ok && from_cu(gpu_cu.cuStreamSynchronize(stream), "cuStreamSynchronize");

@@ -72,7 +72,14 @@ fake_kernel_find(const char *name)
 size_t
 fake_kernel_params_bytes(const struct fake_kernel *kernel)
 {
-    return kernel->param == FAKE_PARAM_BATCH ? sizeof(kr_dev_batch) : sizeof(uint64_t);
+    switch (kernel->param) {
+    case FAKE_PARAM_BATCH:
+        return sizeof(kr_dev_batch);
+    case FAKE_PARAM_BATCH_AT:
+        return sizeof(kr_dev_from_args);
+    default:
+        return sizeof(uint64_t);
+    }
 }
 
 enum fake_kernel_param

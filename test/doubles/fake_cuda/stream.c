@@ -873,6 +873,28 @@ fake_read_at(uint64_t at, int device, void *out, size_t bytes, const char *what)
     return true;
 }
 
+/* The tasks of one level of a batch, as kr_dev_from's prologue picks them (block y runs the
+ * level's y-th task): moved to the front, the others dropped. A batch whose levels do not
+ * ascend is a bug in its builder, which the GPU would run wrongly: refused. */
+static void
+fake_batch_level(struct kr_dev_batch *batch, uint32_t level)
+{
+    uint32_t n = 0;
+
+    for (uint32_t t = 0; t < batch->ntasks; t++) {
+        if (t > 0 && batch->tasks[t].level < batch->tasks[t - 1].level) {
+            fake_complain("kr_dev_from: task %u's level %u after level %u: the levels of a "
+                          "batch must ascend", t, batch->tasks[t].level,
+                          batch->tasks[t - 1].level);
+            abort();
+        }
+        if (batch->tasks[t].level == level) {
+            batch->tasks[n++] = batch->tasks[t];
+        }
+    }
+    batch->ntasks = n;
+}
+
 /* A launch, when it runs. kr_dev_from reads its batch now (what it reads and writes is
  * counted and checked then); kr_dev_signal writes its words, each with release order after
  * everything before it on the stream. An address the kernel may not touch is an illegal
@@ -886,9 +908,9 @@ fake_kernel_execute(const struct fake_op *op)
         return;
     case FAKE_PARAM_BATCH_AT: {
         struct kr_dev_batch batch;
-        uint64_t at;
-        memcpy(&at, op->params, sizeof(at));
-        if (!fake_read_at(at, op->device, &batch, sizeof(batch), "kr_dev_from")) {
+        struct kr_dev_from_args args;
+        memcpy(&args, op->params, sizeof(args));
+        if (!fake_read_at(args.batch, op->device, &batch, sizeof(batch), "kr_dev_from")) {
             abort();
         }
         const struct fake_kernel *kernel = fake_kernel_by_id(batch.kernel);
@@ -897,6 +919,7 @@ fake_kernel_execute(const struct fake_op *op)
                           batch.kernel);
             abort();
         }
+        fake_batch_level(&batch, args.level);
         fake_traffic_kernel(&batch, fake_kernel_elem_bytes(kernel), op->device);
         if (!fake_batch_translate(&batch, op->device)) {
             abort();
