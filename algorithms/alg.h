@@ -248,6 +248,13 @@ struct alg_cost_params {
 ncclResult_t alg_policy_parse(const char *nccl_algo, const char *shim_algo,
                               struct alg_policy *policy_out);
 
+/* For choices outside the table (a device team's schedules between GPUs, cudaipc/levels.h):
+ * whether some row of coll that the policy allows is of NCCL_ALGO family `family` ("ring",
+ * "tree"); whether it allows every row of coll (neither variable filters it). */
+bool alg_policy_allows_family(const struct alg_policy *policy, enum alg_coll coll,
+                              const char *family);
+bool alg_policy_unfiltered(const struct alg_policy *policy, enum alg_coll coll);
+
 /* The allowed row for args->coll with the least estimated time, or NULL if none serves it.
  * *estimate_out (may be NULL) gets its estimated seconds. */
 const struct alg_algorithm *alg_select(const struct alg_args *args,

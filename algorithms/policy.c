@@ -136,3 +136,32 @@ alg_policy_parse(const char *nccl_algo, const char *shim_algo, struct alg_policy
     *policy_out = policy;
     return ncclSuccess;
 }
+
+bool
+alg_policy_allows_family(const struct alg_policy *policy, enum alg_coll coll, const char *family)
+{
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+
+    for (int i = 0; i < count; i++) {
+        if (table[i].coll == coll && (policy->allowed[coll] & (1ull << i)) &&
+            strcmp(table[i].nccl, family) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool
+alg_policy_unfiltered(const struct alg_policy *policy, enum alg_coll coll)
+{
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+
+    for (int i = 0; i < count; i++) {
+        if (table[i].coll == coll && !(policy->allowed[coll] & (1ull << i))) {
+            return false;
+        }
+    }
+    return true;
+}

@@ -93,6 +93,8 @@ struct cipc_team_args {
     /* Per rank: its device as this process numbers it; -1 where this process lacks it. */
     const int *device_here;
     uint64_t id;          /* the communicator's identity, for names and log lines */
+    const struct alg_policy *policy; /* NCCL_ALGO and NCCLSHIM_ALGO, as the communicator parsed
+                                        them (NULL: neither) */
     bool ready_now;       /* the program chose the device: register and make streams now
                              (else at the first device call: a program serving host memory
                              only makes no CUDA context) */

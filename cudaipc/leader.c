@@ -627,6 +627,13 @@ cipc_check_agree(struct cipc_team *team, struct cipc_desc *const *descs)
                  a->datatype, b->datatype, a->root, b->root, a->kind, b->kind);
             return ncclInvalidUsage;
         }
+        if (b->algo != a->algo) {
+            WARN("cudaipc: collective %u runs between GPUs by %s at rank 0 and by %s at rank "
+                 "%d: NCCL_ALGO and NCCLSHIM_ALGO must be the same on every rank", a->match,
+                 cipc_algo_name((enum cipc_algo)a->algo), cipc_algo_name((enum cipc_algo)b->algo),
+                 r);
+            return ncclInvalidUsage;
+        }
     }
     return ncclSuccess;
 }
@@ -672,6 +679,14 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
         w->scalar[r] = d->scalar;
     }
     cipc_work_share(team, w);
+    w->match = d0->match;
+    w->algo = (enum cipc_algo)d0->algo; /* every rank's, as cipc_check_agree found */
+    w->level_rank = team->rank;
+    if (w->algo != CIPC_ALGO_DIRECT && team->own == NULL) {
+        WARN("cudaipc: collective %u chose a %s schedule, which needs every rank alone on its "
+             "GPU", d0->match, cipc_algo_name(w->algo));
+        return ncclInternalError;
+    }
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK(cipc_leader_wait_arrive(team, r, descs[r]));
     }

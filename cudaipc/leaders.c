@@ -51,6 +51,48 @@ cipc_leaders_form(struct cipc_team *team, const int *first_on_device)
 }
 
 bool
+cipc_levels_possible(const struct cipc_team *team)
+{
+    const int n = team->nranks;
+
+    if (n < 2 || team->nleaders != n) {
+        return false; /* a GPU with several ranks, or a rank without one */
+    }
+    for (int a = 0; a < n; a++) {
+        for (int b = 0; b < n; b++) {
+            if (!team->reach[(size_t)a * n + b]) {
+                return false; /* buffers through pinned host memory: direct parts */
+            }
+        }
+    }
+    return true;
+}
+
+enum cipc_algo
+cipc_team_algo(const struct cipc_team *team, enum alg_coll coll, size_t count,
+               ncclDataType_t type)
+{
+    size_t units, unit_bytes;
+
+    if (!team->levels_ok || coll >= ALG_COLL_SEND) {
+        return CIPC_ALGO_DIRECT;
+    }
+    cipc_levels_units(coll, count, type, &units, &unit_bytes);
+    return cipc_algo_choose(&team->policy, coll, units, unit_bytes, team->nranks);
+}
+
+int
+cipc_team_levels(const struct cipc_team *team, const struct cipc_op *op)
+{
+    enum cipc_algo algo = cipc_team_algo(team, op->coll, op->count, op->redop.type);
+    size_t units, unit_bytes;
+
+    cipc_levels_units(op->coll, op->count, op->redop.type, &units, &unit_bytes);
+    return cipc_levels_count(algo, op->coll, units, unit_bytes, team->nranks, team->rank,
+                             op->root);
+}
+
+bool
 cipc_leader_alone(const struct cipc_team *team)
 {
     for (int r = 0; r < team->nranks && team->lead >= 0; r++) {

@@ -22,6 +22,14 @@
  * for work of its own context that is not enqueued yet: it holds with one queue, and in a
  * graph.
  *
+ * Levels. A ring or tree schedule between the GPUs (levels.h) runs as several launches of
+ * kr_dev_from, one per level of the batch, each after a gate of the area's: the call knows
+ * from the operation alone how many levels its GPU runs (the group's most, for every area).
+ * The stream counts the levels it ran (level_done, after a fence); the thread publishes
+ * them in the rank's control block (`level`: the collective's number times 64 plus the
+ * levels run) and opens a gate once every GPU that level waits for has published the level
+ * it waits for. Host-side waits, as for arrive: no kernel spins on another GPU's flag.
+ *
  * Work areas. One per operation in flight, from a pool per device and process made with the
  * first such team (page-locked host memory the thread builds in, and a copy in device memory
  * the kernels read), named in the operation's descriptor. An eager call's area goes back to
@@ -66,6 +74,14 @@ struct cipc_own_area {
     _Alignas(64) uint32_t go;   /* HELD, OPEN (built, every rank arrived), PASSED */
     uint32_t tasks;             /* its launch's size: the most tasks of its group's operations */
     uint64_t task_bytes;        /* ... and their largest task's bytes */
+    uint32_t levels;            /* its launches: the most levels of its group's operations */
+    uint32_t follow;            /* some of them run a ring or tree schedule: the stream counts
+                                   the levels it ran, the thread publishes them */
+    int running;                /* atomic: the thread still follows its levels (not reusable) */
+    /* Levels past the first (levels.h): each waits for its gate, which the thread opens once
+     * the levels of other GPUs it waits for ran, and the stream counts those it ran. */
+    _Alignas(64) uint32_t level_go[CIPC_MAX_LEVELS];
+    _Alignas(64) uint32_t level_done;
 };
 
 struct cipc_own_pool {
@@ -84,14 +100,30 @@ struct cipc_own_pool {
 static pthread_mutex_t cipc_own_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cipc_own_pool *cipc_own_pools[GPU_MAX_DEVICES];
 
+/* The waits of a ring or tree schedule's levels (levels.h), for the collective `match`. */
+struct cipc_own_levels {
+    uint32_t match;
+    int ndeps;
+    struct cipc_ldep deps[CIPC_LEVEL_DEPS];
+};
+
 /* An operation built whose area is not open yet: the ranks (and their numbers) whose arrive
- * it waits for. */
+ * it waits for, and its levels' waits. */
 struct cipc_own_pending {
     int area;
     uint32_t seq;                /* the leader rank's number of it */
     int nneeds;
     int8_t need_rank[CIPC_MAX_RANKS];
     uint32_t need_seq[CIPC_MAX_RANKS];
+    struct cipc_own_levels levels;
+};
+
+/* An open area of several levels: the next gate to open, and the levels published. */
+struct cipc_own_running {
+    int area;
+    uint32_t opened;             /* gates open: levels [0, opened) may run */
+    uint32_t published;          /* levels run, as the control block's `level` says */
+    struct cipc_own_levels levels;
 };
 
 /* A done word to write from the host once leader_done reaches need. */
@@ -108,6 +140,8 @@ struct cipc_ownstream {
     /* The leader's thread. */
     struct cipc_own_pending pending[CIPC_RING];
     int npending;
+    struct cipc_own_running running[CIPC_RING];
+    int nrunning;
     int building;                /* pending[building] is being built; -1 */
     bool any_built;
     uint32_t newest;             /* the newest place built (for reports) */
@@ -131,6 +165,15 @@ cipc_own_go(const struct cipc_own_pool *pool, int area)
         .host = &pool->host[area].go,
         .dev = pool->host_dev + (CUdeviceptr)area * sizeof(struct cipc_own_area) +
                offsetof(struct cipc_own_area, go)};
+}
+
+/* A word of an area's, as the host and the device reach it. */
+static struct gpu_flag
+cipc_own_word(const struct cipc_own_pool *pool, uint32_t *word)
+{
+    uintptr_t off = (uintptr_t)word - (uintptr_t)pool->host;
+
+    return (struct gpu_flag){.host = word, .dev = pool->host_dev + (CUdeviceptr)off};
 }
 
 static CUdeviceptr
@@ -265,7 +308,8 @@ cipc_own_take_area(struct cipc_own_pool *pool, bool captured)
     if (pool->nfree == 0) {
         for (int i = 0; i < pool->npassing;) {
             int a = pool->passing[i];
-            if (__atomic_load_n(&pool->host[a].go, __ATOMIC_ACQUIRE) == CIPC_OWN_PASSED) {
+            if (__atomic_load_n(&pool->host[a].go, __ATOMIC_ACQUIRE) == CIPC_OWN_PASSED &&
+                !__atomic_load_n(&pool->host[a].running, __ATOMIC_ACQUIRE)) {
                 pool->free[pool->nfree++] = a;
                 pool->passing[i] = pool->passing[--pool->npassing];
             } else {
@@ -318,13 +362,25 @@ cipc_own_pool_hold(struct cipc_own_pool *pool, int area)
 
     a->work.batch.ntasks = 0;
     a->work.signals.n = 0;
+    memset(a->level_go, 0, sizeof(a->level_go));
+    a->level_done = 0;
     __atomic_store_n(&a->go, CIPC_OWN_HELD, __ATOMIC_RELEASE);
+}
+
+/* Every gate of area's levels open: they run what they hold (abort, release). */
+static void
+cipc_own_open_levels(struct cipc_own_area *a)
+{
+    for (uint32_t l = 0; l < CIPC_MAX_LEVELS; l++) {
+        __atomic_store_n(&a->level_go[l], CIPC_OWN_OPEN, __ATOMIC_RELEASE);
+    }
 }
 
 void
 cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area)
 {
     cipc_own_pool_hold(pool, area);
+    cipc_own_open_levels(&pool->host[area]);
     __atomic_store_n(&pool->host[area].go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
 }
 
@@ -409,6 +465,13 @@ cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops, int
     uint32_t tasks;
 
     cipc_own_group_shape(team, ops, nops, &bytes, &tasks);
+    uint32_t levels = 1, follow = 0;
+    for (int i = 0; i < nops; i++) {
+        uint32_t l = (uint32_t)cipc_team_levels(team, &ops[i]);
+        levels = l > levels ? l : levels;
+        follow |= cipc_team_algo(team, ops[i].coll, ops[i].count, ops[i].redop.type) !=
+                  CIPC_ALGO_DIRECT;
+    }
     for (int i = 0; i < nops; i++) {
         areas[i] = cipc_own_take_area(pool, captured);
         if (areas[i] < 0) {
@@ -421,6 +484,8 @@ cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops, int
         }
         pool->host[areas[i]].tasks = tasks;
         pool->host[areas[i]].task_bytes = bytes;
+        pool->host[areas[i]].levels = levels;
+        pool->host[areas[i]].follow = follow;
     }
     return ncclSuccess;
 }
@@ -440,8 +505,20 @@ cipc_ownstream_enqueue(struct cipc_team *team, const int *areas, int nops, CUstr
                             offsetof(struct cipc_own_area, work);
         SHIM_CHECK(gpu_stream_wait_flag(stream, &go, CIPC_OWN_OPEN));
         GPU_CU_CHECK(cuMemcpyAsync(work, built, sizeof(struct cipc_own_work), stream));
-        SHIM_CHECK(kr_dev_launch_from(stream, team->gpu, a->task_bytes, a->tasks,
-                                      work + offsetof(struct cipc_own_work, batch), 0));
+        /* A level at a time, each after its gate; the stream counts the levels it ran (the
+         * write's fence makes their results visible to the other GPUs first). */
+        for (uint32_t level = 0; level < a->levels; level++) {
+            struct gpu_flag gate = cipc_own_word(pool, &pool->host[area].level_go[level]);
+            struct gpu_flag ran = cipc_own_word(pool, &pool->host[area].level_done);
+            if (level > 0) {
+                SHIM_CHECK(gpu_stream_wait_flag(stream, &gate, CIPC_OWN_OPEN));
+            }
+            SHIM_CHECK(kr_dev_launch_from(stream, team->gpu, a->task_bytes, a->tasks,
+                                          work + offsetof(struct cipc_own_work, batch), level));
+            if (a->follow) {
+                SHIM_CHECK(gpu_stream_post_flag(stream, &ran, level + 1));
+            }
+        }
         SHIM_CHECK(kr_dev_signal_from(stream, team->gpu,
                                       work + offsetof(struct cipc_own_work, signals)));
         SHIM_CHECK(gpu_stream_post_flag(stream, &go, CIPC_OWN_PASSED));
@@ -498,6 +575,7 @@ cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t
     p->area = at->area;
     p->seq = pos;
     p->nneeds = 0;
+    p->levels.ndeps = 0;
     own->building = own->npending++;
     if (!own->any_built || (int32_t)(pos - own->newest) > 0) {
         own->newest = pos;
@@ -515,9 +593,28 @@ ncclResult_t
 cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w)
 {
     struct cipc_ownstream *own = team->own;
-    struct cipc_own_area *a = &own->pool->host[own->pending[own->building].area];
+    struct cipc_own_pending *p = &own->pending[own->building];
+    struct cipc_own_area *a = &own->pool->host[p->area];
+    struct cipc_levels *levels = malloc(sizeof(*levels));
 
-    return cipc_tasks_collect(w, team->gpu, a->tasks, &a->work.batch);
+    if (levels == NULL) {
+        WARN("cudaipc: out of memory for a schedule's levels");
+        return ncclSystemError;
+    }
+    ncclResult_t res = cipc_tasks_collect(w, team->gpu, a->tasks, &a->work.batch, levels);
+    if (res == ncclSuccess && (uint32_t)levels->nlevels > a->levels) {
+        WARN("cudaipc: rank %d's collective %u has %d levels here, its call enqueued %u (did "
+             "the ranks choose different schedules?)", team->rank, w->match, levels->nlevels,
+             a->levels);
+        res = ncclInternalError;
+    }
+    if (res == ncclSuccess) {
+        p->levels.match = w->match;
+        p->levels.ndeps = levels->ndeps;
+        memcpy(p->levels.deps, levels->deps, (size_t)levels->ndeps * sizeof(levels->deps[0]));
+    }
+    free(levels);
+    return res;
 }
 
 void
@@ -637,6 +734,69 @@ cipc_own_write_deferred(struct cipc_team *team, bool all)
     return wrote;
 }
 
+/* The value of the control block's `level` once this GPU ran `levels` levels of collective
+ * match: it only grows, collectives being taken, and run, in their numbers' order. */
+static uint32_t
+cipc_own_level_value(uint32_t match, uint32_t levels)
+{
+    return match * 64u + levels;
+}
+
+/* Whether the waits of level `level` of r are met: the other GPUs ran those levels. */
+static bool
+cipc_own_level_ready(const struct cipc_team *team, const struct cipc_own_levels *lv,
+                     uint32_t level)
+{
+    for (int i = 0; i < lv->ndeps; i++) {
+        const struct cipc_ldep *d = &lv->deps[i];
+        if (d->level != level) {
+            continue;
+        }
+        uint32_t ran = __atomic_load_n(&team->ctrls[d->rank]->level, __ATOMIC_ACQUIRE);
+        if ((int32_t)(ran - cipc_own_level_value(lv->match, d->done + 1u)) < 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Follows the open areas of several levels: publishes the levels their stream ran, opens the
+ * gates whose waits are met, and lets an area go once its stream ran every level (with the
+ * lock); whether anything moved. */
+static bool
+cipc_own_follow_levels(struct cipc_team *team)
+{
+    struct cipc_ownstream *own = team->own;
+    uint32_t *level_word = &team->ctrls[team->rank]->level;
+    bool moved = false;
+
+    for (int i = 0; i < own->nrunning;) {
+        struct cipc_own_running *r = &own->running[i];
+        struct cipc_own_area *a = &own->pool->host[r->area];
+        uint32_t ran = __atomic_load_n(&a->level_done, __ATOMIC_ACQUIRE);
+        if (ran > r->published) {
+            /* Only forward: an older collective's last levels may be seen after a newer's. */
+            uint32_t value = cipc_own_level_value(r->levels.match, ran);
+            if ((int32_t)(value - __atomic_load_n(level_word, __ATOMIC_RELAXED)) > 0) {
+                __atomic_store_n(level_word, value, __ATOMIC_RELEASE);
+            }
+            r->published = ran;
+            moved = true;
+        }
+        while (r->opened < a->levels && cipc_own_level_ready(team, &r->levels, r->opened)) {
+            __atomic_store_n(&a->level_go[r->opened++], CIPC_OWN_OPEN, __ATOMIC_RELEASE);
+            moved = true;
+        }
+        if (ran < a->levels) {
+            i++;
+            continue;
+        }
+        __atomic_store_n(&a->running, 0, __ATOMIC_RELEASE);
+        *r = own->running[--own->nrunning];
+    }
+    return moved;
+}
+
 bool
 cipc_ownstream_step(struct cipc_team *team)
 {
@@ -656,10 +816,18 @@ cipc_ownstream_step(struct cipc_team *team)
             i++;
             continue;
         }
-        __atomic_store_n(&own->pool->host[p->area].go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
+        struct cipc_own_area *a = &own->pool->host[p->area];
+        if (a->follow) {
+            /* Not reusable until the thread saw its stream run every level. */
+            __atomic_store_n(&a->running, 1, __ATOMIC_RELEASE);
+            own->running[own->nrunning++] = (struct cipc_own_running){
+                .area = p->area, .opened = 1, .levels = p->levels};
+        }
+        __atomic_store_n(&a->go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
         *p = own->pending[--own->npending];
         moved = true;
     }
+    moved |= cipc_own_follow_levels(team);
     moved |= cipc_own_write_deferred(team, false);
     pthread_mutex_unlock(&own->lock);
     return moved;
@@ -684,7 +852,7 @@ cipc_ownstream_released(const struct cipc_team *team)
 bool
 cipc_ownstream_waiting(const struct cipc_team *team)
 {
-    return team->own->npending > 0 || team->own->ndeferred > 0;
+    return team->own->npending > 0 || team->own->nrunning > 0 || team->own->ndeferred > 0;
 }
 
 void
@@ -715,6 +883,13 @@ cipc_ownstream_release(struct cipc_team *team)
         cipc_ownstream_open_empty(team, own->pending[i].area);
     }
     own->npending = 0;
+    /* Running, their levels waiting for GPUs that will not come: every gate opens. */
+    for (int i = 0; i < own->nrunning; i++) {
+        struct cipc_own_area *a = &own->pool->host[own->running[i].area];
+        cipc_own_open_levels(a);
+        __atomic_store_n(&a->running, 0, __ATOMIC_RELEASE);
+    }
+    own->nrunning = 0;
     /* Posted, not built: the same. (Taken ones are built; the ring holds the rest.) */
     uint32_t posted = shm_flag_load(&ctrl->posted);
     uint32_t consumed = shm_flag_load(&ctrl->consumed[team->lead]);
@@ -741,6 +916,20 @@ cipc_ownstream_describe(const struct cipc_team *team, char *buf, size_t len)
         for (int j = 0; j < p->nneeds && n >= 0 && (size_t)n < len; j++) {
             n += snprintf(buf + n, len - (size_t)n, " r%d>=%u", p->need_rank[j],
                           p->need_seq[j]);
+        }
+    }
+    for (int i = 0; i < own->nrunning && n >= 0 && (size_t)n < len; i++) {
+        const struct cipc_own_running *r = &own->running[i];
+        const struct cipc_own_area *a = &own->pool->host[r->area];
+        n += snprintf(buf + n, len - (size_t)n, "; collective %u (area %d) at level %u of %u, "
+                      "ran %u", r->levels.match, r->area, r->opened, a->levels, a->level_done);
+        for (int j = 0; j < r->levels.ndeps && n >= 0 && (size_t)n < len; j++) {
+            const struct cipc_ldep *d = &r->levels.deps[j];
+            if (d->level == r->opened) {
+                n += snprintf(buf + n, len - (size_t)n, " waits r%d level %u (r%d at %u)",
+                              d->rank, d->done, d->rank,
+                              __atomic_load_n(&team->ctrls[d->rank]->level, __ATOMIC_ACQUIRE));
+            }
         }
     }
     if (n >= 0 && (size_t)n < len) {

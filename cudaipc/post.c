@@ -176,7 +176,8 @@ cipc_part_gpus(enum alg_coll coll, int g, int root_k)
 }
 
 static uint32_t
-cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_which which)
+cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_which which,
+              enum cipc_algo algo)
 {
     const uint32_t all = (1u << team->nleaders) - 1;
     const int own = team->leader_of[team->rank];
@@ -185,6 +186,9 @@ cipc_touchers(const struct cipc_team *team, const struct cipc_op *op, enum cipc_
     const uint32_t root_gpu = root_k >= 0 ? 1u << root_k : 0;
     const bool input = which != CIPC_RECV_BUF;
 
+    if (algo != CIPC_ALGO_DIRECT) {
+        return all; /* a ring or tree: neighbours read both buffers (levels.h) */
+    }
     switch (op->coll) {
     case ALG_COLL_ALLREDUCE:
         return all;
@@ -616,11 +620,11 @@ static void
 cipc_desc_fill(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
                uint32_t group_last, struct cipc_desc *d)
 {
-    (void)team;
     d->seq = seq;
     d->group_last = group_last;
     d->match = op->match;
     d->coll = (uint8_t)op->coll;
+    d->algo = (uint8_t)cipc_team_algo(team, op->coll, op->count, op->redop.type);
     d->kind = (uint8_t)op->redop.kind;
     d->pre = op->redop.kind == KR_PREMULSUM;
     d->datatype = (int32_t)op->redop.type;
@@ -705,14 +709,14 @@ cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
     cipc_desc_fill(team, op, seq, group_last, d);
     cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
     SHIM_CHECK(cipc_describe(team, op->send, &op->send_mem, send_bytes, seq, kept,
-                             cipc_touchers(team, op, CIPC_SEND_BUF), &d->send,
+                             cipc_touchers(team, op, CIPC_SEND_BUF, d->algo), &d->send,
                              &via_out[0]));
     SHIM_CHECK(cipc_describe(team, op->recv, &op->recv_mem, recv_bytes, seq, kept,
-                             cipc_touchers(team, op, CIPC_RECV_BUF), &d->recv,
+                             cipc_touchers(team, op, CIPC_RECV_BUF, d->algo), &d->recv,
                              &via_out[1]));
     gpu_mem_query(op->scalar_dev, &scalar_mem);
     return cipc_describe(team, op->scalar_dev, &scalar_mem, kr_type_size(op->redop.type), seq,
-                         kept, cipc_touchers(team, op, CIPC_SCALAR_BUF), &d->scalar_buf,
+                         kept, cipc_touchers(team, op, CIPC_SCALAR_BUF, d->algo), &d->scalar_buf,
                          &via_out[2]);
 }
 
@@ -731,9 +735,12 @@ cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops, struct cipc_
         size_t send_bytes, recv_bytes;
 
         cipc_op_bytes(op, team->nranks, &send_bytes, &recv_bytes);
-        /* own_part: what this GPU's leader alone touches stays where it is. */
+        /* own_part: what this GPU's leader alone touches stays where it is. Not under a ring
+         * or tree schedule: other GPUs read what this GPU writes there (levels.h), so every
+         * leader, this one too, works in the staged copy. */
         struct cipc_own own = {0};
-        d->own_part = (via[i][0] || via[i][1]) && cipc_own_part(team, op, &own);
+        d->own_part = (via[i][0] || via[i][1]) && d->algo == CIPC_ALGO_DIRECT &&
+                      cipc_own_part(team, op, &own);
         uintptr_t send = (uintptr_t)op->send, recv = (uintptr_t)op->recv;
         if (via[i][0]) {
             cipc_stage_add(staged, &nstaged, &d->send, via[i][0], send, send_bytes, true, false,

@@ -214,18 +214,66 @@ cipc_tasks_shape(enum alg_coll coll, size_t count, ncclDataType_t type, int nran
     *tasks_out = per_rank ? (uint32_t)nranks : 1;
 }
 
+/* Where the leader's GPU reaches ref's place in work's buffers, unit_bytes per unit. */
+static uint64_t
+cipc_level_addr(const struct cipc_work *w, const struct cipc_lref *ref, size_t unit_bytes)
+{
+    uint64_t base = ref->buf == CIPC_LSEND ? w->send[ref->rank] : w->recv[ref->rank];
+    return base + ref->off * unit_bytes;
+}
+
+/* A ring or tree schedule's tasks for this GPU, level by level. */
+static ncclResult_t
+cipc_tasks_levels(const struct cipc_work *w, struct kr_dev_launch *l,
+                  struct cipc_levels *levels)
+{
+    size_t units, unit_bytes;
+
+    cipc_levels_units(w->coll, w->count, w->redop.type, &units, &unit_bytes);
+    SHIM_CHECK(cipc_levels_build(w->algo, w->coll, units, unit_bytes, w->nranks, w->level_rank,
+                                 w->root, levels));
+    for (int i = 0; i < levels->ntasks; i++) {
+        const struct cipc_ltask *t = &levels->tasks[i];
+        struct kr_dev_src srcs[3];
+        uint64_t dst = cipc_level_addr(w, &t->dst, unit_bytes);
+        for (int k = 0; k < t->nsrc; k++) {
+            uint64_t ptr = cipc_level_addr(w, &t->src[k], unit_bytes);
+            srcs[k] = t->src[k].pre ? cipc_src(w, t->src[k].rank, ptr)
+                                    : (struct kr_dev_src){.ptr = ptr};
+        }
+        if (t->nsrc == 1 && srcs[0].ptr == dst) {
+            continue; /* an own block in place */
+        }
+        kr_dev_set_level(l, t->level);
+        kr_dev_set_post(l, t->post);
+        SHIM_CHECK(kr_dev_add(l, srcs, t->nsrc, &dst, 1, t->count));
+    }
+    return ncclSuccess;
+}
+
 ncclResult_t
 cipc_tasks_collect(const struct cipc_work *work, const struct gpu_device *device,
-                   uint32_t max_tasks, struct kr_dev_batch *batch)
+                   uint32_t max_tasks, struct kr_dev_batch *batch, struct cipc_levels *levels)
 {
     bool reduces = cipc_reduces(work->coll);
     struct kr_dev_launch l;
+    uint32_t most = 0;
 
+    levels->nlevels = 1;
+    levels->ntasks = levels->ndeps = 0;
     kr_dev_begin_collect(&l, device, reduces ? &work->redop : NULL);
-    SHIM_CHECK(reduces ? cipc_tasks_reduce(work, &l) : cipc_tasks_copy(work, &l));
-    if (l.batch.ntasks > max_tasks) {
-        WARN("cudaipc: a GPU's share of collective %d is %u kernel tasks, more than the %u its "
-             "launch was sized for", (int)work->coll, l.batch.ntasks, max_tasks);
+    if (work->algo != CIPC_ALGO_DIRECT) {
+        SHIM_CHECK(cipc_tasks_levels(work, &l, levels));
+    } else {
+        SHIM_CHECK(reduces ? cipc_tasks_reduce(work, &l) : cipc_tasks_copy(work, &l));
+    }
+    for (uint32_t i = 0, run = 0; i < l.batch.ntasks; i++) {
+        run = i > 0 && l.batch.tasks[i].level == l.batch.tasks[i - 1].level ? run + 1 : 1;
+        most = run > most ? run : most;
+    }
+    if (most > max_tasks) {
+        WARN("cudaipc: a GPU's share of collective %d is %u kernel tasks at one level, more "
+             "than the %u its launch was sized for", (int)work->coll, most, max_tasks);
         return ncclInternalError;
     }
     memcpy(batch, &l.batch, sizeof(*batch));

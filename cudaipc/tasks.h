@@ -31,6 +31,7 @@
 
 #include "algorithms/alg.h"
 #include "cudaipc.h"
+#include "levels.h"
 #include "kernels/device_abi.h"
 #include "kernels/kernels.h"
 
@@ -52,6 +53,10 @@ struct cipc_work {
     uint8_t on_root_gpu[CIPC_MAX_RANKS]; /* rooted collectives: the ranks on the root's GPU */
     int part, nparts;            /* all-reduce, reduce, broadcast: this GPU's part of the
                                     elements (part < 0: none) */
+    enum cipc_algo algo;         /* DIRECT: the parts above; RING, TREE: levels.h, one rank per
+                                    GPU, this GPU's rank `level_rank` */
+    int level_rank;
+    uint32_t match;              /* the collective's number (the levels' waits name it) */
 };
 
 /* The GPU (its leader's index, leader_of as the team's) that carries out a send (coll SEND)
@@ -83,9 +88,12 @@ ncclResult_t cipc_tasks_launch(const struct cipc_work *work, CUstream stream,
  * in bytes, and how many tasks the share may have. */
 void cipc_tasks_shape(enum alg_coll coll, size_t count, ncclDataType_t type, int nranks,
                       uint64_t *task_bytes_out, uint32_t *tasks_out);
-/* This GPU's share of work as one batch, for a kr_dev_from launch sized by cipc_tasks_shape
- * (at most max_tasks tasks): an error where it does not fit. */
+/* This GPU's share of work as one batch, for kr_dev_from launches sized by cipc_tasks_shape
+ * (at most max_tasks tasks each): an error where it does not fit. A ring or tree schedule
+ * (work->algo) goes in as levels (its tasks carry their level, a launch each), and *levels
+ * gets it (its waits); direct parts are level 0. */
 ncclResult_t cipc_tasks_collect(const struct cipc_work *work, const struct gpu_device *device,
-                                uint32_t max_tasks, struct kr_dev_batch *batch);
+                                uint32_t max_tasks, struct kr_dev_batch *batch,
+                                struct cipc_levels *levels);
 
 #endif

@@ -326,6 +326,12 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     memcpy(team->device_here, args->device_here, (size_t)n * sizeof(int));
     SHIM_CHECK_GOTO(shim_calloc(&team->leader_of, (size_t)n), res, err_free);
     SHIM_CHECK_GOTO(cipc_leaders_form(team, args->first_on_device), res, err_free);
+    if (args->policy != NULL) {
+        team->policy = *args->policy;
+    } else {
+        SHIM_CHECK_GOTO(alg_policy_parse(NULL, NULL, &team->policy), res, err_free);
+    }
+    team->levels_ok = cipc_levels_possible(team);
     SHIM_CHECK_GOTO(shim_calloc(&team->ctrls, (size_t)n), res, err_free);
     SHIM_CHECK_GOTO(shim_calloc(&team->registered, (size_t)n), res, err_free);
     for (int r = 0; r < n; r++) {

@@ -18,7 +18,8 @@
  *   left         the rank destroyed or aborted its side: a rank still needed will not come
  *   ring         CIPC_RING descriptors: operation n is in slot n % CIPC_RING
  * and, in a leader's block: doorbell (a rank posted; the leader sleeps on it), leader_done
- * (its stream's operations done, for its mapping cache and deferred done words), channel (its
+ * (its stream's operations done, for its mapping cache and deferred done words), level (the
+ * levels of ring and tree schedules its stream ran: ownstream.c), channel (its
  * socket's name) and
  * forgets (bumped by a rank that sent it a forget on the channel, which it then reads). Rank
  * 0's block holds the team's verdict, `error` (a leader failed it: an ncclResult_t every
@@ -32,6 +33,7 @@
 
 #include "channel.h"
 #include "cudaipc.h"
+#include "levels.h"
 #include "gpu/driver.h"
 #include "gpu/stream.h"
 #include "shm/shm.h"
@@ -78,6 +80,8 @@ struct cipc_desc {
     uint8_t own_part;      /* staged for other GPUs' leaders: what its own GPU's leader alone
                               touches is neither copied in nor out, and that leader, in this
                               rank's process, uses the user's buffers as they are (post.c) */
+    uint8_t algo;          /* enum cipc_algo: the schedule between GPUs this rank's call chose
+                              (cipc_team_algo), and enqueued the levels of */
     int32_t datatype;
     int32_t root;
     int32_t area;          /* a leader rank alone on its GPU: the work area its stream runs
@@ -97,6 +101,8 @@ struct cipc_ctrl {
     _Alignas(64) uint32_t arrive;
     struct cipc_word done[CIPC_MAX_LEADERS];
     _Alignas(64) uint32_t leader_done;
+    _Alignas(64) uint32_t level; /* a leader alone on its GPU, its thread: the levels of a ring
+                                    or tree schedule its stream ran (ownstream.c) */
     struct shm_flag posted;
     struct shm_flag consumed[CIPC_MAX_LEADERS];
     struct shm_flag doorbell;
@@ -142,6 +148,9 @@ struct cipc_team {
     int leaders[CIPC_MAX_LEADERS]; /* the rank that leads each GPU */
     int8_t *leader_of;           /* per rank: the index of its GPU's leader; -1: no device */
     int lead;                    /* the index this rank leads; -1 */
+    struct alg_policy policy;    /* NCCL_ALGO and NCCLSHIM_ALGO: the schedules between GPUs */
+    bool levels_ok;              /* every rank alone on its GPU, every GPU reaching every other:
+                                    ring and tree schedules may run between them (levels.h) */
 
     /* Registration of control blocks with the driver, by whichever thread needs it first. */
     pthread_mutex_t reg_lock;
@@ -216,6 +225,13 @@ ncclResult_t cipc_leaders_form(struct cipc_team *team, const int *first_on_devic
 /* Whether this rank leads a GPU no other rank of the team uses: its streams run the GPU's
  * share (ownstream.c). */
 bool cipc_leader_alone(const struct cipc_team *team);
+/* Whether ring and tree schedules may run between the team's GPUs (levels_ok). */
+bool cipc_levels_possible(const struct cipc_team *team);
+/* The schedule between GPUs for op (cipc_algo_choose, where levels_ok; else DIRECT), and how
+ * many levels this rank's GPU runs of it. */
+enum cipc_algo cipc_team_algo(const struct cipc_team *team, enum alg_coll coll, size_t count,
+                              ncclDataType_t type);
+int cipc_team_levels(const struct cipc_team *team, const struct cipc_op *op);
 /* Whether leader k runs in this process. */
 bool cipc_leader_here(const struct cipc_team *team, int k);
 /* Whether every leader's done word of rank r reached seq: r's operations up to seq are done. */

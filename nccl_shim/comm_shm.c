@@ -122,6 +122,7 @@ shim_comm_device_team(struct ncclComm *comm, const struct shim_shm_hello *all,
     struct cipc_team_args args = {.shm = comm->shm, .device = comm->cuda_dev, .reach = reach,
                                   .first_on_device = first_on_device,
                                   .device_here = device_here, .id = comm->id_hash,
+                                  .policy = &comm->policy,
                                   .log = &comm->log, .ready_now = comm->cuda_dev_chosen};
     if (cipc_team_create(&args, &comm->dev) != ncclSuccess) {
         comm->dev = NULL;

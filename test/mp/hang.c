@@ -21,6 +21,9 @@
  *   devreport    a report on SIGUSR1 while a device all-reduce waits for a late rank.
  *   devmismatch  the last rank's device all-reduce has another count: every rank's
  *                communicator fails with ncclInvalidUsage, each with a message.
+ *   devalgomismatch  the last rank alone sets NCCL_ALGO=Ring, with a GPU per rank: its
+ *                all-reduce chooses a ring between the GPUs, the others direct parts; the
+ *                same failure, no hang, and abort releases every stream.
  * Each part reads its own stderr back (redirected to a file) to check what was printed.
  */
 #include <fcntl.h>
@@ -299,6 +302,23 @@ part_devmismatch(const struct mp_world *w)
               "the stream still waits after ncclCommAbort");
 }
 
+static void
+part_devalgomismatch(const struct mp_world *w)
+{
+    const size_t count = (size_t)1 << 20;
+    float *x = mp_cuda_alloc(&hang_cu, MP_MEM_DEVICE, count * sizeof(float));
+
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, count, ncclFloat, ncclSum, w->comm, hang_stream));
+    ncclResult_t seen = mp_cuda_wait(&hang_cu, hang_stream, w->comm, 10);
+    MP_EXPECT(seen == ncclInvalidUsage, "NCCL_ALGO on one rank alone gave %s, not invalid usage",
+              ncclGetErrorString(seen));
+    MP_EXPECT(strstr(mp_last_error(w->comm), "NCCL_ALGO") != NULL,
+              "the message does not name NCCL_ALGO: \"%s\"", mp_last_error(w->comm));
+    MP_CHECK(ncclCommAbort(w->comm));
+    MP_EXPECT(mp_cuda_wait(&hang_cu, hang_stream, NULL, 5) == ncclSuccess,
+              "the stream still waits after ncclCommAbort");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -311,7 +331,7 @@ main(int argc, char **argv)
             part = optarg;
         } else {
             fprintf(stderr, "usage: hang -p timeout|report|mismatch|idle|devtimeout|devreport|"
-                            "devmismatch\n");
+                            "devmismatch|devalgomismatch\n");
             return 2;
         }
     }
@@ -319,7 +339,11 @@ main(int argc, char **argv)
         mp_cuda_init(&hang_cu); /* before the communicator: its device */
         MP_CU(&hang_cu, stream_create(&hang_stream, CU_STREAM_NON_BLOCKING));
     }
-    mp_world_init(&world);
+    mp_world_env(&world);
+    if (strcmp(part, "devalgomismatch") == 0 && world.rank == world.nranks - 1) {
+        setenv("NCCL_ALGO", "Ring", 1); /* read when the communicator is made */
+    }
+    world.comm = mp_comm_create(&world);
     MP_ASSERT(world.nranks >= 2, "needs 2 or more ranks");
     if (strcmp(part, "timeout") == 0) {
         part_timeout(&world);
@@ -333,6 +357,8 @@ main(int argc, char **argv)
         part_devreport(&world);
     } else if (strcmp(part, "devmismatch") == 0) {
         part_devmismatch(&world);
+    } else if (strcmp(part, "devalgomismatch") == 0) {
+        part_devalgomismatch(&world);
     } else {
         part_mismatch(&world);
     }

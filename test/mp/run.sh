@@ -228,6 +228,41 @@ device_cases() {
             run_case "device-traffic-$coll-n8-nopeer" 8 120 "${dev[@]}" FAKE_CUDA_DEVICES=8 \
                 FAKE_CUDA_NO_PEER=1 -- "$bindir/traffic" -c "$coll" -m 16 -b
         done
+        # The ring and tree schedules between GPUs (cudaipc/levels.h), forced by NCCL_ALGO:
+        # every collective's results at 2 to 8 GPUs (those without a ring or tree here, and
+        # GPUs without peer access, keep direct parts), the bytes through each GPU against the
+        # ring's or the tree's, one hardware queue, graphs, abort and the soak's random mix.
+        for algo in ring tree; do
+            for n in 2 3 4 8; do
+                run_case "device-collectives-quick-n$n-${n}gpu-$algo" "$n" 300 "${dev[@]}" \
+                    FAKE_CUDA_DEVICES=$n NCCL_ALGO=$algo -- "$bindir/collectives" -q -D mixed
+                mib=$((n == 8 ? 64 : 16))
+                run_case "device-traffic-allreduce-n$n-$algo" "$n" 120 "${dev[@]}" \
+                    FAKE_CUDA_DEVICES=$n NCCL_ALGO=$algo -- "$bindir/traffic" -c allreduce \
+                    -m "$mib" -b
+            done
+            run_case "device-traffic-broadcast-n8-$algo" 8 120 "${dev[@]}" FAKE_CUDA_DEVICES=8 \
+                NCCL_ALGO=$algo -- "$bindir/traffic" -c broadcast -m 16 -b
+            run_case "device-collectives-quick-n4-4gpu-nopeer-$algo" 4 300 "${dev[@]}" \
+                FAKE_CUDA_DEVICES=4 FAKE_CUDA_NO_PEER=1 NCCL_ALGO=$algo -- \
+                "$bindir/collectives" -q -D mixed
+            run_case "device-collectives-quick-n4-4gpu-onequeue-$algo" 4 300 "${dev[@]}" \
+                FAKE_CUDA_DEVICES=4 CUDA_DEVICE_MAX_CONNECTIONS=1 NCCL_ALGO=$algo -- \
+                "$bindir/collectives" -q -D mixed
+            for part in graph onequeuegraph; do
+                run_case "device-streams-$part-n4-4gpu-onequeue-$algo" 4 60 "${dev[@]}" \
+                    FAKE_CUDA_DEVICES=4 CUDA_DEVICE_MAX_CONNECTIONS=1 NCCL_ALGO=$algo -- \
+                    "$bindir/streams" -p "$part"
+            done
+            run_case "device-streams-abort-n4-4gpu-leader2-$algo" 4 60 "${dev[@]}" \
+                FAKE_CUDA_DEVICES=4 NCCL_ALGO=$algo -- "$bindir/streams" -p abort -r 2
+            run_case "device-soak-n4-4gpu-$algo" 4 120 "${dev[@]}" FAKE_CUDA_DEVICES=4 \
+                NCCL_ALGO=$algo -- "$bindir/soak" -D -n 3000
+        done
+        run_case device-hang-algomismatch-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
+            "$bindir/hang" -p devalgomismatch
+        run_case device-traffic-allgather-n8-ring 8 120 "${dev[@]}" FAKE_CUDA_DEVICES=8 \
+            NCCL_ALGO=ring -- "$bindir/traffic" -c allgather -m 16 -b
     fi
     # Stream semantics, groups, several devices from one thread, refusals, the memory API.
     for part in returns order group refuse memapi register suspend grow churn window; do

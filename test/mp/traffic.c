@@ -11,7 +11,8 @@
  *
  * where the bound is what the textbook algorithm moves through each device: 2(n-1)/n S for a
  * ring all-reduce, (n-1)/n S for all-gather, reduce-scatter and all-to-all (S: a rank's whole
- * buffer), S for a pipelined broadcast and reduce (a chain), times 1.1. The result is checked
+ * buffer), S for a pipelined broadcast and reduce (a chain), times 1.1; with NCCL_ALGO=Tree,
+ * the binary tree's: 3 S for all-reduce, 2 S for broadcast. The result is checked
  * on every rank (reduce: on the root). With -b the bound is enforced too (a failed check past
  * it): test/mp/run.sh does so where the devices have peer access.
  *
@@ -20,6 +21,7 @@
 #include "common.h"
 
 #include <getopt.h>
+#include <strings.h>
 
 #include "device.h"
 
@@ -62,6 +64,16 @@ tr_wrong(const float *dev, size_t count, float (*want)(size_t, const void *), co
     mp_cuda_copy(&tr_cu, host, dev, count * sizeof(float), s);
     for (size_t i = 0; i < count; i++) {
         wrong += host[i] != want(i, arg);
+    }
+    if (wrong && getenv("TRAFFIC_VERBOSE") != NULL) {
+        size_t first = count, last = 0;
+        for (size_t i = 0; i < count; i++) {
+            if (host[i] != want(i, arg)) {
+                first = i < first ? i : first;
+                last = i;
+            }
+        }
+        fprintf(stderr, "%ld wrong, elements %zu .. %zu\n", wrong, first, last);
     }
     free(host);
     return wrong;
@@ -156,10 +168,15 @@ main(int argc, char **argv)
     size_t check_count;
 
     /* Inputs first (their copies count as traffic of their own), then the measured call. */
+    /* NCCL_ALGO=Tree: the binary tree's bound, where the GPUs have one (all-reduce: each
+     * node takes in two children's partials and its parent's result, and gives as much out;
+     * broadcast: two children). */
+    const char *algo = getenv("NCCL_ALGO");
+    const bool tree = algo != NULL && strcasecmp(algo, "tree") == 0;
     if (strcmp(coll, "allreduce") == 0) {
         send = tr_buffer(count, (float)(w.rank * 8192), s);
         recv = mp_cuda_alloc(&tr_cu, MP_MEM_DEVICE, total);
-        bound = 2.0 * (n - 1) / n;
+        bound = tree ? 3.0 : 2.0 * (n - 1) / n;
         want = tr_sum;
         check_count = count;
     } else if (strcmp(coll, "allgather") == 0) {
@@ -177,7 +194,7 @@ main(int argc, char **argv)
     } else if (strcmp(coll, "broadcast") == 0) {
         send = tr_buffer(count, 0, s);
         recv = mp_cuda_alloc(&tr_cu, MP_MEM_DEVICE, total);
-        bound = 1.0;
+        bound = tree ? 2.0 : 1.0;
         want = tr_root0;
         check_count = count;
     } else if (strcmp(coll, "reduce") == 0) {
