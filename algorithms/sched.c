@@ -38,15 +38,9 @@ alg_sched_finish(struct alg_sched *sched)
 static int
 alg_step_append(struct alg_sched *sched, enum alg_step_kind kind, int dep0, int dep1, int dep2)
 {
-    if (sched->nsteps == sched->capacity) {
-        int capacity = sched->capacity ? 2 * sched->capacity : 64;
-        struct alg_step *steps = realloc(sched->steps, (size_t)capacity * sizeof(*steps));
-        if (steps == NULL) {
-            sched->out_of_memory = true;
-            return -1;
-        }
-        sched->steps = steps;
-        sched->capacity = capacity;
+    if (shim_grow(&sched->steps, sched->nsteps, &sched->capacity, 64) != ncclSuccess) {
+        sched->out_of_memory = true;
+        return -1;
     }
     int index = sched->nsteps++;
     struct alg_step *step = &sched->steps[index];

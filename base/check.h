@@ -60,4 +60,29 @@ shim_calloc_bytes(void **ptr_out, size_t n, size_t size, const char *file, int l
     return ncclSuccess;
 }
 
+/* Room for one more item in the growing array *pptr, which holds count of its *pcap items:
+ * doubled when full (to `first` items when empty). WARNs and leaves the array as it was when
+ * memory runs out. */
+#define shim_grow(pptr, count, pcap, first)                                                  \
+    shim_grow_bytes((void **)(pptr), (count), (pcap), (first), sizeof(**(pptr)), __FILE__,   \
+                    __LINE__)
+
+static inline ncclResult_t
+shim_grow_bytes(void **items, int count, int *cap, int first, size_t size, const char *file,
+                int line)
+{
+    if (count < *cap) {
+        return ncclSuccess;
+    }
+    int grown = *cap > 0 ? 2 * *cap : first;
+    void *p = realloc(*items, (size_t)grown * size);
+    if (p == NULL) {
+        WARN("%s:%d: out of memory growing to %d x %zu bytes", file, line, grown, size);
+        return ncclSystemError;
+    }
+    *items = p;
+    *cap = grown;
+    return ncclSuccess;
+}
+
 #endif

@@ -264,19 +264,8 @@ cipc_hostpost_release(struct cipc_team *team, bool all)
 static ncclResult_t
 cipc_hostpost_hold(struct cipc_team *team, int slot, uint32_t last)
 {
-    ncclResult_t res = ncclSuccess;
-
     pthread_mutex_lock(&team->release_lock);
-    if (team->nreleases == team->releases_cap) {
-        int cap = team->releases_cap ? 2 * team->releases_cap : 64;
-        struct cipc_release *grown = realloc(team->releases, (size_t)cap * sizeof(*grown));
-        if (grown == NULL) {
-            res = ncclSystemError;
-        } else {
-            team->releases = grown;
-            team->releases_cap = cap;
-        }
-    }
+    ncclResult_t res = shim_grow(&team->releases, team->nreleases, &team->releases_cap, 64);
     if (res == ncclSuccess) {
         team->releases[team->nreleases++] = (struct cipc_release){.slot = slot, .last = last};
     }

@@ -224,16 +224,9 @@ out:
 static ncclResult_t
 cipc_leader_keep_fd(struct cipc_leader *L, const struct cipc_channel_msg *msg, int fd)
 {
-    if (L->nfds == L->fds_cap) {
-        int cap = L->fds_cap ? 2 * L->fds_cap : 16;
-        struct cipc_pending_fd *fds = realloc(L->fds, (size_t)cap * sizeof(*fds));
-        if (fds == NULL) {
-            close(fd);
-            WARN("cudaipc: out of memory keeping %d file descriptors", cap);
-            return ncclSystemError;
-        }
-        L->fds = fds;
-        L->fds_cap = cap;
+    if (shim_grow(&L->fds, L->nfds, &L->fds_cap, 16) != ncclSuccess) {
+        close(fd);
+        return ncclSystemError;
     }
     L->fds[L->nfds++] = (struct cipc_pending_fd){.rank = msg->rank, .kind = msg->kind,
                                                   .key = msg->key, .size = msg->size, .fd = fd};
@@ -315,16 +308,9 @@ cipc_leader_drain_channel(struct cipc_team *team)
     int conn;
 
     while (cipc_channel_accept(L->listen_fd, &conn) == 0) {
-        if (L->nconns == L->conns_cap) {
-            int cap = L->conns_cap ? 2 * L->conns_cap : 8;
-            int *conns = realloc(L->conns, (size_t)cap * sizeof(*conns));
-            if (conns == NULL) {
-                close(conn);
-                WARN("cudaipc: out of memory for %d connections", cap);
-                return ncclSystemError;
-            }
-            L->conns = conns;
-            L->conns_cap = cap;
+        if (shim_grow(&L->conns, L->nconns, &L->conns_cap, 8) != ncclSuccess) {
+            close(conn);
+            return ncclSystemError;
         }
         L->conns[L->nconns++] = conn;
     }

@@ -684,16 +684,7 @@ cipc_ownstream_signal(struct cipc_team *team, int rank, const struct gpu_flag *d
         gpu_flag_release(done, value);
         return ncclSuccess;
     }
-    if (own->ndeferred == own->deferred_cap) {
-        int cap = own->deferred_cap ? 2 * own->deferred_cap : 64;
-        struct cipc_own_deferred *grown = realloc(own->deferred, (size_t)cap * sizeof(*grown));
-        if (grown == NULL) {
-            WARN("cudaipc: out of memory for %d deferred done words", cap);
-            return ncclSystemError;
-        }
-        own->deferred = grown;
-        own->deferred_cap = cap;
-    }
+    SHIM_CHECK(shim_grow(&own->deferred, own->ndeferred, &own->deferred_cap, 64));
     own->deferred[own->ndeferred++] =
         (struct cipc_own_deferred){.rank = rank, .value = value, .need = need};
     return ncclSuccess;

@@ -443,16 +443,7 @@ cipc_stage_get(struct cipc_team *team, struct cipc_stage *st, size_t bytes,
 static ncclResult_t
 cipc_copy_out_keep(struct cipc_team *team, CUdeviceptr dst, CUdeviceptr src, size_t bytes)
 {
-    if (team->ncopies == team->copies_cap) {
-        int cap = team->copies_cap ? 2 * team->copies_cap : 8;
-        struct cipc_copy *copies = realloc(team->copies, (size_t)cap * sizeof(*copies));
-        if (copies == NULL) {
-            WARN("cudaipc: out of memory for %d staged copies", cap);
-            return ncclSystemError;
-        }
-        team->copies = copies;
-        team->copies_cap = cap;
-    }
+    SHIM_CHECK(shim_grow(&team->copies, team->ncopies, &team->copies_cap, 8));
     team->copies[team->ncopies++] = (struct cipc_copy){.dst = dst, .src = src, .bytes = bytes};
     return ncclSuccess;
 }

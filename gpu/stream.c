@@ -163,16 +163,7 @@ gpu_stream_mark(struct gpu_stream_marks *m, CUstream stream)
         i = m->n;
     }
     if (i == m->n) {
-        if (m->n == m->cap) {
-            int cap = m->cap ? 2 * m->cap : 4;
-            struct gpu_stream_mark *marks = realloc(m->marks, (size_t)cap * sizeof(*marks));
-            if (marks == NULL) {
-                WARN("out of memory for %d marked streams", cap);
-                return ncclSystemError;
-            }
-            m->marks = marks;
-            m->cap = cap;
-        }
+        SHIM_CHECK(shim_grow(&m->marks, m->n, &m->cap, 4));
         GPU_CU_CHECK(cuEventCreate(&m->marks[i].event, CU_EVENT_DISABLE_TIMING));
         m->marks[i].stream = stream;
         m->n++;

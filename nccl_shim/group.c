@@ -177,16 +177,8 @@ shim_group_enqueue_device(const struct shim_op *op)
         shim_group_count(op->comm, -1);
         return res;
     }
-    if (shim_group.ndevops == shim_group.devop_capacity) {
-        int grown = shim_group.devop_capacity ? 2 * shim_group.devop_capacity : 16;
-        struct shim_op *bigger = realloc(shim_group.devops, (size_t)grown * sizeof(*bigger));
-        if (bigger == NULL) {
-            WARN("out of memory growing a group to %d device operations", grown);
-            return ncclSystemError;
-        }
-        shim_group.devops = bigger;
-        shim_group.devop_capacity = grown;
-    }
+    SHIM_CHECK(shim_grow(&shim_group.devops, shim_group.ndevops, &shim_group.devop_capacity,
+                         16));
     shim_group.devops[shim_group.ndevops++] = numbered;
     return ncclSuccess;
 }
