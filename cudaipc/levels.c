@@ -32,10 +32,18 @@ lv_task(struct lv_builder *b, int level, const struct cipc_lref *srcs, int nsrc,
 {
     struct cipc_levels *out = b->out;
 
+    if (level >= CIPC_MAX_LEVELS) {
+        b->overflow = true;
+        return;
+    }
+    /* The level exists even where its chunk is empty: other GPUs may wait for it. */
+    if (level >= out->nlevels) {
+        out->nlevels = level + 1;
+    }
     if (count == 0) {
         return;
     }
-    if (out->ntasks == CIPC_LEVEL_TASKS || level >= CIPC_MAX_LEVELS) {
+    if (out->ntasks == CIPC_LEVEL_TASKS) {
         b->overflow = true;
         return;
     }
@@ -43,9 +51,6 @@ lv_task(struct lv_builder *b, int level, const struct cipc_lref *srcs, int nsrc,
     *t = (struct cipc_ltask){.level = (uint8_t)level, .nsrc = (uint8_t)nsrc, .post = post,
                              .dst = dst, .count = count};
     memcpy(t->src, srcs, (size_t)nsrc * sizeof(*srcs));
-    if (level >= out->nlevels) {
-        out->nlevels = level + 1;
-    }
 }
 
 static void

@@ -390,7 +390,7 @@ static const int sizes[] = {2, 3, 4, 5, 7, 8, 9, 16};
 
 Test(levels, ring_allreduce_every_size_in_and_out_of_place)
 {
-    const size_t counts[] = {1, 63, 1000, 16 * 64 * 8 * 9, 77777};
+    const size_t counts[] = {0, 1, 63, 1000, 16 * 64 * 8 * 9, 77777};
 
     for (size_t i = 0; i < NSIZES; i++) {
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
@@ -458,7 +458,7 @@ Test(levels, only_the_families_it_has)
 
 Test(levels, most_levels_is_the_deepest_gpus)
 {
-    const size_t counts[] = {1, 3 << 12, 16 << 12};
+    const size_t counts[] = {0, 1, 3 << 12, 16 << 12};
     const enum alg_coll colls[] = {ALG_COLL_ALLREDUCE, ALG_COLL_ALLGATHER, ALG_COLL_BROADCAST};
 
     for (int a = CIPC_ALGO_RING; a <= CIPC_ALGO_TREE; a++) {
