@@ -169,6 +169,9 @@ ncclResult_t cipc_team_drain(struct cipc_team *team);
 ncclResult_t cipc_team_release_memory(struct cipc_team *team);
 /* The device memory the team holds: its staging areas on the device. */
 uint64_t cipc_team_device_bytes(const struct cipc_team *team);
+/* The device memory it uses that suspension keeps: its device's pool of work areas, where
+ * this rank is alone on its GPU (made with the team, shared by the process's teams there). */
+uint64_t cipc_team_persistent_bytes(const struct cipc_team *team);
 /* ncclSuccess, or the error that failed the team (a dead rank, a timeout, a CUDA error, an
  * operation the ranks disagree on). */
 ncclResult_t cipc_team_error(const struct cipc_team *team);

@@ -418,6 +418,12 @@ cipc_ownstream_ready(struct cipc_team *team, const struct gpu_device *gpu)
     return ncclSuccess;
 }
 
+uint64_t
+cipc_ownstream_device_bytes(const struct cipc_team *team)
+{
+    return team->own->pool != NULL ? CIPC_OWN_AREAS * sizeof(struct cipc_own_work) : 0;
+}
+
 void
 cipc_ownstream_destroy(struct cipc_team *team)
 {

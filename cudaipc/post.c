@@ -976,6 +976,12 @@ cipc_team_release_memory(struct cipc_team *team)
 }
 
 uint64_t
+cipc_team_persistent_bytes(const struct cipc_team *team)
+{
+    return team->own != NULL ? cipc_ownstream_device_bytes(team) : 0;
+}
+
+uint64_t
 cipc_team_device_bytes(const struct cipc_team *team)
 {
     uint64_t bytes = 0;

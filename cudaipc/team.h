@@ -349,6 +349,8 @@ ncclResult_t cipc_ownstream_create(struct cipc_team *team);
 /* Its device's pool of work areas and its event, where the program chose the device. */
 ncclResult_t cipc_ownstream_ready(struct cipc_team *team, const struct gpu_device *gpu);
 void cipc_ownstream_destroy(struct cipc_team *team);
+/* The device memory of its device's pool, once ready (0 before). */
+uint64_t cipc_ownstream_device_bytes(const struct cipc_team *team);
 /* The rank's side, before a group of nops operations (ops) is posted: a work area for each,
  * held and empty, its launch sized for the largest of the group (the thread may give any area
  * any operation of the group); ncclInvalidUsage with a WARN, holding none, when the pool has

@@ -54,9 +54,11 @@ struct shim_backend {
     void (*release)(struct ncclComm *comm);
     /* Abort from another thread: a call waiting inside gives up soon. */
     void (*interrupt)(struct ncclComm *comm);
-    /* Suspension: frees the device memory it holds (made again on need); and how much that is. */
+    /* Suspension: frees the device memory it holds (made again on need); how much that is,
+     * and how much it holds that suspension keeps (ncclCommMemStats). */
     ncclResult_t (*release_memory)(struct ncclComm *comm);
-    uint64_t (*device_bytes)(const struct ncclComm *comm);
+    void (*device_bytes)(const struct ncclComm *comm, uint64_t *releasable,
+                         uint64_t *persistent);
     /* ncclCommRegister / Deregister of device memory: NULL where registering changes nothing.
      * pin->pinned says whether unpin is owed. */
     ncclResult_t (*pin)(struct ncclComm *comm, void *buff, size_t size,

@@ -184,11 +184,11 @@ shim_solo_release_memory(struct ncclComm *comm)
     return ncclSuccess;
 }
 
-static uint64_t
-shim_solo_device_bytes(const struct ncclComm *comm)
+static void
+shim_solo_device_bytes(const struct ncclComm *comm, uint64_t *releasable, uint64_t *persistent)
 {
     (void)comm;
-    return 0;
+    *releasable = *persistent = 0;
 }
 
 static void

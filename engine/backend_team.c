@@ -84,10 +84,11 @@ shim_team_release_memory(struct ncclComm *comm)
     return cipc_team_release_memory(comm->dev);
 }
 
-static uint64_t
-shim_team_device_bytes(const struct ncclComm *comm)
+static void
+shim_team_device_bytes(const struct ncclComm *comm, uint64_t *releasable, uint64_t *persistent)
 {
-    return cipc_team_device_bytes(comm->dev);
+    *releasable = cipc_team_device_bytes(comm->dev);
+    *persistent = cipc_team_persistent_bytes(comm->dev);
 }
 
 static ncclResult_t

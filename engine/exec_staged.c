@@ -363,11 +363,12 @@ shim_staged_release_memory(struct ncclComm *comm)
     return res;
 }
 
-static uint64_t
-shim_staged_device_bytes(const struct ncclComm *comm)
+static void
+shim_staged_device_bytes(const struct ncclComm *comm, uint64_t *releasable,
+                         uint64_t *persistent)
 {
-    (void)comm;
-    return 0;
+    (void)comm; /* its staging is pinned host memory */
+    *releasable = *persistent = 0;
 }
 
 const struct shim_backend shim_backend_staged = {

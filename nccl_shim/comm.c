@@ -210,10 +210,10 @@ void
 shim_comm_gpu_bytes(const struct ncclComm *comm, uint64_t *releasable_out,
                     uint64_t *persistent_out)
 {
-    /* The device team's staging areas are the only GPU memory a communicator allocates; the
-     * kernels' code belongs to the process, other ranks' memory to its owners. */
-    *releasable_out = shim_devexec_backend(comm)->device_bytes(comm);
-    *persistent_out = 0;
+    /* The device team's staging areas, which suspension frees, and the work areas of a GPU
+     * alone with its rank, which it keeps; the kernels' code belongs to the process, other
+     * ranks' memory to its owners. */
+    shim_devexec_backend(comm)->device_bytes(comm, releasable_out, persistent_out);
 }
 
 ncclResult_t

@@ -42,7 +42,8 @@
  *             (-g: after every rank captured an all-reduce into a CUDA graph and launched it,
  *             so that its later calls, too, are posted from its stream);
  *   suspend   ncclCommSuspend(NCCL_SUSPEND_MEM) after device all-reduces on cudaMalloc memory:
- *             the staging memory on the device (ncclCommMemStats, which counts it) is freed
+ *             the staging memory on the device (ncclCommMemStats, which counts it as
+ *             suspendable, beside a rank alone on its GPU's work areas, persistent) is freed
  *             and the leader lets its mappings go (counted by the double); a collective
  *             while suspended is refused; resumed, all-reduces are right again (-X: the
  *             network path's pinned staging is unregistered, counted by the double);
@@ -603,7 +604,7 @@ part_suspend(const struct mp_world *w)
     const float sum = (float)(n * (n - 1) / 2);
     CUstream s = st_stream();
     float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
-    uint64_t held = 0, suspendable = 0;
+    uint64_t held = 0, suspendable = 0, persistent = 0;
     int seen = 0;
 
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
@@ -631,18 +632,23 @@ part_suspend(const struct mp_world *w)
         return;
     }
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemSuspend, &suspendable));
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemPersist, &persistent));
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
     /* Rank 0, the only leader on one device, uses its own buffers as they are; the others,
-     * and every rank where other GPUs' leaders are in other processes, stage on the device. */
+     * and every rank where other GPUs' leaders are in other processes, stage on the device.
+     * A rank alone on its GPU keeps its device's work areas (persistent), the others none. */
     const bool all_leaders_here = w->rank == 0 && mp_device_spread() == 1;
-    MP_EXPECT(all_leaders_here ? held == 0 : held > 0 && suspendable == held,
-              "ncclCommMemStats: %llu bytes held, %llu suspendable", (unsigned long long)held,
-              (unsigned long long)suspendable);
+    const bool alone = mp_device_spread() >= n;
+    MP_EXPECT((all_leaders_here ? suspendable == 0 : suspendable > 0) &&
+                  (alone ? persistent > 0 : persistent == 0) && held == suspendable + persistent,
+              "ncclCommMemStats: %llu bytes held, %llu suspendable, %llu persistent",
+              (unsigned long long)held, (unsigned long long)suspendable,
+              (unsigned long long)persistent);
     mp_barrier(w->comm, n);
     MP_CHECK_COMM(w->comm, ncclCommSuspend(w->comm, NCCL_SUSPEND_MEM));
     MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
-    MP_EXPECT(held == 0, "%llu bytes of GPU memory held while suspended",
-              (unsigned long long)held);
+    MP_EXPECT(held == persistent, "%llu bytes of GPU memory held while suspended, not the %llu "
+              "persistent", (unsigned long long)held, (unsigned long long)persistent);
     MP_EXPECT(st_leader_maps_at_most(w, 0, &seen),
               "the leader still maps %d allocations once every rank suspended", seen);
     MP_EXPECT(ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s) == ncclInvalidUsage,
@@ -652,8 +658,9 @@ part_suspend(const struct mp_world *w)
     MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
     MP_EXPECT(st_check(y, ST_COUNT, sum, (float)n, s, "after resumption") == 0,
               "wrong all-reduce after ncclCommResume");
-    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemTotal, &held));
-    MP_EXPECT(all_leaders_here ? held == 0 : held > 0, "staging not made again after resumption");
+    MP_CHECK_COMM(w->comm, ncclCommMemStats(w->comm, ncclStatGpuMemSuspend, &suspendable));
+    MP_EXPECT(all_leaders_here ? suspendable == 0 : suspendable > 0,
+              "staging not made again after resumption");
 }
 
 static void
