@@ -568,14 +568,11 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     }
     int areas[CIPC_RING / 2]; /* a leader alone on its GPU: its stream runs the share */
     if (team->own != NULL) {
-        res = cipc_ownstream_take_group(team, ops, nops, capturing, areas);
+        res = cipc_ownstream_take_group(team, ops, descs, nops, capturing, areas);
         if (res != ncclSuccess) {
             goto err_pop;
         }
         hp->areas = cipc_ownstream_pool(team);
-        for (int i = 0; i < nops; i++) {
-            hp->descs[i].area = areas[i];
-        }
     }
     if (staging) {
         /* Copied in before the host function posts and writes arrive; out after the wait. */

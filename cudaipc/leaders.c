@@ -84,17 +84,6 @@ cipc_team_algo(const struct cipc_team *team, enum alg_coll coll, size_t count,
     return cipc_algo_choose(&team->policy, coll, units, unit_bytes, team->nranks);
 }
 
-int
-cipc_team_levels(const struct cipc_team *team, const struct cipc_op *op)
-{
-    enum cipc_algo algo = cipc_team_algo(team, op->coll, op->count, op->redop.type);
-    size_t units, unit_bytes;
-
-    cipc_levels_units(op->coll, op->count, op->redop.type, &units, &unit_bytes);
-    return cipc_levels_count(algo, op->coll, units, unit_bytes, team->nranks, team->rank,
-                             op->root);
-}
-
 bool
 cipc_leader_alone(const struct cipc_team *team)
 {

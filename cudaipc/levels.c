@@ -198,9 +198,12 @@ lv_tree_allreduce(struct lv_builder *b)
     const int n = b->n, g = b->rank, chunks = lv_chunks(b);
     const int height = lv_tree_height(g, n, 0), top = lv_tree_height(0, n, 0);
     const int down = chunks + top - 1; /* the first level of the way down */
-    int children[2], nchildren, parent;
+    int children[2], nchildren, parent, child_height[2];
 
     alg_tree_links(g, n, 0, &parent, children, &nchildren);
+    for (int c = 0; c < nchildren; c++) {
+        child_height[c] = lv_tree_height(children[c], n, 0);
+    }
     /* Up: chunk k at level k + height - 1, this input and the children's partials (a leaf's
      * partial is its input) into this output; the root's is the sum. */
     for (int k = 0; k < chunks && height > 0; k++) {
@@ -211,7 +214,7 @@ lv_tree_allreduce(struct lv_builder *b)
         lv_part(b, b->count, k, chunks, &lo, &len);
         srcs[nsrc++] = lv_ref(g, CIPC_LSEND, lo, true);
         for (int c = 0; c < nchildren; c++) {
-            int h = lv_tree_height(children[c], n, 0);
+            const int h = child_height[c];
             srcs[nsrc++] = h == 0 ? lv_ref(children[c], CIPC_LSEND, lo, true)
                                   : lv_ref(children[c], CIPC_LRECV, lo, false);
             if (h > 0) {

@@ -143,6 +143,7 @@ struct cipc_ownstream {
     struct cipc_own_running running[CIPC_RING];
     int nrunning;
     int building;                /* pending[building] is being built; -1 */
+    struct cipc_levels levels;   /* the schedule of the one being built (levels.h) */
     bool any_built;
     uint32_t newest;             /* the newest place built (for reports) */
     bool in_group;               /* the leader rank's group being built: its last number */
@@ -158,22 +159,18 @@ struct cipc_ownstream {
 
 /* --- the pool ------------------------------------------------------------------------------ */
 
-static struct gpu_flag
-cipc_own_go(const struct cipc_own_pool *pool, int area)
+/* Where the device reaches a byte of the pool's page-locked areas. */
+static CUdeviceptr
+cipc_own_dev_of(const struct cipc_own_pool *pool, const void *at)
 {
-    return (struct gpu_flag){
-        .host = &pool->host[area].go,
-        .dev = pool->host_dev + (CUdeviceptr)area * sizeof(struct cipc_own_area) +
-               offsetof(struct cipc_own_area, go)};
+    return pool->host_dev + (CUdeviceptr)((uintptr_t)at - (uintptr_t)pool->host);
 }
 
 /* A word of an area's, as the host and the device reach it. */
 static struct gpu_flag
 cipc_own_word(const struct cipc_own_pool *pool, uint32_t *word)
 {
-    uintptr_t off = (uintptr_t)word - (uintptr_t)pool->host;
-
-    return (struct gpu_flag){.host = word, .dev = pool->host_dev + (CUdeviceptr)off};
+    return (struct gpu_flag){.host = word, .dev = cipc_own_dev_of(pool, word)};
 }
 
 static CUdeviceptr
@@ -462,22 +459,37 @@ cipc_own_group_shape(const struct cipc_team *team, const struct cipc_op *ops, in
     }
 }
 
+/* The most levels this GPU runs of a group's operations, as their descriptors chose them
+ * (levels.h); *follow_out: whether any runs a ring or tree. */
+static uint32_t
+cipc_own_group_levels(const struct cipc_team *team, const struct cipc_op *ops,
+                      struct cipc_desc *const *descs, int nops, uint32_t *follow_out)
+{
+    uint32_t levels = 1;
+
+    *follow_out = 0;
+    for (int i = 0; i < nops; i++) {
+        enum cipc_algo algo = (enum cipc_algo)descs[i]->algo;
+        size_t units, unit_bytes;
+        cipc_levels_units(ops[i].coll, ops[i].count, ops[i].redop.type, &units, &unit_bytes);
+        uint32_t l = (uint32_t)cipc_levels_count(algo, ops[i].coll, units, unit_bytes,
+                                                 team->nranks, team->rank, ops[i].root);
+        levels = l > levels ? l : levels;
+        *follow_out |= algo != CIPC_ALGO_DIRECT;
+    }
+    return levels;
+}
+
 ncclResult_t
-cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops, int nops,
-                          bool captured, int *areas)
+cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops,
+                          struct cipc_desc *const *descs, int nops, bool captured, int *areas)
 {
     struct cipc_own_pool *pool = team->own->pool;
     uint64_t bytes;
-    uint32_t tasks;
+    uint32_t tasks, follow;
 
     cipc_own_group_shape(team, ops, nops, &bytes, &tasks);
-    uint32_t levels = 1, follow = 0;
-    for (int i = 0; i < nops; i++) {
-        uint32_t l = (uint32_t)cipc_team_levels(team, &ops[i]);
-        levels = l > levels ? l : levels;
-        follow |= cipc_team_algo(team, ops[i].coll, ops[i].count, ops[i].redop.type) !=
-                  CIPC_ALGO_DIRECT;
-    }
+    const uint32_t levels = cipc_own_group_levels(team, ops, descs, nops, &follow);
     for (int i = 0; i < nops; i++) {
         areas[i] = cipc_own_take_area(pool, captured);
         if (areas[i] < 0) {
@@ -493,6 +505,9 @@ cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops, int
         pool->host[areas[i]].levels = levels;
         pool->host[areas[i]].follow = follow;
     }
+    for (int i = 0; i < nops; i++) {
+        descs[i]->area = areas[i];
+    }
     return ncclSuccess;
 }
 
@@ -504,18 +519,17 @@ cipc_ownstream_enqueue(struct cipc_team *team, const int *areas, int nops, CUstr
 
     for (*enqueued = 0; *enqueued < nops; (*enqueued)++) {
         int area = areas[*enqueued];
-        const struct cipc_own_area *a = &pool->host[area];
-        struct gpu_flag go = cipc_own_go(pool, area);
+        struct cipc_own_area *a = &pool->host[area];
+        struct gpu_flag go = cipc_own_word(pool, &a->go);
+        struct gpu_flag ran = cipc_own_word(pool, &a->level_done);
         CUdeviceptr work = cipc_own_work_dev(pool, area);
-        CUdeviceptr built = pool->host_dev + (CUdeviceptr)area * sizeof(struct cipc_own_area) +
-                            offsetof(struct cipc_own_area, work);
         SHIM_CHECK(gpu_stream_wait_flag(stream, &go, CIPC_OWN_OPEN));
-        GPU_CU_CHECK(cuMemcpyAsync(work, built, sizeof(struct cipc_own_work), stream));
+        GPU_CU_CHECK(cuMemcpyAsync(work, cipc_own_dev_of(pool, &a->work),
+                                   sizeof(struct cipc_own_work), stream));
         /* A level at a time, each after its gate; the stream counts the levels it ran (the
          * write's fence makes their results visible to the other GPUs first). */
         for (uint32_t level = 0; level < a->levels; level++) {
-            struct gpu_flag gate = cipc_own_word(pool, &pool->host[area].level_go[level]);
-            struct gpu_flag ran = cipc_own_word(pool, &pool->host[area].level_done);
+            struct gpu_flag gate = cipc_own_word(pool, &a->level_go[level]);
             if (level > 0) {
                 SHIM_CHECK(gpu_stream_wait_flag(stream, &gate, CIPC_OWN_OPEN));
             }
@@ -601,26 +615,19 @@ cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w)
     struct cipc_ownstream *own = team->own;
     struct cipc_own_pending *p = &own->pending[own->building];
     struct cipc_own_area *a = &own->pool->host[p->area];
-    struct cipc_levels *levels = malloc(sizeof(*levels));
+    struct cipc_levels *levels = &own->levels;
 
-    if (levels == NULL) {
-        WARN("cudaipc: out of memory for a schedule's levels");
-        return ncclSystemError;
-    }
-    ncclResult_t res = cipc_tasks_collect(w, team->gpu, a->tasks, &a->work.batch, levels);
-    if (res == ncclSuccess && (uint32_t)levels->nlevels > a->levels) {
+    SHIM_CHECK(cipc_tasks_collect(w, team->gpu, a->tasks, &a->work.batch, levels));
+    if ((uint32_t)levels->nlevels > a->levels) {
         WARN("cudaipc: rank %d's collective %u has %d levels here, its call enqueued %u (did "
              "the ranks choose different schedules?)", team->rank, w->match, levels->nlevels,
              a->levels);
-        res = ncclInternalError;
+        return ncclInternalError;
     }
-    if (res == ncclSuccess) {
-        p->levels.match = w->match;
-        p->levels.ndeps = levels->ndeps;
-        memcpy(p->levels.deps, levels->deps, (size_t)levels->ndeps * sizeof(levels->deps[0]));
-    }
-    free(levels);
-    return res;
+    p->levels.match = w->match;
+    p->levels.ndeps = levels->ndeps;
+    memcpy(p->levels.deps, levels->deps, (size_t)levels->ndeps * sizeof(levels->deps[0]));
+    return ncclSuccess;
 }
 
 void

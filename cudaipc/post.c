@@ -868,10 +868,8 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
     }
     int areas[CIPC_RING / 2]; /* a leader alone on its GPU: its stream runs the share */
     if (team->own != NULL) {
-        SHIM_CHECK_GOTO(cipc_ownstream_take_group(team, ops, nops, false, areas), res, out);
-        for (int i = 0; i < nops; i++) {
-            descs[i]->area = areas[i];
-        }
+        SHIM_CHECK_GOTO(cipc_ownstream_take_group(team, ops, descs, nops, false, areas), res,
+                        out);
     }
     if (staging) {
         SHIM_CHECK_GOTO(cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, last,

@@ -227,11 +227,10 @@ ncclResult_t cipc_leaders_form(struct cipc_team *team, const int *first_on_devic
 bool cipc_leader_alone(const struct cipc_team *team);
 /* Whether ring and tree schedules may run between the team's GPUs (levels_ok). */
 bool cipc_levels_possible(const struct cipc_team *team);
-/* The schedule between GPUs for op (cipc_algo_choose, where levels_ok; else DIRECT), and how
- * many levels this rank's GPU runs of it. */
+/* The schedule between GPUs for an operation (cipc_algo_choose, where levels_ok; else
+ * DIRECT): what its descriptor says. */
 enum cipc_algo cipc_team_algo(const struct cipc_team *team, enum alg_coll coll, size_t count,
                               ncclDataType_t type);
-int cipc_team_levels(const struct cipc_team *team, const struct cipc_op *op);
 /* Whether leader k runs in this process. */
 bool cipc_leader_here(const struct cipc_team *team, int k);
 /* Whether every leader's done word of rank r reached seq: r's operations up to seq are done. */
@@ -351,12 +350,15 @@ ncclResult_t cipc_ownstream_ready(struct cipc_team *team, const struct gpu_devic
 void cipc_ownstream_destroy(struct cipc_team *team);
 /* The device memory of its device's pool, once ready (0 before). */
 uint64_t cipc_ownstream_device_bytes(const struct cipc_team *team);
-/* The rank's side, before a group of nops operations (ops) is posted: a work area for each,
- * held and empty, its launch sized for the largest of the group (the thread may give any area
- * any operation of the group); ncclInvalidUsage with a WARN, holding none, when the pool has
- * too few. captured: kept while the graph lives, and held again at each launch. */
+/* The rank's side, before a group of nops operations (ops, described by descs) is posted: a
+ * work area for each, held and empty, named in its descriptor, its launch sized for the
+ * largest of the group and its levels for the most (as each descriptor's schedule has them:
+ * the thread may give any area any operation of the group); ncclInvalidUsage with a WARN,
+ * holding none, when the pool has too few. captured: kept while the graph lives, and held
+ * again at each launch. */
 ncclResult_t cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops,
-                                       int nops, bool captured, int *areas);
+                                       struct cipc_desc *const *descs, int nops, bool captured,
+                                       int *areas);
 /* Then enqueues on stream, after arrive, each area's run; *enqueued: how many were enqueued
  * whole (a failure leaves the next one partly enqueued). An area is given back once
  * enqueued, and reused once its stream passed it. */
