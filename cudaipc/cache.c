@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
-#include "team.h"
+#include "internal.h"
 
 struct cipc_map *
 cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key, uint32_t use)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A rank's exports (team.h): the allocations it made reachable to the leaders of other
+ * A rank's exports (internal.h): the allocations it made reachable to the leaders of other
  * processes, by a legacy IPC handle or by a cuMem allocation's file descriptor, and how the
  * leaders learn to let them go.
  *
@@ -25,7 +25,7 @@
 
 #include "base/check.h"
 #include "base/clock.h"
-#include "team.h"
+#include "internal.h"
 
 #define CIPC_EXPORTS (4 * CIPC_RING)
 #define CIPC_SWEEP_NS 10000000u /* 10 ms between looks at the table */

@@ -55,15 +55,17 @@
 
 #include "base/check.h"
 #include "base/clock.h"
-#include "team.h"
+#include "areas.h"
+#include "runner.h"
+#include "internal.h"
 
 struct cipc_hostpost {
     struct cipc_team *team;          /* NULL once it went (under cipc_hostpost_lock) */
     struct cipc_hostpost *next;      /* the team's list (under cipc_hostpost_lock) */
     bool captured;                   /* runs at every launch of its graph; kept for good */
     int slot;                        /* its release word */
-    struct cipc_own_pool *areas;     /* a leader alone on its GPU: where descs' work areas are
-                                        (ownstream.c); NULL */
+    struct cipc_area_pool *areas;    /* where descs' work areas are (areas.h), where its GPU's
+                                        runner takes some; NULL */
     struct cipc_pin *pins;           /* captured: the exports its buffers pinned, 3 per op */
     bool bound;                      /* captured: its graph holds a user object for it */
     bool graph_gone;                 /* ... whose destructor ran: the graph and every launch
@@ -86,13 +88,14 @@ static struct cipc_hostpost *cipc_hostposts_kept;
 #define CIPC_RELEASE_OPEN 1u
 #define CIPC_RELEASE_PASSED 2u
 static struct {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;           /* taken by calls, never by a host function or destructor */
     uint32_t *words;
     CUdeviceptr dev;
     int nfree;
     int free[CIPC_RELEASE_SLOTS];
-    int npassing;                   /* uncaptured words given back once their stream passed */
-    int passing[CIPC_RELEASE_SLOTS];
+    /* Atomic: given back (by a call, a host function or a destructor, which must not block:
+     * so marked, not listed), reusable once its stream passed it; gathered under the lock. */
+    int returned[CIPC_RELEASE_SLOTS];
     CUcontext ctx;                  /* registered in it */
     int teams;                      /* alive, prepared */
     bool captured;                  /* a group was captured: the words stay */
@@ -128,9 +131,9 @@ cipc_hostpost_prepare(const struct gpu_device *gpu)
     cipc_releases.dev = dev;
     cipc_releases.ctx = gpu->ctx;
     cipc_releases.teams = 1;
-    cipc_releases.npassing = 0;
     for (int i = 0; i < CIPC_RELEASE_SLOTS; i++) {
         cipc_releases.free[i] = CIPC_RELEASE_SLOTS - 1 - i;
+        __atomic_store_n(&cipc_releases.returned[i], 0, __ATOMIC_RELAXED);
     }
     cipc_releases.nfree = CIPC_RELEASE_SLOTS;
     goto out;
@@ -146,17 +149,25 @@ out:
     return res;
 }
 
+/* Moves the words given back whose stream passed them to the free list (with the lock). */
+static void
+cipc_releases_gather(void)
+{
+    for (int s = 0; s < CIPC_RELEASE_SLOTS; s++) {
+        if (__atomic_load_n(&cipc_releases.returned[s], __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&cipc_releases.words[s], __ATOMIC_ACQUIRE) == CIPC_RELEASE_PASSED) {
+            __atomic_store_n(&cipc_releases.returned[s], 0, __ATOMIC_RELAXED);
+            cipc_releases.free[cipc_releases.nfree++] = s;
+        }
+    }
+}
+
 /* Whether every word is free, or given back and passed by its stream (with the lock). */
 static bool
 cipc_releases_idle(void)
 {
-    for (int i = 0; i < cipc_releases.npassing; i++) {
-        if (__atomic_load_n(&cipc_releases.words[cipc_releases.passing[i]], __ATOMIC_ACQUIRE) !=
-            CIPC_RELEASE_PASSED) {
-            return false;
-        }
-    }
-    return cipc_releases.nfree + cipc_releases.npassing == CIPC_RELEASE_SLOTS;
+    cipc_releases_gather();
+    return cipc_releases.nfree == CIPC_RELEASE_SLOTS;
 }
 
 void
@@ -208,17 +219,7 @@ cipc_release_take(int rank, bool captured)
 
     pthread_mutex_lock(&cipc_releases.lock);
     if (cipc_releases.nfree == 0) {
-        /* Words of uncaptured groups whose streams have passed them come back. */
-        for (int i = 0; i < cipc_releases.npassing;) {
-            int s = cipc_releases.passing[i];
-            if (__atomic_load_n(&cipc_releases.words[s], __ATOMIC_ACQUIRE) ==
-                CIPC_RELEASE_PASSED) {
-                cipc_releases.free[cipc_releases.nfree++] = s;
-                cipc_releases.passing[i] = cipc_releases.passing[--cipc_releases.npassing];
-            } else {
-                i++;
-            }
-        }
+        cipc_releases_gather(); /* words of uncaptured groups whose streams passed them */
     }
     if (cipc_releases.nfree > 0) {
         slot = cipc_releases.free[--cipc_releases.nfree];
@@ -233,13 +234,12 @@ cipc_release_take(int rank, bool captured)
     return slot;
 }
 
-/* An uncaptured group's word, back once its stream passed it. */
+/* A group's word, back once its stream passed it: one store, so that host functions and
+ * destructors may give back (the lock's holder makes driver calls). */
 static void
 cipc_release_give_back(int slot)
 {
-    pthread_mutex_lock(&cipc_releases.lock);
-    cipc_releases.passing[cipc_releases.npassing++] = slot;
-    pthread_mutex_unlock(&cipc_releases.lock);
+    __atomic_store_n(&cipc_releases.returned[slot], 1, __ATOMIC_RELEASE);
 }
 
 bool
@@ -318,7 +318,7 @@ cipc_hostpost_post(struct cipc_team *team, const struct cipc_hostpost *hp, uint3
             d->group_last = last;
             d->match = cipc_hostpost_number(team, d);
         }
-        cipc_post_publish(team, last);
+        cipc_leaders_publish(team, last);
         /* What the stream's write would do: the leader's stream waits for it. */
         __atomic_store_n(team->arrive.host, last, __ATOMIC_RELEASE);
         *last_out = last;
@@ -342,7 +342,9 @@ cipc_hostpost_run(void *arg)
     pthread_mutex_unlock(&cipc_hostpost_lock);
     cipc_release_set(hp->slot, CIPC_RELEASE_HELD);
     for (int i = 0; hp->areas != NULL && i < hp->nops; i++) {
-        cipc_own_pool_hold(hp->areas, hp->descs[i].area);
+        if (hp->descs[i].area >= 0) {
+            cipc_areas_hold(hp->areas, hp->descs[i].area);
+        }
     }
     if (team != NULL) {
         uint32_t last = 0;
@@ -368,7 +370,9 @@ cipc_hostpost_run(void *arg)
         /* Nothing to wait for (failed, or no team any more): the stream goes on, running
          * nothing from its work areas. */
         for (int i = 0; hp->areas != NULL && i < hp->nops; i++) {
-            cipc_own_pool_open_empty(hp->areas, hp->descs[i].area);
+            if (hp->descs[i].area >= 0) {
+                cipc_areas_open_empty(hp->areas, hp->descs[i].area);
+            }
         }
         cipc_release_set(hp->slot, CIPC_RELEASE_OPEN);
     }
@@ -397,7 +401,9 @@ cipc_hostpost_give_back(struct cipc_hostpost *hp)
 {
     cipc_release_give_back(hp->slot);
     for (int i = 0; hp->areas != NULL && i < hp->nops; i++) {
-        cipc_own_pool_give_back(hp->areas, hp->descs[i].area);
+        if (hp->descs[i].area >= 0) {
+            cipc_areas_give_back(hp->areas, hp->descs[i].area);
+        }
     }
     free(hp->pins);
     free(hp);
@@ -493,7 +499,7 @@ cipc_hostpost_reap(struct cipc_team *team)
          * from then on its owner may free it, as after ncclCommDeregister. */
         for (int p = 0; p < 3 * hp->nops; p++) {
             if (hp->pins[p].pinned) {
-                ncclResult_t r = cipc_team_unpin(team, &hp->pins[p]);
+                ncclResult_t r = cipc_export_pin(team, hp->pins[p].key, hp->pins[p].base, -1);
                 res = res != ncclSuccess ? res : r;
             }
         }
@@ -509,6 +515,7 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
                      CUstream stream, bool capturing)
 {
     struct cipc_hostpost *hp;
+    bool taken = false; /* the runner took what it needs for the group */
     ncclResult_t res;
 
     if (capturing && !team->stream_posting) {
@@ -566,14 +573,13 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
             goto err_pop;
         }
     }
-    int areas[CIPC_RING / 2]; /* a leader alone on its GPU: its stream runs the share */
-    if (team->own != NULL) {
-        res = cipc_ownstream_take_group(team, ops, descs, nops, capturing, areas);
-        if (res != ncclSuccess) {
-            goto err_pop;
-        }
-        hp->areas = cipc_ownstream_pool(team);
+    const enum cipc_post_from from = capturing ? CIPC_FROM_CAPTURE : CIPC_FROM_STREAM;
+    res = team->runner->take(team, ops, descs, nops, from);
+    if (res != ncclSuccess) {
+        goto err_pop;
     }
+    taken = true;
+    hp->areas = cipc_areas_of(team->gpu);
     if (staging) {
         /* Copied in before the host function posts and writes arrive; out after the wait. */
         res = cipc_stage_descs(team, ops, descs, (const uint8_t(*)[3])via, nops, team->seq,
@@ -604,17 +610,11 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
                           __LINE__);
         goto err_pop;
     }
-    /* After it, a leader alone on its GPU runs the share (ownstream.c); the stream waits for
+    /* After it, whatever of the share runs on this stream (runner.h); the stream waits for
      * the word, then says it passed. A failure here leaves the host function queued: it runs,
      * and the team's error says what went wrong. */
-    res = ncclSuccess;
-    if (team->own != NULL) {
-        int enqueued;
-        res = cipc_ownstream_enqueue(team, areas, nops, stream, &enqueued);
-    }
-    for (int i = 0; team->own != NULL && i < nops && !capturing; i++) {
-        cipc_ownstream_give_back(team, areas[i]); /* back once the stream passed it */
-    }
+    int enqueued;
+    res = team->runner->enqueue(team, descs, nops, stream, from, &enqueued);
     if (res == ncclSuccess) {
         res = gpu_stream_wait_flag(stream, &release, CIPC_RELEASE_OPEN);
     }
@@ -637,10 +637,8 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
 
 err_pop:
     team->ncopies = 0; /* staged copies out of a group that never posts */
-    for (int i = 0; hp->areas != NULL && i < nops; i++) {
-        if (hp->descs[i].area >= 0) {
-            cipc_ownstream_drop(team, hp->descs[i].area);
-        }
+    if (taken) {
+        team->runner->untake(team, descs, nops, -1);
     }
     gpu_ctx_pop();
 err_slot:

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A GPU's leader's side of the device team, driven by the team's thread (team.c). Every
- * leader reads every rank's descriptors, matches them the same way, and enqueues its own
- * GPU's share of each operation (tasks.h) on its own stream; a rank's operation is done once
- * every leader's done word for it says so.
+ * leader reads every rank's descriptors, matches them the same way, maps the buffers they
+ * name, and hands its own GPU's share of each operation (tasks.h) to its GPU's runner
+ * (runner.h: on a stream of the leader's own, or on its rank's own streams); a rank's
+ * operation is done once every leader's done word for it says so.
  *
  * Order. Each rank's operations must run in the order its stream reaches them: a rank's
  * stream arrives at a group of operations all at once and then waits for them, so operations
@@ -17,16 +18,14 @@
  * Taking an operation that heads every chain it belongs to can never block another rank's
  * chain, so taking whatever is ready, in any order, cannot deadlock a program NCCL would run.
  *
- * Taking. On the leader's stream: wait until every rank taking part arrived at the operation,
- * the kernels of this GPU's share, then for each rank whose head group is now all taken,
- * done[k] = its last number. A send and its receive are the receiver's GPU's alone: the other
- * leaders take them at once, with no work. The descriptors' ring slots are free for their rank
- * once every leader took them (consumed[k]). A leader alone on its GPU builds the same into
- * work areas its own rank's stream runs instead (ownstream.c), in the order it takes them.
+ * Taking. The runner waits until every rank taking part arrived at the operation, runs this
+ * GPU's share, then for each rank whose head group is now all taken, writes its done word of
+ * this leader (the group's last number). A send and its receive are the receiver's GPU's alone:
+ * the other leaders take them at once, with no work. The descriptors' ring slots are free for
+ * their rank once every leader took them (consumed[k]).
  *
- * The leader's stream also counts operations done (leader_done), which tells the mapping
- * cache which mappings no kernel still uses (a leader alone on its GPU: its rank's stream
- * writes the number of the place it ran).
+ * The runner also counts operations run (leader_done), which tells the mapping cache which
+ * mappings no kernel still uses.
  */
 #include <errno.h>
 #include <poll.h>
@@ -37,8 +36,9 @@
 
 #include "base/check.h"
 #include "cache.h"
+#include "runner.h"
 #include "tasks.h"
-#include "team.h"
+#include "internal.h"
 
 /* A file descriptor received on the channel, until the descriptor that needs it comes. */
 struct cipc_pending_fd {
@@ -52,18 +52,12 @@ struct cipc_pending_fd {
 struct cipc_leader {
     int index;                    /* which leader: team->leaders[index] is this rank */
     const struct gpu_device *gpu; /* set once the first operation came */
-    CUstream stream;              /* NULL where the leader rank's streams run the share */
-    struct gpu_flag *arrive;      /* every rank's flags, as the leader's stream sees them */
-    struct gpu_flag *done;
+    struct gpu_flag *done;        /* every rank's done word of this leader, as its GPU sees it */
     struct gpu_flag leader_done;
-    CUevent done_event;           /* after the last write of the leader rank's own done */
-    uint32_t ops;                 /* operations enqueued (the stream posts them done) */
-    uint32_t use;                 /* the mapping cache's stamp of the one being enqueued: its
-                                     count of operations, or, where the leader rank's streams
-                                     run them (ownstream.c), that rank's number of it */
+    uint32_t use;                 /* the mapping cache's stamp of the one being enqueued: the
+                                     value leader_done reaches once it ran (runner.h) */
     uint32_t *head;               /* per rank: its oldest operation not taken */
     uint8_t *taken;               /* per rank, per ring slot: taken, in the head group */
-    uint32_t *waited;             /* per rank: the last arrive the stream waits for */
     bool *peer_enabled;           /* per rank of this process: peer access to its device */
     int listen_fd;
     int *conns;
@@ -83,11 +77,9 @@ struct cipc_leader {
 static void
 cipc_leader_free(struct cipc_leader *L)
 {
-    free(L->arrive);
     free(L->done);
     free(L->head);
     free(L->taken);
-    free(L->waited);
     free(L->forgets_taken);
     free(L->peer_enabled);
     free(L);
@@ -103,11 +95,9 @@ cipc_leader_create(struct cipc_team *team)
     SHIM_CHECK(shim_calloc(&L, 1));
     L->index = team->lead;
     L->listen_fd = -1;
-    SHIM_CHECK_GOTO(shim_calloc(&L->arrive, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->done, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->head, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->taken, (size_t)n * CIPC_RING), res, err);
-    SHIM_CHECK_GOTO(shim_calloc(&L->waited, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->forgets_taken, (size_t)n), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&L->peer_enabled, (size_t)n), res, err);
     for (int r = 0; r < n; r++) {
@@ -129,22 +119,10 @@ cipc_leader_destroy(struct cipc_team *team, bool abort)
     struct cipc_leader *L = team->leader;
 
     if (L->gpu != NULL) {
-        if (abort) {
-            /* Let the stream past every wait for a rank that will not come: its kernels then
-             * run on whatever the buffers hold, and it empties. */
-            for (int r = 0; r < team->nranks; r++) {
-                gpu_flag_release(&L->arrive[r], L->waited[r]);
-            }
-        }
         gpu_ctx_push(L->gpu->ctx);
-        if (L->stream != NULL) {
-            gpu_cu.cuStreamSynchronize(L->stream);
-        }
+        /* Nothing may still read what the mappings reach. */
+        team->runner->quiesce(team, abort);
         cipc_cache_clear(&L->cache);
-        if (L->stream != NULL) {
-            gpu_cu.cuStreamDestroy(L->stream);
-            gpu_cu.cuEventDestroy(L->done_event);
-        }
         gpu_ctx_pop();
     }
     for (int i = 0; i < L->nfds; i++) {
@@ -201,18 +179,14 @@ cipc_leader_activate(struct cipc_team *team)
     SHIM_CHECK(gpu_ctx_push(gpu->ctx));
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK_GOTO(cipc_ctrl_register(team, r), res, out);
-        L->arrive[r] = cipc_flag(team, r, &team->ctrls[r]->arrive);
         L->done[r] = cipc_flag(team, r, &team->ctrls[r]->done[L->index].value);
     }
     L->leader_done = cipc_flag(team, team->rank, &team->ctrls[team->rank]->leader_done);
-    if (team->own == NULL) {
-        /* A leader alone on its GPU has none: its rank's streams run the share. */
-        GPU_CU_CHECK_GOTO(cuEventCreate(&L->done_event, CU_EVENT_DISABLE_TIMING), res, out);
-        GPU_CU_CHECK_GOTO(cuStreamCreate(&L->stream, CU_STREAM_NON_BLOCKING), res, out);
-    }
+    SHIM_CHECK_GOTO(team->runner->activate(team, gpu, &L->leader_done), res, out);
     L->gpu = gpu;
     INFO(SHIM_INIT, "cudaipc: rank %d leads device %d, one of %d GPUs of a device team of %d "
-         "ranks", team->rank, gpu->ordinal, team->nleaders, team->nranks);
+         "ranks, its share run on %s", team->rank, gpu->ordinal, team->nleaders, team->nranks,
+         team->runner->name);
     res = ncclSuccess;
 out:
     gpu_ctx_pop();
@@ -501,9 +475,7 @@ cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
     uint32_t first, last;
 
     L->taken[(size_t)rank * CIPC_RING + d->seq % CIPC_RING] = 1;
-    if (team->own != NULL) {
-        cipc_ownstream_took(team, rank);
-    }
+    team->runner->took(team, rank);
     cipc_head_group(team, rank, &first, &last);
     for (uint32_t s = first; (int32_t)(last - s) >= 0; s++) {
         if (!cipc_taken(team, rank, s)) {
@@ -514,87 +486,21 @@ cipc_take(struct cipc_team *team, int rank, const struct cipc_desc *d)
         L->taken[(size_t)rank * CIPC_RING + s % CIPC_RING] = 0;
     }
     L->head[rank] = last + 1;
-    if (team->own != NULL) {
-        SHIM_CHECK(cipc_ownstream_signal(team, rank, &L->done[rank], last));
-    } else {
-        SHIM_CHECK(gpu_stream_post_flag(L->stream, &L->done[rank], last));
-    }
-    if (rank == team->rank && team->own == NULL) {
-        /* Before consumed: the leader rank's call, waiting for that, then waits on it. */
-        GPU_CU_CHECK(cuEventRecord(L->done_event, L->stream));
-    }
+    SHIM_CHECK(team->runner->done(team, rank, &L->done[rank], last));
     shm_flag_post(&team->ctrls[rank]->consumed[L->index], last);
-    return ncclSuccess;
-}
-
-ncclResult_t
-cipc_leader_follow(struct cipc_team *team, CUstream stream)
-{
-    GPU_CU_CHECK(cuStreamWaitEvent(stream, team->leader->done_event, 0));
     return ncclSuccess;
 }
 
 /* --- enqueueing ----------------------------------------------------------------------------- */
 
-static ncclResult_t
-cipc_leader_wait_arrive(struct cipc_team *team, int rank, const struct cipc_desc *d)
-{
-    struct cipc_leader *L = team->leader;
-
-    if (team->own != NULL) {
-        /* The leader rank's own stream arrived before it runs the share. */
-        if (rank != team->rank) {
-            cipc_ownstream_need(team, rank, d->seq);
-        }
-        return ncclSuccess;
-    }
-    if (d->by_event && rank == team->rank) {
-        /* The leader rank's stream, in this context: it recorded the event before it posted
-         * the group, and records it again only once the leader took the whole group. */
-        GPU_CU_CHECK(cuStreamWaitEvent(L->stream, team->arrived, 0));
-        return ncclSuccess;
-    }
-    if ((int32_t)(d->seq - L->waited[rank]) > 0) {
-        L->waited[rank] = d->seq;
-    }
-    return gpu_stream_wait_flag(L->stream, &L->arrive[rank], d->seq);
-}
-
-/* The start of an operation with this GPU's share: where the leader rank's stream runs it
- * (ownstream.c), the next place of that rank's group, for its operation d, is built, until
- * cipc_leader_end; the mapping cache's stamp for it. */
+/* The start of an operation taken (its place in the leader rank's stream order, where that
+ * stream runs the share), until cipc_leader_end; the mapping cache's stamp for it. */
 static ncclResult_t
 cipc_leader_begin(struct cipc_team *team, const struct cipc_desc *d)
 {
     struct cipc_leader *L = team->leader;
 
-    if (team->own == NULL) {
-        L->use = L->ops + 1;
-        return ncclSuccess;
-    }
-    return cipc_ownstream_begin(team, d, L->head[team->rank], &L->leader_done, &L->use);
-}
-
-static void
-cipc_leader_end(struct cipc_team *team)
-{
-    if (team->own != NULL) {
-        cipc_ownstream_end(team);
-    }
-}
-
-/* This GPU's share of w: built for the leader rank's stream to run (ownstream.c), or enqueued
- * on the leader's stream and counted done there for the mapping cache. */
-static ncclResult_t
-cipc_leader_run(struct cipc_team *team, const struct cipc_work *w)
-{
-    struct cipc_leader *L = team->leader;
-
-    if (team->own != NULL) {
-        return cipc_ownstream_collect(team, w);
-    }
-    SHIM_CHECK(cipc_tasks_launch(w, L->stream, L->gpu));
-    return gpu_stream_post_flag(L->stream, &L->leader_done, ++L->ops);
+    return team->runner->begin(team, d, L->head[team->rank], &L->use);
 }
 
 /* Every rank's part of one collective agrees (the call NCCL requires of every rank). */
@@ -668,19 +574,19 @@ cipc_enqueue_coll(struct cipc_team *team, struct cipc_desc *const *descs)
     w->match = d0->match;
     w->algo = (enum cipc_algo)d0->algo; /* every rank's, as cipc_check_agree found */
     w->level_rank = team->rank;
-    if (w->algo != CIPC_ALGO_DIRECT && team->own == NULL) {
+    if (w->algo != CIPC_ALGO_DIRECT && !team->runner->levels) {
         WARN("cudaipc: collective %u chose a %s schedule, which needs every rank alone on its "
              "GPU", d0->match, cipc_algo_name(w->algo));
         return ncclInternalError;
     }
     for (int r = 0; r < team->nranks; r++) {
-        SHIM_CHECK(cipc_leader_wait_arrive(team, r, descs[r]));
+        SHIM_CHECK(team->runner->arrival(team, r, descs[r]));
     }
-    SHIM_CHECK(cipc_leader_run(team, w));
+    SHIM_CHECK(team->runner->run(team, w));
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK(cipc_take(team, r, descs[r]));
     }
-    cipc_leader_end(team);
+    team->runner->end(team);
     return ncclSuccess;
 }
 
@@ -698,10 +604,11 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
              "the pair)", src, send_bytes, dst, recv_bytes, send->match);
         return ncclInvalidUsage;
     }
-    if (team->own != NULL && src == dst) {
-        /* A message of the leader rank to itself: its send runs too, with nothing to do. */
+    if (src == dst) {
+        /* A message to itself: its send takes a place in the sender's stream order too, with
+         * nothing to do. */
         SHIM_CHECK(cipc_leader_begin(team, send));
-        cipc_leader_end(team);
+        team->runner->end(team);
     }
     /* On this GPU: where its leader rank's stream runs it, the receiver is that rank. */
     SHIM_CHECK(cipc_leader_begin(team, recv));
@@ -713,14 +620,14 @@ cipc_enqueue_p2p(struct cipc_team *team, int src, const struct cipc_desc *send, 
     w->part = -1;
     SHIM_CHECK(cipc_leader_resolve(team, src, &send->send, false, &w->send[0]));
     SHIM_CHECK(cipc_leader_resolve(team, dst, &recv->recv, false, &w->recv[0]));
-    SHIM_CHECK(cipc_leader_wait_arrive(team, src, send));
+    SHIM_CHECK(team->runner->arrival(team, src, send));
     if (dst != src) {
-        SHIM_CHECK(cipc_leader_wait_arrive(team, dst, recv));
+        SHIM_CHECK(team->runner->arrival(team, dst, recv));
     }
-    SHIM_CHECK(cipc_leader_run(team, w));
+    SHIM_CHECK(team->runner->run(team, w));
     SHIM_CHECK(cipc_take(team, src, send));
     SHIM_CHECK(cipc_take(team, dst, recv));
-    cipc_leader_end(team);
+    team->runner->end(team);
     return ncclSuccess;
 }
 
@@ -807,13 +714,13 @@ cipc_step_p2p_elsewhere(struct cipc_team *team, bool *found_out)
             continue;
         }
         *found_out = true;
-        if (team->own == NULL || r != team->rank) {
+        if (r != team->rank) {
             return cipc_take(team, r, d);
         }
-        /* The leader rank's stream runs it too, with nothing to do. */
+        /* The leader rank's: it takes a place in that rank's stream order, with nothing to do. */
         SHIM_CHECK(cipc_leader_begin(team, d));
         SHIM_CHECK(cipc_take(team, r, d));
-        cipc_leader_end(team);
+        team->runner->end(team);
         return ncclSuccess;
     }
     return ncclSuccess;
@@ -849,6 +756,17 @@ cipc_step_p2p(struct cipc_team *team, bool *found_out)
         }
     }
     return ncclSuccess;
+}
+
+/* The next operation every rank taking part posted, if any: collectives first. */
+static ncclResult_t
+cipc_take_next(struct cipc_team *team, bool *found_out)
+{
+    SHIM_CHECK(cipc_step_coll(team, found_out));
+    if (*found_out) {
+        return ncclSuccess;
+    }
+    return cipc_step_p2p(team, found_out);
 }
 
 static bool
@@ -888,24 +806,8 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
     if (L->acks_owed) {
         cipc_leader_ack_forgets(team);
     }
-    if (team->own != NULL) {
-        cipc_ownstream_lock(team);
-    }
-    for (bool found = true; res == ncclSuccess && found;) {
-        found = false;
-        if (team->own != NULL &&
-            (cipc_ownstream_released(team) || !cipc_ownstream_room(team))) {
-            break; /* areas are all built and waiting for their ranks: later */
-        }
-        res = cipc_step_coll(team, &found);
-        if (res == ncclSuccess && !found) {
-            res = cipc_step_p2p(team, &found);
-        }
-        *progressed_out |= found;
-    }
-    if (team->own != NULL) {
-        cipc_ownstream_unlock(team);
-        *progressed_out |= cipc_ownstream_step(team);
+    if (res == ncclSuccess) {
+        res = team->runner->schedule(team, cipc_take_next, progressed_out);
     }
     gpu_ctx_pop();
     return res;
@@ -978,8 +880,7 @@ int
 cipc_leader_describe(const struct cipc_team *team, char *buf, size_t len)
 {
     const struct cipc_leader *L = team->leader;
-    int n = snprintf(buf, len, "%u operations enqueued, %u done, %d mappings; next per rank:",
-                     L->ops,
+    int n = snprintf(buf, len, "operations run up to %u, %d mappings; next per rank:",
                      __atomic_load_n(&team->ctrls[team->rank]->leader_done, __ATOMIC_ACQUIRE),
                      cipc_cache_count(&L->cache));
     for (int r = 0; r < team->nranks && n >= 0 && (size_t)n < len; r++) {

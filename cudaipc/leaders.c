@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The device team's leaders, one per GPU (team.h), and what a rank does with each of them:
+ * The device team's leaders, one per GPU (internal.h), and what a rank does with each of them:
  * waits for the done words they write, their channels, their doorbells, their consumed flags.
  *
  * Why a leader per GPU and not one for the host: on a host of 8 GPUs with a rank each, one
@@ -16,8 +16,9 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/env.h"
+#include "runner.h"
 #include "tasks.h"
-#include "team.h"
+#include "internal.h"
 
 ncclResult_t
 cipc_leaders_form(struct cipc_team *team, const int *first_on_device)
@@ -84,15 +85,15 @@ cipc_team_algo(const struct cipc_team *team, enum alg_coll coll, size_t count,
     return cipc_algo_choose(&team->policy, coll, units, unit_bytes, team->nranks);
 }
 
-bool
-cipc_leader_alone(const struct cipc_team *team)
+const struct cipc_runner *
+cipc_runner_choose(const struct cipc_team *team)
 {
     for (int r = 0; r < team->nranks && team->lead >= 0; r++) {
         if (r != team->rank && team->leader_of[r] == team->lead) {
-            return false;
+            return &cipc_runner_stream; /* a GPU other ranks share */
         }
     }
-    return team->lead >= 0;
+    return team->lead >= 0 ? &cipc_runner_own : &cipc_runner_stream;
 }
 
 bool
@@ -142,12 +143,9 @@ ncclResult_t
 cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq, bool flags_only)
 {
     for (int k = 0; k < team->nleaders; k++) {
-        if (k == team->lead && team->own != NULL) {
-            /* This rank's streams run its GPU's share themselves (ownstream.c), opened with
-             * nothing to do once the team failed. */
-            SHIM_CHECK(cipc_ownstream_follow(team, stream));
-        } else if (k == team->lead && !flags_only) {
-            SHIM_CHECK(cipc_leader_follow(team, stream));
+        if (k == team->leader_of[team->rank]) {
+            /* Its own GPU's, as its runner has it (it may first wait on the host). */
+            SHIM_CHECK(team->runner->follow(team, stream, seq, flags_only));
         } else {
             SHIM_CHECK(gpu_stream_wait_flag(stream, &team->done[k], seq));
         }
@@ -158,7 +156,7 @@ cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq, bool flags
 void
 cipc_done_release(struct cipc_team *team, uint32_t seq)
 {
-    cipc_ownstream_release(team);
+    team->runner->release(team);
     for (int k = 0; k < team->nleaders; k++) {
         gpu_flag_release(&team->done[k], seq);
     }
@@ -256,6 +254,15 @@ cipc_leaders_ring(struct cipc_team *team)
     for (int k = 0; k < team->nleaders; k++) {
         shm_flag_bump(&team->ctrls[team->leaders[k]]->doorbell);
     }
+}
+
+void
+cipc_leaders_publish(struct cipc_team *team, uint32_t last)
+{
+    /* The whole group at once: the leader takes a group only when all of it is there. */
+    __atomic_store_n(&team->seq, last, __ATOMIC_RELEASE);
+    shm_flag_post(&team->ctrls[team->rank]->posted, last);
+    cipc_leaders_ring(team);
 }
 
 ncclResult_t

@@ -11,7 +11,8 @@
 
 #include "algorithms/tree.h"
 #include "base/check.h"
-#include "tasks.h"
+#include "cudaipc.h"
+#include "kernels/kernels.h"
 
 struct lv_builder {
     struct cipc_levels *out;
@@ -66,7 +67,7 @@ lv_dep(struct lv_builder *b, int level, int rank, int done)
         (struct cipc_ldep){.level = (uint8_t)level, .rank = (int8_t)rank, .done = (uint8_t)done};
 }
 
-/* Units [*lo, *lo + *len) of part `part` of `parts` (tasks.h's aligned parts). */
+/* Units [*lo, *lo + *len) of part `part` of `parts` (cipc_part_range's aligned parts). */
 static void
 lv_part(const struct lv_builder *b, size_t units, int part, int parts, uint64_t *lo,
         uint64_t *len)
@@ -254,6 +255,25 @@ cipc_levels_serve(enum cipc_algo algo, enum alg_coll coll)
     default:
         return false;
     }
+}
+
+void
+cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_t *lo, size_t *hi)
+{
+    const size_t granule = 256 / elem_size; /* element sizes are powers of two up to 8 */
+    size_t granules = (count + granule - 1) / granule;
+    size_t each = (granules + (size_t)nparts - 1) / (size_t)nparts;
+    size_t first = (size_t)part * each * granule, last = first + each * granule;
+
+    *lo = first < count ? first : count;
+    *hi = last < count ? last : count;
+}
+
+bool
+cipc_reduces(enum alg_coll coll)
+{
+    return coll == ALG_COLL_ALLREDUCE || coll == ALG_COLL_REDUCE ||
+           coll == ALG_COLL_REDUCESCATTER;
 }
 
 const char *

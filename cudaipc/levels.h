@@ -117,4 +117,12 @@ void cipc_levels_units(enum alg_coll coll, size_t count, ncclDataType_t type, si
 /* NCCL_ALGO's name of a family ("ring", "tree"), or "direct". */
 const char *cipc_algo_name(enum cipc_algo algo);
 
+/* What the GPUs' schedules share, direct parts and levels alike. */
+/* Whether coll reduces (all-reduce, reduce, reduce-scatter): a reduction kernel; else copies. */
+bool cipc_reduces(enum alg_coll coll);
+/* Elements [*lo, *hi) of part `part` of `nparts` of count elements of elem_size bytes: equal
+ * runs of 256-byte granules (vector loads stay aligned, GPUs write apart). */
+void cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_t *lo,
+                     size_t *hi);
+
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A leader rank alone on its GPU runs its GPU's share on its own streams.
+ * The `own` runner (runner.h): a leader rank alone on its GPU runs its GPU's share on its own
+ * streams.
  *
  * Why. A GPU's leader enqueues its share on a stream of its own once every rank posted
  * (leader.c). A rank in that stream's context cannot make its stream wait for that work at its
@@ -30,12 +31,7 @@
  * levels run) and opens a gate once every GPU that level waits for has published the level
  * it waits for. Host-side waits, as for arrive: no kernel spins on another GPU's flag.
  *
- * Work areas. One per operation in flight, from a pool per device and process made with the
- * first such team (page-locked host memory the thread builds in, and a copy in device memory
- * the kernels read), named in the operation's descriptor. An eager call's area goes back to
- * the pool once its stream passed it; one captured into a graph is kept for good, and the pool
- * with it, since the graph may be launched any time (its host function holds the area again
- * at each launch: hostpost.c).
+ * Work areas (areas.h). One per operation in flight, named in the operation's descriptor.
  *
  * Done words. Taking operations tells the thread which ranks' done words an operation
  * completes (leader.c). A rank's word waits for the newest operation built with some of its
@@ -53,52 +49,11 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "kernels/device.h"
+
+#include "areas.h"
+#include "runner.h"
 #include "tasks.h"
-#include "team.h"
-
-/* Areas per device and process: every eager operation in flight (a rank's ring bounds them)
- * and every one captured into a graph. */
-#define CIPC_OWN_AREAS 1024
-#define CIPC_OWN_HELD 0u
-#define CIPC_OWN_OPEN 1u
-#define CIPC_OWN_PASSED 2u
-
-/* What one operation's kernels read, on the device. */
-struct cipc_own_work {
-    struct kr_dev_batch batch;
-    struct kr_dev_signals signals;
-};
-
-struct cipc_own_area {
-    struct cipc_own_work work;  /* built here by the leader's thread, copied to the device */
-    _Alignas(64) uint32_t go;   /* HELD, OPEN (built, every rank arrived), PASSED */
-    uint32_t tasks;             /* its launch's size: the most tasks of its group's operations */
-    uint64_t task_bytes;        /* ... and their largest task's bytes */
-    uint32_t levels;            /* its launches: the most levels of its group's operations */
-    uint32_t follow;            /* some of them run a ring or tree schedule: the stream counts
-                                   the levels it ran, the thread publishes them */
-    int running;                /* atomic: the thread still follows its levels (not reusable) */
-    /* Levels past the first (levels.h): each waits for its gate, which the thread opens once
-     * the levels of other GPUs it waits for ran, and the stream counts those it ran. */
-    _Alignas(64) uint32_t level_go[CIPC_MAX_LEVELS];
-    _Alignas(64) uint32_t level_done;
-};
-
-struct cipc_own_pool {
-    struct cipc_own_area *host;  /* page-locked */
-    CUdeviceptr host_dev;        /* the same, as the device sees it: the go words */
-    CUdeviceptr dev;             /* CIPC_OWN_AREAS struct cipc_own_work */
-    CUcontext ctx;               /* the device's primary context, where they were made */
-    int teams;                   /* alive, prepared */
-    bool captured;               /* an area was captured: the pool stays */
-    int nfree;
-    int free[CIPC_OWN_AREAS];
-    int npassing;                /* given back, reusable once their stream passed them */
-    int passing[CIPC_OWN_AREAS];
-};
-
-static pthread_mutex_t cipc_own_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cipc_own_pool *cipc_own_pools[GPU_MAX_DEVICES];
+#include "internal.h"
 
 /* The waits of a ring or tree schedule's levels (levels.h), for the collective `match`. */
 struct cipc_own_levels {
@@ -133,7 +88,8 @@ struct cipc_own_deferred {
 };
 
 struct cipc_ownstream {
-    struct cipc_own_pool *pool;  /* once ready */
+    struct cipc_area_pool *pool; /* once ready */
+    struct gpu_flag leader_done; /* its stream's place run, as the device reaches it */
     CUevent done_event;          /* after the last group's signals, on its stream */
     pthread_mutex_t lock;        /* the thread's building against a release */
     bool released;               /* every area opened for good: build nothing more */
@@ -157,274 +113,30 @@ struct cipc_ownstream {
     int ndeferred, deferred_cap;
 };
 
-/* --- the pool ------------------------------------------------------------------------------ */
+/* --- the team, and this rank's calls --------------------------------------------------------- */
 
-/* Where the device reaches a byte of the pool's page-locked areas. */
-static CUdeviceptr
-cipc_own_dev_of(const struct cipc_own_pool *pool, const void *at)
+static struct cipc_ownstream *
+cipc_own(const struct cipc_team *team)
 {
-    return pool->host_dev + (CUdeviceptr)((uintptr_t)at - (uintptr_t)pool->host);
+    return team->share;
 }
 
-/* A word of an area's, as the host and the device reach it. */
-static struct gpu_flag
-cipc_own_word(const struct cipc_own_pool *pool, uint32_t *word)
-{
-    return (struct gpu_flag){.host = word, .dev = cipc_own_dev_of(pool, word)};
-}
-
-static CUdeviceptr
-cipc_own_work_dev(const struct cipc_own_pool *pool, int area)
-{
-    return pool->dev + (CUdeviceptr)area * sizeof(struct cipc_own_work);
-}
-
-/* Every area free, or given back and passed (with the lock). */
-static bool
-cipc_own_pool_idle(const struct cipc_own_pool *pool)
-{
-    for (int i = 0; i < pool->npassing; i++) {
-        if (__atomic_load_n(&pool->host[pool->passing[i]].go, __ATOMIC_ACQUIRE) !=
-            CIPC_OWN_PASSED) {
-            return false;
-        }
-    }
-    return pool->nfree + pool->npassing == CIPC_OWN_AREAS;
-}
-
-static void
-cipc_own_pool_free(struct cipc_own_pool *pool)
-{
-    if (gpu_ctx_push(pool->ctx) == ncclSuccess) {
-        if (pool->dev != 0) {
-            gpu_cu.cuMemFree(pool->dev);
-        }
-        if (pool->host_dev != 0) {
-            gpu_cu.cuMemHostUnregister(pool->host);
-        }
-        gpu_ctx_pop();
-    }
-    free(pool->host);
-    free(pool);
-}
-
-/* The device's pool, made with its first team (registration and allocation happen where the
- * program chose its device, not between a queued wait and its release). */
 static ncclResult_t
-cipc_own_pool_prepare(const struct gpu_device *gpu, struct cipc_own_pool **pool_out)
-{
-    const size_t bytes = CIPC_OWN_AREAS * sizeof(struct cipc_own_area);
-    struct cipc_own_pool *pool;
-    ncclResult_t res = ncclSuccess;
-
-    pthread_mutex_lock(&cipc_own_lock);
-    pool = cipc_own_pools[gpu->ordinal];
-    if (pool != NULL) {
-        pool->teams++;
-        goto out;
-    }
-    SHIM_CHECK_GOTO(shim_calloc(&pool, 1), res, out);
-    pool->ctx = gpu->ctx;
-    pool->host = aligned_alloc(4096, bytes);
-    if (pool->host == NULL) {
-        WARN("out of memory for %zu bytes of device work areas", bytes);
-        free(pool);
-        res = ncclSystemError;
-        goto out;
-    }
-    memset(pool->host, 0, bytes);
-    SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, err);
-    CUstreamCaptureMode mode = gpu_capture_relax();
-    CUresult cu = gpu_cu.cuMemHostRegister(pool->host, bytes, CU_MEMHOSTREGISTER_PORTABLE |
-                                                                  CU_MEMHOSTREGISTER_DEVICEMAP);
-    if (cu == CUDA_SUCCESS) {
-        cu = gpu_cu.cuMemHostGetDevicePointer(&pool->host_dev, pool->host, 0);
-        if (cu != CUDA_SUCCESS) {
-            gpu_cu.cuMemHostUnregister(pool->host);
-        }
-    }
-    if (cu == CUDA_SUCCESS) {
-        cu = gpu_cu.cuMemAlloc(&pool->dev, CIPC_OWN_AREAS * sizeof(struct cipc_own_work));
-    }
-    gpu_capture_restore(mode);
-    gpu_ctx_pop();
-    if (cu != CUDA_SUCCESS) {
-        res = gpu_cu_fail(cu, "making the device work areas", __FILE__, __LINE__);
-        goto err;
-    }
-    for (int i = 0; i < CIPC_OWN_AREAS; i++) {
-        pool->free[i] = CIPC_OWN_AREAS - 1 - i;
-    }
-    pool->nfree = CIPC_OWN_AREAS;
-    pool->teams = 1;
-    cipc_own_pools[gpu->ordinal] = pool;
-    goto out;
-err:
-    cipc_own_pool_free(pool);
-    pool = NULL;
-out:
-    pthread_mutex_unlock(&cipc_own_lock);
-    *pool_out = pool;
-    return res;
-}
-
-/* A team lets its pool go; the last one frees it, unless an area was captured or a stream
- * still waits on one (given a moment: abort must return at once). */
-static void
-cipc_own_pool_unprepare(struct cipc_own_pool *pool)
-{
-    pthread_mutex_lock(&cipc_own_lock);
-    if (--pool->teams > 0 || pool->captured) {
-        pthread_mutex_unlock(&cipc_own_lock);
-        return;
-    }
-    uint64_t until = (uint64_t)shim_clock_ns() + 200000000u;
-    while (!cipc_own_pool_idle(pool) && (uint64_t)shim_clock_ns() < until) {
-        pthread_mutex_unlock(&cipc_own_lock);
-        usleep(100);
-        pthread_mutex_lock(&cipc_own_lock);
-    }
-    if (pool->teams == 0 && cipc_own_pool_idle(pool)) {
-        for (int d = 0; d < GPU_MAX_DEVICES; d++) {
-            if (cipc_own_pools[d] == pool) {
-                cipc_own_pools[d] = NULL;
-            }
-        }
-        cipc_own_pool_free(pool);
-    }
-    pthread_mutex_unlock(&cipc_own_lock);
-}
-
-/* A free area, held (empty) for an operation; -1 when none is left. */
-static int
-cipc_own_take_area(struct cipc_own_pool *pool, bool captured)
-{
-    int area = -1;
-
-    pthread_mutex_lock(&cipc_own_lock);
-    if (pool->nfree == 0) {
-        for (int i = 0; i < pool->npassing;) {
-            int a = pool->passing[i];
-            if (__atomic_load_n(&pool->host[a].go, __ATOMIC_ACQUIRE) == CIPC_OWN_PASSED &&
-                !__atomic_load_n(&pool->host[a].running, __ATOMIC_ACQUIRE)) {
-                pool->free[pool->nfree++] = a;
-                pool->passing[i] = pool->passing[--pool->npassing];
-            } else {
-                i++;
-            }
-        }
-    }
-    if (pool->nfree > 0) {
-        area = pool->free[--pool->nfree];
-        cipc_own_pool_hold(pool, area);
-        pool->captured |= captured;
-    }
-    pthread_mutex_unlock(&cipc_own_lock);
-    return area;
-}
-
-void
-cipc_own_pool_give_back(struct cipc_own_pool *pool, int area)
-{
-    pthread_mutex_lock(&cipc_own_lock);
-    pool->passing[pool->npassing++] = area;
-    pthread_mutex_unlock(&cipc_own_lock);
-}
-
-void
-cipc_ownstream_give_back(struct cipc_team *team, int area)
-{
-    cipc_own_pool_give_back(team->own->pool, area);
-}
-
-void
-cipc_ownstream_drop(struct cipc_team *team, int area)
-{
-    if (area >= 0) {
-        __atomic_store_n(&team->own->pool->host[area].go, CIPC_OWN_PASSED, __ATOMIC_RELEASE);
-        cipc_ownstream_give_back(team, area);
-    }
-}
-
-struct cipc_own_pool *
-cipc_ownstream_pool(const struct cipc_team *team)
-{
-    return team->own->pool;
-}
-
-void
-cipc_own_pool_hold(struct cipc_own_pool *pool, int area)
-{
-    struct cipc_own_area *a = &pool->host[area];
-
-    a->work.batch.ntasks = 0;
-    a->work.signals.n = 0;
-    memset(a->level_go, 0, sizeof(a->level_go));
-    a->level_done = 0;
-    __atomic_store_n(&a->go, CIPC_OWN_HELD, __ATOMIC_RELEASE);
-}
-
-/* Every gate of area's levels open: they run what they hold (abort, release). */
-static void
-cipc_own_open_levels(struct cipc_own_area *a)
-{
-    for (uint32_t l = 0; l < CIPC_MAX_LEVELS; l++) {
-        __atomic_store_n(&a->level_go[l], CIPC_OWN_OPEN, __ATOMIC_RELEASE);
-    }
-}
-
-void
-cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area)
-{
-    cipc_own_pool_hold(pool, area);
-    cipc_own_open_levels(&pool->host[area]);
-    __atomic_store_n(&pool->host[area].go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
-}
-
-void
-cipc_ownstream_open_empty(struct cipc_team *team, int area)
-{
-    cipc_own_pool_open_empty(team->own->pool, area);
-}
-
-/* --- the team's side ----------------------------------------------------------------------- */
-
-ncclResult_t
-cipc_ownstream_create(struct cipc_team *team)
+cipc_own_create(struct cipc_team *team)
 {
     struct cipc_ownstream *own;
 
     SHIM_CHECK(shim_calloc(&own, 1));
     pthread_mutex_init(&own->lock, NULL);
     own->building = -1;
-    team->own = own;
+    team->share = own;
     return ncclSuccess;
 }
 
-ncclResult_t
-cipc_ownstream_ready(struct cipc_team *team, const struct gpu_device *gpu)
+static void
+cipc_own_destroy(struct cipc_team *team)
 {
-    struct cipc_ownstream *own = team->own;
-
-    if (own->pool == NULL) {
-        SHIM_CHECK(cipc_own_pool_prepare(gpu, &own->pool));
-    }
-    if (own->done_event == NULL) {
-        GPU_CU_CHECK(cuEventCreate(&own->done_event, CU_EVENT_DISABLE_TIMING));
-    }
-    return ncclSuccess;
-}
-
-uint64_t
-cipc_ownstream_device_bytes(const struct cipc_team *team)
-{
-    return team->own->pool != NULL ? CIPC_OWN_AREAS * sizeof(struct cipc_own_work) : 0;
-}
-
-void
-cipc_ownstream_destroy(struct cipc_team *team)
-{
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
 
     if (own == NULL) {
         return;
@@ -433,12 +145,39 @@ cipc_ownstream_destroy(struct cipc_team *team)
         gpu_cu.cuEventDestroy(own->done_event);
     }
     if (own->pool != NULL) {
-        cipc_own_pool_unprepare(own->pool);
+        cipc_areas_unprepare(own->pool);
     }
     free(own->deferred);
     pthread_mutex_destroy(&own->lock);
     free(own);
-    team->own = NULL;
+    team->share = NULL;
+}
+
+static ncclResult_t
+cipc_own_ready(struct cipc_team *team, const struct gpu_device *gpu)
+{
+    struct cipc_ownstream *own = cipc_own(team);
+
+    if (own->pool == NULL) {
+        SHIM_CHECK(cipc_areas_prepare(gpu, &own->pool));
+    }
+    if (own->done_event == NULL) {
+        GPU_CU_CHECK(cuEventCreate(&own->done_event, CU_EVENT_DISABLE_TIMING));
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t
+cipc_own_may_post_from_stream(struct cipc_team *team)
+{
+    (void)team; /* its streams wait only for words the host or other processes write */
+    return ncclSuccess;
+}
+
+static uint64_t
+cipc_own_persistent_bytes(const struct cipc_team *team)
+{
+    return cipc_own(team)->pool != NULL ? cipc_areas_device_bytes() : 0;
 }
 
 /* The largest task and the most tasks of a group's operations: the thread may give an area
@@ -480,83 +219,141 @@ cipc_own_group_levels(const struct cipc_team *team, const struct cipc_op *ops,
     return levels;
 }
 
-ncclResult_t
-cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops,
-                          struct cipc_desc *const *descs, int nops, bool captured, int *areas)
+/* An area taken for an operation that is never posted: back at once. */
+static void
+cipc_own_drop(struct cipc_ownstream *own, int area)
 {
-    struct cipc_own_pool *pool = team->own->pool;
+    __atomic_store_n(&own->pool->host[area].go, CIPC_AREA_PASSED, __ATOMIC_RELEASE);
+    cipc_areas_give_back(own->pool, area);
+}
+
+/* A work area for each operation, held and empty, named in its descriptor, its launch sized for
+ * the largest of the group and its levels for the most (as each descriptor's schedule has
+ * them): the thread may give any area any operation of the group. Captured: kept while the
+ * graph lives, and held again at each launch. */
+static ncclResult_t
+cipc_own_take(struct cipc_team *team, const struct cipc_op *ops, struct cipc_desc *const *descs,
+              int nops, enum cipc_post_from from)
+{
+    struct cipc_ownstream *own = cipc_own(team);
+    struct cipc_area_pool *pool = own->pool;
     uint64_t bytes;
     uint32_t tasks, follow;
 
     cipc_own_group_shape(team, ops, nops, &bytes, &tasks);
     const uint32_t levels = cipc_own_group_levels(team, ops, descs, nops, &follow);
     for (int i = 0; i < nops; i++) {
-        areas[i] = cipc_own_take_area(pool, captured);
-        if (areas[i] < 0) {
+        int area = cipc_areas_take(pool, from == CIPC_FROM_CAPTURE);
+        if (area < 0) {
             for (int j = 0; j < i; j++) {
-                cipc_ownstream_drop(team, areas[j]);
+                cipc_own_drop(own, descs[j]->area);
+                descs[j]->area = -1;
             }
             WARN("rank %d: more than %d device operations in flight or captured into CUDA "
-                 "graphs on this GPU in this process", team->rank, CIPC_OWN_AREAS);
+                 "graphs on this GPU in this process", team->rank, CIPC_AREAS);
             return ncclInvalidUsage;
         }
-        pool->host[areas[i]].tasks = tasks;
-        pool->host[areas[i]].task_bytes = bytes;
-        pool->host[areas[i]].levels = levels;
-        pool->host[areas[i]].follow = follow;
-    }
-    for (int i = 0; i < nops; i++) {
-        descs[i]->area = areas[i];
+        pool->host[area].tasks = tasks;
+        pool->host[area].task_bytes = bytes;
+        pool->host[area].levels = levels;
+        pool->host[area].follow = follow;
+        descs[i]->area = area;
     }
     return ncclSuccess;
 }
 
-ncclResult_t
-cipc_ownstream_enqueue(struct cipc_team *team, const int *areas, int nops, CUstream stream,
-                       int *enqueued)
+/* Per area, after arrive: wait go >= OPEN | copy the area to the device | kr_dev_from over it,
+ * a level at a time, each after its gate, counting the levels run | kr_dev_signal over it |
+ * go = PASSED. */
+static ncclResult_t
+cipc_own_enqueue_runs(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+                      CUstream stream, int *enqueued)
 {
-    struct cipc_own_pool *pool = team->own->pool;
+    struct cipc_area_pool *pool = cipc_own(team)->pool;
 
     for (*enqueued = 0; *enqueued < nops; (*enqueued)++) {
-        int area = areas[*enqueued];
-        struct cipc_own_area *a = &pool->host[area];
-        struct gpu_flag go = cipc_own_word(pool, &a->go);
-        struct gpu_flag ran = cipc_own_word(pool, &a->level_done);
-        CUdeviceptr work = cipc_own_work_dev(pool, area);
-        SHIM_CHECK(gpu_stream_wait_flag(stream, &go, CIPC_OWN_OPEN));
-        GPU_CU_CHECK(cuMemcpyAsync(work, cipc_own_dev_of(pool, &a->work),
-                                   sizeof(struct cipc_own_work), stream));
-        /* A level at a time, each after its gate; the stream counts the levels it ran (the
-         * write's fence makes their results visible to the other GPUs first). */
+        int area = descs[*enqueued]->area;
+        struct cipc_area *a = &pool->host[area];
+        struct gpu_flag go = cipc_areas_word(pool, &a->go);
+        struct gpu_flag ran = cipc_areas_word(pool, &a->level_done);
+        CUdeviceptr work = cipc_areas_work_dev(pool, area);
+        SHIM_CHECK(gpu_stream_wait_flag(stream, &go, CIPC_AREA_OPEN));
+        GPU_CU_CHECK(cuMemcpyAsync(work, cipc_areas_dev_of(pool, &a->work),
+                                   sizeof(struct cipc_area_work), stream));
+        /* The write's fence makes a level's results visible to the other GPUs first. */
         for (uint32_t level = 0; level < a->levels; level++) {
-            struct gpu_flag gate = cipc_own_word(pool, &a->level_go[level]);
+            struct gpu_flag gate = cipc_areas_word(pool, &a->level_go[level]);
             if (level > 0) {
-                SHIM_CHECK(gpu_stream_wait_flag(stream, &gate, CIPC_OWN_OPEN));
+                SHIM_CHECK(gpu_stream_wait_flag(stream, &gate, CIPC_AREA_OPEN));
             }
             SHIM_CHECK(kr_dev_launch_from(stream, team->gpu, a->task_bytes, a->tasks,
-                                          work + offsetof(struct cipc_own_work, batch), level));
+                                          work + offsetof(struct cipc_area_work, batch), level));
             if (a->follow) {
                 SHIM_CHECK(gpu_stream_post_flag(stream, &ran, level + 1));
             }
         }
         SHIM_CHECK(kr_dev_signal_from(stream, team->gpu,
-                                      work + offsetof(struct cipc_own_work, signals)));
-        SHIM_CHECK(gpu_stream_post_flag(stream, &go, CIPC_OWN_PASSED));
+                                      work + offsetof(struct cipc_area_work, signals)));
+        SHIM_CHECK(gpu_stream_post_flag(stream, &go, CIPC_AREA_PASSED));
     }
     return ncclSuccess;
 }
 
-ncclResult_t
-cipc_ownstream_close_group(struct cipc_team *team, CUstream stream)
+/* The runs of the group's areas; a call's group then records the event the rank's waits
+ * follow (cipc_own_follow). An area is given back once enqueued, reused once its stream
+ * passed it; a captured one is kept. A group posted from its stream keeps going whatever
+ * failed here (its host function is queued and runs; the team's error says what went wrong),
+ * a call's is taken back by untake. */
+static ncclResult_t
+cipc_own_enqueue(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+                 CUstream stream, enum cipc_post_from from, int *enqueued)
 {
-    GPU_CU_CHECK(cuEventRecord(team->own->done_event, stream));
-    return ncclSuccess;
+    struct cipc_ownstream *own = cipc_own(team);
+    ncclResult_t res = cipc_own_enqueue_runs(team, descs, nops, stream, enqueued);
+
+    if (res == ncclSuccess && from == CIPC_FROM_CALL) {
+        CUresult cu = gpu_cu.cuEventRecord(own->done_event, stream);
+        if (cu != CUDA_SUCCESS) {
+            res = gpu_cu_fail(cu, "cuEventRecord(a group's run)", __FILE__, __LINE__);
+        }
+    }
+    if (res != ncclSuccess && from == CIPC_FROM_CALL) {
+        return res;
+    }
+    for (int i = 0; i < nops && from != CIPC_FROM_CAPTURE; i++) {
+        cipc_areas_give_back(own->pool, descs[i]->area);
+    }
+    return res;
 }
 
-ncclResult_t
-cipc_ownstream_follow(struct cipc_team *team, CUstream stream)
+static void
+cipc_own_untake(struct cipc_team *team, struct cipc_desc *const *descs, int nops, int enqueued)
 {
-    GPU_CU_CHECK(cuStreamWaitEvent(stream, team->own->done_event, 0));
+    struct cipc_ownstream *own = cipc_own(team);
+
+    /* An area a stream may read is opened with nothing to do (and comes back once that
+     * stream passed it); the others come back at once. */
+    for (int i = 0; i < nops; i++) {
+        if (descs[i]->area < 0) {
+            continue;
+        }
+        if (i <= enqueued) {
+            cipc_areas_open_empty(own->pool, descs[i]->area);
+            cipc_areas_give_back(own->pool, descs[i]->area);
+        } else {
+            cipc_own_drop(own, descs[i]->area);
+        }
+    }
+}
+
+/* The rank's own stream ran its GPU's share: its streams follow the event after the last
+ * group's signals (its areas open with nothing to do once the team failed, so flags_only
+ * changes nothing). */
+static ncclResult_t
+cipc_own_follow(struct cipc_team *team, CUstream stream, uint32_t seq, bool flags_only)
+{
+    (void)seq, (void)flags_only;
+    GPU_CU_CHECK(cuStreamWaitEvent(stream, cipc_own(team)->done_event, 0));
     return ncclSuccess;
 }
 
@@ -568,11 +365,29 @@ cipc_own_leader_done(const struct cipc_team *team)
     return __atomic_load_n(&team->ctrls[team->rank]->leader_done, __ATOMIC_ACQUIRE);
 }
 
-ncclResult_t
-cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t group_first,
-                     const struct gpu_flag *leader_done, uint32_t *pos_out)
+static ncclResult_t
+cipc_own_activate(struct cipc_team *team, const struct gpu_device *gpu,
+                  const struct gpu_flag *leader_done)
 {
-    struct cipc_ownstream *own = team->own;
+    (void)gpu;
+    cipc_own(team)->leader_done = *leader_done;
+    return ncclSuccess;
+}
+
+static void
+cipc_own_quiesce(struct cipc_team *team, bool abort)
+{
+    (void)team, (void)abort; /* the rank's streams passed their gates (cipc_post_quiesce) */
+}
+
+/* The leader rank's operation d (of the group from group_first) is built next (begin .. end,
+ * with the lock held), into the group's next place (*pos_out: its number in the rank's
+ * stream order, which the stream writes to leader_done once run). */
+static ncclResult_t
+cipc_own_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t group_first,
+               uint32_t *pos_out)
+{
+    struct cipc_ownstream *own = cipc_own(team);
 
     /* The group's areas in the order its operations are built (their matching order, which no
      * rank's stream contradicts), whatever their order in the group. */
@@ -583,7 +398,7 @@ cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t
     }
     uint32_t pos = group_first + own->group_built++;
     const struct cipc_desc *at = &team->ctrls[team->rank]->ring[pos % CIPC_RING];
-    if (at->area < 0 || at->area >= CIPC_OWN_AREAS || own->npending == CIPC_RING ||
+    if (at->area < 0 || at->area >= CIPC_AREAS || own->npending == CIPC_RING ||
         (int32_t)(d->group_last - pos) < 0) {
         WARN("cudaipc: rank %d's operation %u in place %u names work area %d (%d being built)",
              team->rank, d->seq, pos, at->area, own->npending);
@@ -603,18 +418,19 @@ cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t
     }
     /* The stream says it ran this place: the word deferred writes and mappings wait for. */
     struct kr_dev_signals *s = &own->pool->host[at->area].work.signals;
-    s->words[0] = (struct kr_dev_signal_word){.addr = leader_done->dev, .value = pos};
+    s->words[0] = (struct kr_dev_signal_word){.addr = own->leader_done.dev, .value = pos};
     s->n = 1;
     *pos_out = pos;
     return ncclSuccess;
 }
 
-ncclResult_t
-cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w)
+/* Its share, as a batch in the area. */
+static ncclResult_t
+cipc_own_run(struct cipc_team *team, const struct cipc_work *w)
 {
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
     struct cipc_own_pending *p = &own->pending[own->building];
-    struct cipc_own_area *a = &own->pool->host[p->area];
+    struct cipc_area *a = &own->pool->host[p->area];
     struct cipc_levels *levels = &own->levels;
 
     SHIM_CHECK(cipc_tasks_collect(w, team->gpu, a->tasks, &a->work.batch, levels));
@@ -630,13 +446,18 @@ cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w)
     return ncclSuccess;
 }
 
-void
-cipc_ownstream_need(struct cipc_team *team, int rank, uint32_t seq)
+/* The ranks it waits for: their arrive words, which the thread reads before it opens the area
+ * (the leader rank's own stream arrived before it runs the share). */
+static ncclResult_t
+cipc_own_arrival(struct cipc_team *team, int rank, const struct cipc_desc *d)
 {
-    struct cipc_own_pending *p = &team->own->pending[team->own->building];
+    struct cipc_own_pending *p = &cipc_own(team)->pending[cipc_own(team)->building];
 
-    p->need_rank[p->nneeds] = (int8_t)rank;
-    p->need_seq[p->nneeds++] = seq;
+    if (rank != team->rank) {
+        p->need_rank[p->nneeds] = (int8_t)rank;
+        p->need_seq[p->nneeds++] = d->seq;
+    }
+    return ncclSuccess;
 }
 
 /* The pending entry of operation seq, or NULL where its area is open. */
@@ -651,10 +472,11 @@ cipc_own_pending_of(struct cipc_ownstream *own, uint32_t seq)
     return NULL;
 }
 
-void
-cipc_ownstream_took(struct cipc_team *team, int rank)
+/* Rank's operation is taken: within a build, rank's done word waits for that build. */
+static void
+cipc_own_took(struct cipc_team *team, int rank)
 {
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
 
     if (own->building < 0) {
         return; /* taken with no work here */
@@ -680,11 +502,12 @@ cipc_own_add_signal(struct kr_dev_signals *s, uint64_t addr, uint32_t value)
     s->words[s->n++] = (struct kr_dev_signal_word){.addr = addr, .value = value};
 }
 
-ncclResult_t
-cipc_ownstream_signal(struct cipc_team *team, int rank, const struct gpu_flag *done,
-                      uint32_t value)
+/* Rank's done word (as the leader's GPU reaches it) goes with the newest build holding some of
+ * its share: into its signals if its area is not open yet, else from the host once it ran. */
+static ncclResult_t
+cipc_own_done(struct cipc_team *team, int rank, const struct gpu_flag *done, uint32_t value)
 {
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
     uint32_t need = own->last_for[rank];
     struct cipc_own_pending *p = own->has_last[rank] ? cipc_own_pending_of(own, need) : NULL;
 
@@ -703,24 +526,19 @@ cipc_ownstream_signal(struct cipc_team *team, int rank, const struct gpu_flag *d
     return ncclSuccess;
 }
 
-void
-cipc_ownstream_end(struct cipc_team *team)
+static void
+cipc_own_end(struct cipc_team *team)
 {
-    team->own->building = -1;
+    cipc_own(team)->building = -1;
 }
 
-bool
-cipc_ownstream_room(const struct cipc_team *team)
-{
-    return team->own->npending < CIPC_RING;
-}
 
 /* Writes the deferred done words whose operation the stream ran (all: every one); whether any
  * (with the lock). */
 static bool
 cipc_own_write_deferred(struct cipc_team *team, bool all)
 {
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
     uint32_t done = cipc_own_leader_done(team);
     bool wrote = false;
 
@@ -770,13 +588,13 @@ cipc_own_level_ready(const struct cipc_team *team, const struct cipc_own_levels 
 static bool
 cipc_own_follow_levels(struct cipc_team *team)
 {
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
     uint32_t *level_word = &team->ctrls[team->rank]->level;
     bool moved = false;
 
     for (int i = 0; i < own->nrunning;) {
         struct cipc_own_running *r = &own->running[i];
-        struct cipc_own_area *a = &own->pool->host[r->area];
+        struct cipc_area *a = &own->pool->host[r->area];
         uint32_t ran = __atomic_load_n(&a->level_done, __ATOMIC_ACQUIRE);
         if (ran > r->published) {
             /* Only forward: an older collective's last levels may be seen after a newer's. */
@@ -788,7 +606,7 @@ cipc_own_follow_levels(struct cipc_team *team)
             moved = true;
         }
         while (r->opened < a->levels && cipc_own_level_ready(team, &r->levels, r->opened)) {
-            __atomic_store_n(&a->level_go[r->opened++], CIPC_OWN_OPEN, __ATOMIC_RELEASE);
+            __atomic_store_n(&a->level_go[r->opened++], CIPC_AREA_OPEN, __ATOMIC_RELEASE);
             moved = true;
         }
         if (ran < a->levels) {
@@ -801,10 +619,12 @@ cipc_own_follow_levels(struct cipc_team *team)
     return moved;
 }
 
-bool
-cipc_ownstream_step(struct cipc_team *team)
+/* Opens the areas whose ranks all arrived, follows the levels, writes the deferred done words
+ * that may go; whether anything moved. */
+static bool
+cipc_own_step(struct cipc_team *team)
 {
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
     bool moved = false;
 
     pthread_mutex_lock(&own->lock);
@@ -820,14 +640,14 @@ cipc_ownstream_step(struct cipc_team *team)
             i++;
             continue;
         }
-        struct cipc_own_area *a = &own->pool->host[p->area];
+        struct cipc_area *a = &own->pool->host[p->area];
         if (a->follow) {
             /* Not reusable until the thread saw its stream run every level. */
             __atomic_store_n(&a->running, 1, __ATOMIC_RELEASE);
             own->running[own->nrunning++] = (struct cipc_own_running){
                 .area = p->area, .opened = 1, .levels = p->levels};
         }
-        __atomic_store_n(&a->go, CIPC_OWN_OPEN, __ATOMIC_RELEASE);
+        __atomic_store_n(&a->go, CIPC_AREA_OPEN, __ATOMIC_RELEASE);
         *p = own->pending[--own->npending];
         moved = true;
     }
@@ -837,44 +657,56 @@ cipc_ownstream_step(struct cipc_team *team)
     return moved;
 }
 
-void
-cipc_ownstream_flush(struct cipc_team *team)
+/* Matching builds into areas until all are built and waiting for their ranks (CIPC_RING at
+ * most) or released; then the areas move on. */
+static ncclResult_t
+cipc_own_schedule(struct cipc_team *team,
+                  ncclResult_t (*take_next)(struct cipc_team *team, bool *found),
+                  bool *progressed_out)
 {
-    if (team->own != NULL) {
-        pthread_mutex_lock(&team->own->lock);
+    struct cipc_ownstream *own = cipc_own(team);
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&own->lock);
+    for (bool found = true; res == ncclSuccess && found;) {
+        if (own->released || own->npending == CIPC_RING) {
+            break; /* areas are all built and waiting for their ranks: later */
+        }
+        res = take_next(team, &found);
+        *progressed_out |= found;
+    }
+    pthread_mutex_unlock(&own->lock);
+    *progressed_out |= cipc_own_step(team);
+    return res;
+}
+
+/* At teardown, once the thread stopped: every done word still deferred (the rank's operations
+ * are done, or aborted). */
+static void
+cipc_own_flush(struct cipc_team *team)
+{
+    if (cipc_own(team) != NULL) {
+        pthread_mutex_lock(&cipc_own(team)->lock);
         cipc_own_write_deferred(team, true);
-        pthread_mutex_unlock(&team->own->lock);
+        pthread_mutex_unlock(&cipc_own(team)->lock);
     }
 }
 
-bool
-cipc_ownstream_released(const struct cipc_team *team)
+
+static bool
+cipc_own_waiting(const struct cipc_team *team)
 {
-    return team->own->released;
+    const struct cipc_ownstream *own = cipc_own(team);
+
+    return own->npending > 0 || own->nrunning > 0 || own->ndeferred > 0;
 }
 
-bool
-cipc_ownstream_waiting(const struct cipc_team *team)
+/* Every area of this rank's operations posted and not open opens with nothing to do, for
+ * good. */
+static void
+cipc_own_release(struct cipc_team *team)
 {
-    return team->own->npending > 0 || team->own->nrunning > 0 || team->own->ndeferred > 0;
-}
-
-void
-cipc_ownstream_lock(struct cipc_team *team)
-{
-    pthread_mutex_lock(&team->own->lock);
-}
-
-void
-cipc_ownstream_unlock(struct cipc_team *team)
-{
-    pthread_mutex_unlock(&team->own->lock);
-}
-
-void
-cipc_ownstream_release(struct cipc_team *team)
-{
-    struct cipc_ownstream *own = team->own;
+    struct cipc_ownstream *own = cipc_own(team);
     struct cipc_ctrl *ctrl = team->ctrls[team->rank];
 
     if (own == NULL || own->pool == NULL) {
@@ -884,13 +716,13 @@ cipc_ownstream_release(struct cipc_team *team)
     own->released = true;
     /* Built and waiting for ranks that will not come: they run nothing. */
     for (int i = 0; i < own->npending; i++) {
-        cipc_ownstream_open_empty(team, own->pending[i].area);
+        cipc_areas_open_empty(own->pool, own->pending[i].area);
     }
     own->npending = 0;
     /* Running, their levels waiting for GPUs that will not come: every gate opens. */
     for (int i = 0; i < own->nrunning; i++) {
-        struct cipc_own_area *a = &own->pool->host[own->running[i].area];
-        cipc_own_open_levels(a);
+        struct cipc_area *a = &own->pool->host[own->running[i].area];
+        cipc_areas_open_levels(a);
         __atomic_store_n(&a->running, 0, __ATOMIC_RELEASE);
     }
     own->nrunning = 0;
@@ -899,18 +731,18 @@ cipc_ownstream_release(struct cipc_team *team)
     uint32_t consumed = shm_flag_load(&ctrl->consumed[team->lead]);
     for (uint32_t s = consumed + 1; (int32_t)(posted - s) >= 0; s++) {
         const struct cipc_desc *d = &ctrl->ring[s % CIPC_RING];
-        if (d->area >= 0 && d->area < CIPC_OWN_AREAS &&
-            __atomic_load_n(&own->pool->host[d->area].go, __ATOMIC_ACQUIRE) == CIPC_OWN_HELD) {
-            cipc_ownstream_open_empty(team, d->area);
+        if (d->area >= 0 && d->area < CIPC_AREAS &&
+            __atomic_load_n(&own->pool->host[d->area].go, __ATOMIC_ACQUIRE) == CIPC_AREA_HELD) {
+            cipc_areas_open_empty(own->pool, d->area);
         }
     }
     pthread_mutex_unlock(&own->lock);
 }
 
-int
-cipc_ownstream_describe(const struct cipc_team *team, char *buf, size_t len)
+static int
+cipc_own_describe(const struct cipc_team *team, char *buf, size_t len)
 {
-    const struct cipc_ownstream *own = team->own;
+    const struct cipc_ownstream *own = cipc_own(team);
     int n = snprintf(buf, len, "; own stream: %d built waiting for ranks", own->npending);
 
     for (int i = 0; i < own->npending && n >= 0 && (size_t)n < len; i++) {
@@ -924,7 +756,7 @@ cipc_ownstream_describe(const struct cipc_team *team, char *buf, size_t len)
     }
     for (int i = 0; i < own->nrunning && n >= 0 && (size_t)n < len; i++) {
         const struct cipc_own_running *r = &own->running[i];
-        const struct cipc_own_area *a = &own->pool->host[r->area];
+        const struct cipc_area *a = &own->pool->host[r->area];
         n += snprintf(buf + n, len - (size_t)n, "; collective %u (area %d) at level %u of %u, "
                       "ran %u", r->levels.match, r->area, r->opened, a->levels, a->level_done);
         for (int j = 0; j < r->levels.ndeps && n >= 0 && (size_t)n < len; j++) {
@@ -942,3 +774,30 @@ cipc_ownstream_describe(const struct cipc_team *team, char *buf, size_t len)
     }
     return n;
 }
+
+const struct cipc_runner cipc_runner_own = {
+    .name = "its rank's own streams",
+    .levels = true,
+    .create = cipc_own_create,
+    .destroy = cipc_own_destroy,
+    .flush = cipc_own_flush,
+    .ready = cipc_own_ready,
+    .may_post_from_stream = cipc_own_may_post_from_stream,
+    .take = cipc_own_take,
+    .enqueue = cipc_own_enqueue,
+    .untake = cipc_own_untake,
+    .follow = cipc_own_follow,
+    .release = cipc_own_release,
+    .persistent_bytes = cipc_own_persistent_bytes,
+    .activate = cipc_own_activate,
+    .quiesce = cipc_own_quiesce,
+    .schedule = cipc_own_schedule,
+    .begin = cipc_own_begin,
+    .arrival = cipc_own_arrival,
+    .run = cipc_own_run,
+    .took = cipc_own_took,
+    .done = cipc_own_done,
+    .end = cipc_own_end,
+    .waiting = cipc_own_waiting,
+    .describe = cipc_own_describe,
+};

@@ -42,18 +42,6 @@ cipc_work_whole(struct cipc_work *w)
     w->nparts = 1;
 }
 
-void
-cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_t *lo, size_t *hi)
-{
-    const size_t granule = 256 / elem_size; /* element sizes are powers of two up to 8 */
-    size_t granules = (count + granule - 1) / granule;
-    size_t each = (granules + (size_t)nparts - 1) / (size_t)nparts;
-    size_t first = (size_t)part * each * granule, last = first + each * granule;
-
-    *lo = first < count ? first : count;
-    *hi = last < count ? last : count;
-}
-
 /* Reductions. */
 static ncclResult_t
 cipc_tasks_reduce(const struct cipc_work *w, struct kr_dev_launch *l)
@@ -183,13 +171,6 @@ cipc_message_gpu(enum alg_coll coll, int rank, int peer, const int8_t *leader_of
 {
     int receiver = coll == ALG_COLL_SEND ? peer : rank;
     return receiver >= 0 && receiver < nranks ? leader_of[receiver] : -1;
-}
-
-bool
-cipc_reduces(enum alg_coll coll)
-{
-    return coll == ALG_COLL_ALLREDUCE || coll == ALG_COLL_REDUCE ||
-           coll == ALG_COLL_REDUCESCATTER;
 }
 
 ncclResult_t

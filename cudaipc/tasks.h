@@ -64,8 +64,6 @@ struct cipc_work {
  * nranks or has no device. */
 int cipc_message_gpu(enum alg_coll coll, int rank, int peer, const int8_t *leader_of,
                      int nranks);
-/* Whether coll reduces (all-reduce, reduce, reduce-scatter): a reduction kernel; else copies. */
-bool cipc_reduces(enum alg_coll coll);
 /* The part of an all-reduce, reduce or broadcast that GPU k of g computes (root_gpu: the
  * root's): reduce and broadcast leave the root's GPU out of the parts, unless it is the only
  * one (a broadcast's root GPU copies the whole input to its own ranks instead); *part < 0:
@@ -73,10 +71,6 @@ bool cipc_reduces(enum alg_coll coll);
 void cipc_share_part(enum alg_coll coll, int k, int g, int root_gpu, int *part, int *nparts);
 /* Makes w's share the whole operation: one GPU serves every rank. */
 void cipc_work_whole(struct cipc_work *w);
-/* Elements [*lo, *hi) of part `part` of `nparts` of count elements of elem_size bytes: equal
- * runs of 256-byte granules (vector loads stay aligned, GPUs write apart). */
-void cipc_part_range(size_t count, size_t elem_size, int part, int nparts, size_t *lo,
-                     size_t *hi);
 
 /* Launches this GPU's share of work on stream, on the leader's device (nothing if it has
  * none). */

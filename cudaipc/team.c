@@ -4,7 +4,7 @@
  * registration with the driver, and the thread that schedules (on a GPU's leader) and watches
  * (on every rank): a rank that died, NCCLSHIM_TIMEOUT, hang reports, the team's error.
  */
-#include "team.h"
+#include "internal.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -16,89 +16,11 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/report.h"
+#include "runner.h"
 
 /* How long the leader polls (its doorbell; the arrive words its work areas wait for) before
  * it sleeps: a rank posting or arriving right after another costs no wakeup. */
 #define CIPC_SPIN_NS 20000
-
-struct gpu_flag
-cipc_flag(struct cipc_team *team, int r, uint32_t *host)
-{
-    uintptr_t base = (uintptr_t)team->ctrls[r];
-    struct gpu_flag flag = {.host = host, .dev = 0};
-    CUdeviceptr dev_base = 0;
-
-    /* The block was registered whole: a flag sits at the same offset on the device side. */
-    if (gpu_cu.cuMemHostGetDevicePointer(&dev_base, (void *)base, 0) == CUDA_SUCCESS) {
-        flag.dev = dev_base + ((uintptr_t)host - base);
-    }
-    return flag;
-}
-
-ncclResult_t
-cipc_ctrl_register(struct cipc_team *team, int r)
-{
-    ncclResult_t res = ncclSuccess;
-
-    pthread_mutex_lock(&team->reg_lock);
-    if (!team->registered[r]) {
-        /* Portable: every context of this process may use it, whichever device. */
-        CUresult cu = gpu_cu.cuMemHostRegister(team->ctrls[r], SHM_AUX_BYTES,
-                                               CU_MEMHOSTREGISTER_PORTABLE |
-                                                   CU_MEMHOSTREGISTER_DEVICEMAP);
-        if (cu == CUDA_SUCCESS) {
-            team->registered[r] = true;
-        } else {
-            res = gpu_cu_fail(cu, "cuMemHostRegister(control block)", __FILE__, __LINE__);
-        }
-    }
-    pthread_mutex_unlock(&team->reg_lock);
-    return res;
-}
-
-/* Every control block this process registered, unregistered in the device's context (the
- * driver needs one current). */
-static void
-cipc_ctrl_unregister_all(struct cipc_team *team)
-{
-    const struct gpu_device *gpu = NULL;
-    bool pushed = false;
-
-    for (int r = 0; r < team->nranks; r++) {
-        if (!team->registered[r]) {
-            continue;
-        }
-        if (gpu == NULL && gpu_device_get(team->device, &gpu) == ncclSuccess) {
-            pushed = gpu_ctx_push(gpu->ctx) == ncclSuccess;
-        }
-        gpu_cu.cuMemHostUnregister(team->ctrls[r]);
-        team->registered[r] = false;
-    }
-    if (pushed) {
-        gpu_ctx_pop();
-    }
-}
-
-void
-cipc_team_set_error(struct cipc_team *team, ncclResult_t res)
-{
-    int32_t none = ncclSuccess;
-
-    __atomic_compare_exchange_n(&team->error, &none, (int32_t)res, false, __ATOMIC_ACQ_REL,
-                                __ATOMIC_ACQUIRE);
-    if (team->lead >= 0) {
-        /* A leader's failure is every rank's: its operations involve them all. */
-        none = ncclSuccess;
-        __atomic_compare_exchange_n(&team->ctrls[CIPC_VERDICT]->error, &none, (int32_t)res,
-                                    false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-    }
-}
-
-ncclResult_t
-cipc_team_error(const struct cipc_team *team)
-{
-    return (ncclResult_t)__atomic_load_n(&team->error, __ATOMIC_ACQUIRE);
-}
 
 bool
 cipc_team_busy(const struct cipc_team *team)
@@ -117,8 +39,8 @@ cipc_team_describe(const struct cipc_team *team, char *buf, size_t len)
     if (team->lead >= 0 && n >= 0 && (size_t)n < len) {
         n += cipc_leader_describe(team, buf + n, len - (size_t)n);
     }
-    if (team->own != NULL && n >= 0 && (size_t)n < len) {
-        n += cipc_ownstream_describe(team, buf + n, len - (size_t)n);
+    if (team->lead >= 0 && n >= 0 && (size_t)n < len) {
+        n += team->runner->describe(team, buf + n, len - (size_t)n);
     }
     return n;
 }
@@ -132,13 +54,6 @@ struct cipc_watch {
     uint64_t last_move;   /* when something last moved */
     unsigned reports;     /* SIGUSR1 requests seen */
 };
-
-bool
-cipc_rank_gone(const struct cipc_team *team, int r)
-{
-    return __atomic_load_n(&team->ctrls[r]->left, __ATOMIC_ACQUIRE) != 0 ||
-           !shm_team_peer_alive(team->shm, r);
-}
 
 /* After NCCLSHIM_WAIT_MS without news: whoever this rank waits for must be there. */
 static ncclResult_t
@@ -277,7 +192,7 @@ cipc_team_main(void *arg)
         bool held = cipc_hostpost_release(team, cipc_team_error(team) != ncclSuccess);
         /* Work areas wait for ranks' arrive words, which wake no one either (ownstream.c):
          * a rank's stream waits on the thread's look, so look again at once for a while. */
-        bool areas = team->own != NULL && cipc_ownstream_waiting(team);
+        bool areas = team->leader != NULL && team->runner->waiting(team);
         uint64_t now = (uint64_t)shim_clock_ns();
         if (progressed) {
             last_progress = now;
@@ -295,6 +210,36 @@ cipc_team_main(void *arg)
 
 /* --- forming and ending ------------------------------------------------------------------- */
 
+/* Everything this rank's side holds, in the reverse order of its making; the one way out of
+ * a team, made or half made. The thread has stopped and the streams passed their gates;
+ * abort: the leader's share waits for no rank. */
+static void
+cipc_team_free(struct cipc_team *team, bool abort)
+{
+    cipc_post_free(team);
+    if (team->prepared) {
+        cipc_hostpost_unprepare();
+    }
+    if (team->leader != NULL) {
+        cipc_leader_destroy(team, abort);
+    }
+    if (team->runner != NULL) {
+        team->runner->destroy(team);
+    }
+    if (team->registered != NULL) {
+        cipc_ctrl_unregister_all(team);
+    }
+    free(team->registered);
+    free(team->ctrls);
+    free(team->reach);
+    free(team->device_here);
+    free(team->leader_of);
+    pthread_mutex_destroy(&team->reg_lock);
+    pthread_mutex_destroy(&team->post_lock);
+    pthread_mutex_destroy(&team->release_lock);
+    free(team);
+}
+
 ncclResult_t
 cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
 {
@@ -308,6 +253,9 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
         return ncclInvalidUsage;
     }
     SHIM_CHECK(shim_calloc(&team, 1));
+    pthread_mutex_init(&team->reg_lock, NULL);
+    pthread_mutex_init(&team->post_lock, NULL);
+    pthread_mutex_init(&team->release_lock, NULL);
     team->shm = args->shm;
     team->rank = args->shm->rank;
     team->nranks = n;
@@ -317,23 +265,20 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     for (int k = 0; k < CIPC_MAX_LEADERS; k++) {
         team->channel_fds[k] = -1;
     }
-    pthread_mutex_init(&team->reg_lock, NULL);
-    pthread_mutex_init(&team->post_lock, NULL);
-    pthread_mutex_init(&team->release_lock, NULL);
-    SHIM_CHECK_GOTO(shim_calloc(&team->reach, (size_t)n * n), res, err_free);
+    SHIM_CHECK_GOTO(shim_calloc(&team->reach, (size_t)n * n), res, err);
     memcpy(team->reach, args->reach, (size_t)n * n);
-    SHIM_CHECK_GOTO(shim_calloc(&team->device_here, (size_t)n), res, err_free);
+    SHIM_CHECK_GOTO(shim_calloc(&team->device_here, (size_t)n), res, err);
     memcpy(team->device_here, args->device_here, (size_t)n * sizeof(int));
-    SHIM_CHECK_GOTO(shim_calloc(&team->leader_of, (size_t)n), res, err_free);
-    SHIM_CHECK_GOTO(cipc_leaders_form(team, args->first_on_device), res, err_free);
+    SHIM_CHECK_GOTO(shim_calloc(&team->leader_of, (size_t)n), res, err);
+    SHIM_CHECK_GOTO(cipc_leaders_form(team, args->first_on_device), res, err);
     if (args->policy != NULL) {
         team->policy = *args->policy;
     } else {
-        SHIM_CHECK_GOTO(alg_policy_parse(NULL, NULL, &team->policy), res, err_free);
+        SHIM_CHECK_GOTO(alg_policy_parse(NULL, NULL, &team->policy), res, err);
     }
     team->levels_ok = cipc_levels_possible(team);
-    SHIM_CHECK_GOTO(shim_calloc(&team->ctrls, (size_t)n), res, err_free);
-    SHIM_CHECK_GOTO(shim_calloc(&team->registered, (size_t)n), res, err_free);
+    SHIM_CHECK_GOTO(shim_calloc(&team->ctrls, (size_t)n), res, err);
+    SHIM_CHECK_GOTO(shim_calloc(&team->registered, (size_t)n), res, err);
     for (int r = 0; r < n; r++) {
         team->ctrls[r] = shm_team_aux(args->shm, r);
     }
@@ -343,51 +288,33 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     for (int k = 0; k < team->nleaders; k++) {
         team->done[k].host = &own->done[k].value;
     }
+    team->runner = cipc_runner_choose(team);
+    SHIM_CHECK_GOTO(team->runner->create(team), res, err);
     if (team->lead >= 0) {
-        SHIM_CHECK_GOTO(cipc_leader_create(team), res, err_free);
-    }
-    if (cipc_leader_alone(team)) {
-        SHIM_CHECK_GOTO(cipc_ownstream_create(team), res, err_unready);
+        SHIM_CHECK_GOTO(cipc_leader_create(team), res, err);
     }
     /* Page-locked memory is registered now, not between a queued stream wait and its release
      * (registration may wait for the whole device), where the program chose the device; a
      * program that did not (host memory only, likely) gets it at its first device call. A
      * device this process does not have serves host memory only: device calls are refused. */
     if (args->ready_now && team->device >= 0 && team->device < gpu_device_count()) {
-        SHIM_CHECK_GOTO(cipc_post_ready(team), res, err_unready);
+        SHIM_CHECK_GOTO(cipc_post_ready(team), res, err);
         if (team->leader != NULL) {
-            SHIM_CHECK_GOTO(cipc_leader_activate(team), res, err_unready);
+            SHIM_CHECK_GOTO(cipc_leader_activate(team), res, err);
         }
     }
-    int err = pthread_create(&team->thread, NULL, cipc_team_main, team);
-    if (err != 0) {
-        WARN("cudaipc: cannot start the device team's thread: %s", strerror(err));
+    int rc = pthread_create(&team->thread, NULL, cipc_team_main, team);
+    if (rc != 0) {
+        WARN("cudaipc: cannot start the device team's thread: %s", strerror(rc));
         res = ncclSystemError;
-        goto err_unready;
+        goto err;
     }
     team->thread_started = true;
     *team_out = team;
     return ncclSuccess;
 
-err_unready:
-    cipc_post_free(team);
-    cipc_ownstream_destroy(team);
-    if (team->prepared) {
-        cipc_hostpost_unprepare();
-    }
-    if (team->leader != NULL) {
-        cipc_leader_destroy(team, true);
-    }
-    cipc_ctrl_unregister_all(team);
-err_free:
-    free(team->registered);
-    free(team->ctrls);
-    free(team->reach);
-    free(team->device_here);
-    free(team->leader_of);
-    pthread_mutex_destroy(&team->reg_lock);
-    pthread_mutex_destroy(&team->post_lock);
-    free(team);
+err:
+    cipc_team_free(team, true);
     return res;
 }
 
@@ -451,7 +378,7 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
         }
         pthread_join(team->thread, NULL);
     }
-    cipc_ownstream_flush(team);
+    team->runner->flush(team);
     if (team->gpu != NULL && (abort || busy)) {
         /* Nothing waits for us any more: every gate of this rank's streams opens. */
         cipc_done_release(team, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
@@ -465,22 +392,5 @@ cipc_team_destroy(struct cipc_team *team, bool abort)
         cipc_post_quiesce(team);
         gpu_ctx_pop();
     }
-    cipc_post_free(team);
-    if (team->prepared) {
-        cipc_hostpost_unprepare();
-    }
-    if (team->leader != NULL) {
-        cipc_leader_destroy(team, abort || busy);
-    }
-    cipc_ownstream_destroy(team);
-    cipc_ctrl_unregister_all(team);
-    free(team->registered);
-    free(team->ctrls);
-    free(team->reach);
-    free(team->device_here);
-    free(team->leader_of);
-    pthread_mutex_destroy(&team->reg_lock);
-    pthread_mutex_destroy(&team->post_lock);
-    pthread_mutex_destroy(&team->release_lock);
-    free(team);
+    cipc_team_free(team, abort || busy);
 }

@@ -417,6 +417,9 @@ part_hostonly(const struct mp_world *w)
                   "a communicator serving host memory registered %d ranges, made %d streams "
                   "and loaded %d modules", stats.registrations, stats.streams, stats.modules);
     }
+    /* No rank's device call before every rank looked: a leader's thread readies at the first
+     * one posted. */
+    mp_barrier(w->comm, w->nranks);
     MP_CU(&st_cu, ctx_set_current(st_cu.ctx));
     CUstream s = st_stream();
     float *dev = st_buffer(64, 1, 0, s);

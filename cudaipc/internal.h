@@ -25,8 +25,8 @@
  * 0's block holds the team's verdict, `error` (a leader failed it: an ncclResult_t every
  * rank's thread adopts).
  */
-#ifndef CIPC_TEAM_H
-#define CIPC_TEAM_H
+#ifndef CIPC_INTERNAL_H
+#define CIPC_INTERNAL_H
 
 #include <pthread.h>
 #include <sys/types.h>
@@ -131,7 +131,7 @@ struct cipc_release {
 struct cipc_stage;
 struct cipc_exports;
 struct cipc_leader;
-struct cipc_ownstream;
+struct cipc_runner;
 struct cipc_work;
 
 struct cipc_team {
@@ -163,19 +163,12 @@ struct cipc_team {
     uint32_t seq;                  /* atomic: the last operation posted */
     uint32_t pending_wait;         /* operations arrived, not yet waited for (cipc_post_wait) */
     CUstream last_stream;          /* the stream the last operations were gated on */
-    /* This rank's streams may share a context with its GPU leader's stream (the leader is in
-     * this process): a wait on them may only be for work already enqueued there, so the call
-     * waits on the host until that leader enqueued its operations. A leader rank's own
-     * streams and its leader's stream order each other through events: `arrived`, recorded
-     * on this rank's stream where it arrives, and the leader's `done_event`. */
-    bool leader_ctx;
-    CUevent arrived;
     struct gpu_stream_marks gates; /* every stream with a gate that may not have run yet: the
                                       control block must outlive every gate that reads it */
     struct cipc_copy *copies;      /* the staged outputs of those */
     int ncopies, copies_cap;
     struct cipc_stage *stage;      /* through pinned host memory */
-    struct cipc_stage *dev_stage;  /* through device memory (post.c) */
+    struct cipc_stage *dev_stage;  /* through device memory (stage.c) */
     struct cipc_exports *exports;
     uint32_t forgets_sent;         /* forgets sent on the channel, to every leader */
     int channel_fds[CIPC_MAX_LEADERS]; /* to each leader, once needed; -1 */
@@ -204,8 +197,8 @@ struct cipc_team {
     int released;                  /* atomic: revoked (cipc_team_release): calls stop waiting */
     int32_t error;                 /* atomic: ncclResult_t */
     struct cipc_leader *leader;    /* a leader's side; NULL on every other rank */
-    struct cipc_ownstream *own;    /* a leader alone on its GPU: its streams run the GPU's
-                                      share (ownstream.c); NULL otherwise */
+    const struct cipc_runner *runner; /* who runs this rank's GPU's share (runner.h) */
+    void *share;                   /* the runner's state: only its own file reads it */
 };
 
 /* Made ready when the team is made, where the program chose the device and it exists, so
@@ -222,9 +215,6 @@ ncclResult_t cipc_leader_activate(struct cipc_team *team);
 /* From first_on_device (per rank: the lowest rank on its device, -1 without one): the leaders,
  * each rank's, and this rank's index if it leads. An error past CIPC_MAX_LEADERS GPUs. */
 ncclResult_t cipc_leaders_form(struct cipc_team *team, const int *first_on_device);
-/* Whether this rank leads a GPU no other rank of the team uses: its streams run the GPU's
- * share (ownstream.c). */
-bool cipc_leader_alone(const struct cipc_team *team);
 /* Whether ring and tree schedules may run between the team's GPUs (levels_ok). */
 bool cipc_levels_possible(const struct cipc_team *team);
 /* The schedule between GPUs for an operation (cipc_algo_choose, where levels_ok; else
@@ -239,10 +229,9 @@ bool cipc_done_reached(const struct cipc_team *team, int r, uint32_t seq);
 uint32_t cipc_done_sum(const struct cipc_team *team, int r);
 /* The least of rank r's done words, for reports. */
 uint32_t cipc_done_least(const struct cipc_team *team, int r);
-/* Enqueues on stream a wait for every leader's share of this rank's operations up to seq. A
- * leader rank follows its own leader's stream through an event (its call waited on the host
- * until that leader took them), unless `flags_only` (the team failed: only abort, destroy or
- * revoke open the words now). */
+/* Enqueues on stream a wait for every leader's share of this rank's operations up to seq: its
+ * own GPU's as its runner has it (which may first wait on the host), unless `flags_only` (the
+ * team failed: only abort, destroy or revoke open the words now). */
 ncclResult_t cipc_done_wait(struct cipc_team *team, CUstream stream, uint32_t seq,
                             bool flags_only);
 /* A leader that left (destroyed or aborted its side) takes no more operations, and its done
@@ -260,11 +249,14 @@ ncclResult_t cipc_channel_send_all(struct cipc_team *team, const struct cipc_cha
                                    int fd, bool remote_only);
 /* Rings every leader's doorbell. */
 void cipc_leaders_ring(struct cipc_team *team);
+/* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leaders. */
+void cipc_leaders_publish(struct cipc_team *team, uint32_t last);
 /* Sleeps until leader k (-1: every leader) took this rank's descriptors up to seq; an error
  * if the team fails, is revoked or goes first. */
 ncclResult_t cipc_consumed_wait(struct cipc_team *team, int k, uint32_t seq);
 
-/* Where a buffer some leader cannot map is copied through (post.c). */
+/* describe.c: a rank's operation as a descriptor. */
+/* Where a buffer some leader cannot map is copied through (stage.c). */
 enum cipc_stage_via {
     CIPC_STAGE_NONE,
     CIPC_STAGE_HOST,    /* pinned shared host memory */
@@ -278,6 +270,22 @@ enum cipc_stage_via {
 ncclResult_t cipc_desc_make(struct cipc_team *team, const struct cipc_op *op, uint32_t seq,
                             uint32_t group_last, bool kept, struct cipc_desc *d,
                             uint8_t via_out[3]);
+/* Fills buf for bytes at ptr, used by operation seq, for the leaders in `touchers` (a mask);
+ * *via_out: through which staging area a copy reaches it, if only a copy can. kept: the
+ * caller pins what this exports for as long as the memory may be used. */
+ncclResult_t cipc_describe(struct cipc_team *team, const void *ptr,
+                           const struct gpu_mem_info *mem, size_t bytes, uint32_t seq,
+                           bool kept, uint32_t touchers, struct cipc_buf *buf,
+                           uint8_t *via_out);
+/* Whether the kernels of leader k, which runs in this process, may touch mem at ptr as it is. */
+bool cipc_leader_touches_local(struct cipc_team *team, int k, const void *ptr,
+                               const struct gpu_mem_info *mem);
+/* Bytes of op's send and receive buffers on this rank (alg.h's layouts). */
+void cipc_op_bytes(const struct cipc_op *op, int nranks, size_t *send_out, size_t *recv_out);
+
+/* stage.c: what only a copy reaches. */
+/* The team's two kinds of area, empty (made as groups need them). */
+ncclResult_t cipc_stage_create(struct cipc_team *team);
 /* Stages what only a copy reaches of a group's nops operations (descs[i] describes ops[i],
  * via[i] as cipc_desc_make said): lays the buffers out per staging area, enqueues the copies
  * in on stream, keeps the copies out, and points the descriptors at the areas. last_seq: the
@@ -287,8 +295,9 @@ ncclResult_t cipc_stage_descs(struct cipc_team *team, const struct cipc_op *ops,
                               uint32_t last_seq, CUstream stream);
 /* Enqueues on stream, which is past done, the kept copies out; the areas are free after. */
 ncclResult_t cipc_stage_copy_out(struct cipc_team *team, CUstream stream);
-/* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leaders. */
-void cipc_post_publish(struct cipc_team *team, uint32_t last);
+/* Teardown: waits for the streams to pass the last copies, then frees the areas. */
+void cipc_stage_quiesce(struct cipc_team *team);
+void cipc_stage_free(struct cipc_team *team);
 
 /* hostpost.c: operations posted by a host function on their stream (cudaipc.h). */
 ncclResult_t cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
@@ -335,85 +344,16 @@ ncclResult_t cipc_exports_sweep(struct cipc_team *team);
 /* Tells every leader that no operation of this rank will name (how, key) again. */
 ncclResult_t cipc_forget(struct cipc_team *team, enum cipc_buf_how how, uint64_t key);
 
+/* ctrl.c: the control blocks. */
 /* Registers rank r's control block with the driver (once per process mapping) and fills the
  * flags of it that streams touch. The caller has a context of the device current. */
 ncclResult_t cipc_ctrl_register(struct cipc_team *team, int r);
+/* Every control block this process registered, unregistered in the device's context. */
+void cipc_ctrl_unregister_all(struct cipc_team *team);
 struct gpu_flag cipc_flag(struct cipc_team *team, int r, uint32_t *host);
 /* Fails the team (the first error stays): this rank, and, if it leads, through the verdict
  * in rank CIPC_VERDICT's block every rank, sees it. */
 void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
-
-/* ownstream.c: a leader rank alone on its GPU, whose streams run its GPU's share. */
-ncclResult_t cipc_ownstream_create(struct cipc_team *team);
-/* Its device's pool of work areas and its event, where the program chose the device. */
-ncclResult_t cipc_ownstream_ready(struct cipc_team *team, const struct gpu_device *gpu);
-void cipc_ownstream_destroy(struct cipc_team *team);
-/* The device memory of its device's pool, once ready (0 before). */
-uint64_t cipc_ownstream_device_bytes(const struct cipc_team *team);
-/* The rank's side, before a group of nops operations (ops, described by descs) is posted: a
- * work area for each, held and empty, named in its descriptor, its launch sized for the
- * largest of the group and its levels for the most (as each descriptor's schedule has them:
- * the thread may give any area any operation of the group); ncclInvalidUsage with a WARN,
- * holding none, when the pool has too few. captured: kept while the graph lives, and held
- * again at each launch. */
-ncclResult_t cipc_ownstream_take_group(struct cipc_team *team, const struct cipc_op *ops,
-                                       struct cipc_desc *const *descs, int nops, bool captured,
-                                       int *areas);
-/* Then enqueues on stream, after arrive, each area's run; *enqueued: how many were enqueued
- * whole (a failure leaves the next one partly enqueued). An area is given back once
- * enqueued, and reused once its stream passed it. */
-ncclResult_t cipc_ownstream_enqueue(struct cipc_team *team, const int *areas, int nops,
-                                    CUstream stream, int *enqueued);
-void cipc_ownstream_give_back(struct cipc_team *team, int area);
-/* An area taken for an operation that is never posted: back at once (-1: nothing). */
-void cipc_ownstream_drop(struct cipc_team *team, int area);
-/* Opened with nothing to do, for a stream that may read it but no team will build it. */
-void cipc_ownstream_open_empty(struct cipc_team *team, int area);
-/* The same on the pool itself, which a captured area's host function keeps after its team went
- * (a captured area keeps its pool for the life of the process). */
-struct cipc_own_pool;
-struct cipc_own_pool *cipc_ownstream_pool(const struct cipc_team *team);
-void cipc_own_pool_hold(struct cipc_own_pool *pool, int area);
-void cipc_own_pool_open_empty(struct cipc_own_pool *pool, int area);
-void cipc_own_pool_give_back(struct cipc_own_pool *pool, int area);
-/* After a group's operations: the event another stream of the rank follows them by. */
-ncclResult_t cipc_ownstream_close_group(struct cipc_team *team, CUstream stream);
-ncclResult_t cipc_ownstream_follow(struct cipc_team *team, CUstream stream);
-/* The leader's thread: the leader rank's operation d (of the group from group_first) is built
- * next (begin .. end, with the lock held), into the group's next place (*pos_out: its number
- * in the rank's stream order, which the stream writes to leader_done once run): its share
- * (collect), the ranks it waits for (need), and the done words (rank's `done`, as the
- * leader's GPU reaches it) that taking operations completes (signal, also outside any
- * build). */
-ncclResult_t cipc_ownstream_begin(struct cipc_team *team, const struct cipc_desc *d,
-                                  uint32_t group_first, const struct gpu_flag *leader_done,
-                                  uint32_t *pos_out);
-ncclResult_t cipc_ownstream_collect(struct cipc_team *team, const struct cipc_work *w);
-void cipc_ownstream_need(struct cipc_team *team, int rank, uint32_t seq);
-/* Rank's operation is taken: within a build, rank's done word waits for that build. */
-void cipc_ownstream_took(struct cipc_team *team, int rank);
-ncclResult_t cipc_ownstream_signal(struct cipc_team *team, int rank,
-                                   const struct gpu_flag *done, uint32_t value);
-void cipc_ownstream_end(struct cipc_team *team);
-/* Whether another operation can be built (CIPC_RING wait for their ranks at most). */
-bool cipc_ownstream_room(const struct cipc_team *team);
-/* Opens the areas whose ranks all arrived, writes the deferred done words that may go;
- * whether anything moved. */
-bool cipc_ownstream_step(struct cipc_team *team);
-/* At teardown, once the thread stopped: writes every done word still deferred (the rank's
- * operations are done, or aborted), so no other rank waits for a thread that went. */
-void cipc_ownstream_flush(struct cipc_team *team);
-/* Whether areas wait for ranks or done words wait for the stream: the thread polls. */
-bool cipc_ownstream_waiting(const struct cipc_team *team);
-void cipc_ownstream_lock(struct cipc_team *team);
-void cipc_ownstream_unlock(struct cipc_team *team);
-/* Opens every area of this rank's operations posted and not open, with nothing to do, for
- * good (abort, destroy, revoke, a failed team). */
-void cipc_ownstream_release(struct cipc_team *team);
-/* For hang reports: what waits for whom. */
-int cipc_ownstream_describe(const struct cipc_team *team, char *buf, size_t len);
-/* Whether the areas were released: build nothing more. */
-bool cipc_ownstream_released(const struct cipc_team *team);
 
 /* post.c */
 /* Waits until every stream this rank gated has run past its gates (released, or done) and
@@ -424,9 +364,6 @@ void cipc_post_free(struct cipc_team *team);
 /* leader.c: a GPU's leader's side, driven by the team's thread. */
 ncclResult_t cipc_leader_create(struct cipc_team *team);
 void cipc_leader_destroy(struct cipc_team *team, bool abort);
-/* Enqueues on stream (the leader rank's, in its process) a wait for the leader's stream's
- * work so far on its operations up to the last one the leader took (cipc_consumed_wait). */
-ncclResult_t cipc_leader_follow(struct cipc_team *team, CUstream stream);
 /* Enqueues every operation whose descriptors are all posted; *progressed_out if any. */
 ncclResult_t cipc_leader_step(struct cipc_team *team, bool *progressed_out);
 /* Whether any rank has operations posted and not done. */
