@@ -71,6 +71,9 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
     [SHIM_ENV_STAGED_PHASES] = {"NCCLSHIM_STAGED_PHASES", "0",
                                 "1: device buffers across hosts: time spent per phase, printed "
                                 "when the communicator goes"},
+    [SHIM_ENV_RANK_LEADERS] = {"NCCLSHIM_RANK_LEADERS", "0",
+                               "1 on every rank: ranks sharing a GPU each run their own share "
+                               "of it, as with a GPU per rank"},
 };
 
 static pthread_once_t shim_env_once = PTHREAD_ONCE_INIT;

@@ -16,10 +16,11 @@
  * stream waits only for work already enqueued: the leader's stream follows the leader rank's
  * arrive through an event recorded there (`arrived`), and a call waits on the host until the
  * leader took its group before its stream waits for done (through the event `done_event`,
- * recorded after the leader rank's done, for the leader rank). With one queue such a rank
- * cannot post from its stream (a CUDA graph would hold a wait for the leader's work, which the
- * thread enqueues only later): capturing is refused there. Other GPUs' leaders, and ranks of
- * other processes, are of contexts of their own.
+ * recorded after the leader rank's done, for the leader rank). Such a rank cannot post from
+ * its stream (a CUDA graph would hold a wait for the leader's work, which the thread enqueues
+ * only later): capturing is refused there, whatever the number of queues, since nothing
+ * bounds which streams share one. Other GPUs' leaders, and ranks of other processes, are of
+ * contexts of their own.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -110,15 +111,13 @@ cipc_ls_ready(struct cipc_team *team, const struct gpu_device *gpu)
 static ncclResult_t
 cipc_ls_may_post_from_stream(struct cipc_team *team)
 {
-    if (!cipc_ls(team)->leader_ctx || !gpu_one_queue()) {
+    if (!cipc_ls(team)->leader_ctx) {
         return ncclSuccess;
     }
-    /* A graph holds the wait for the leader's work, which the leader's thread enqueues later:
-     * in one queue, behind that wait, for good. */
-    WARN("rank %d: with CUDA_DEVICE_MAX_CONNECTIONS=1 ncclshim cannot capture device "
-         "operations into a CUDA graph in the process of their GPU's device team leader "
-         "(rank %d's): run the call outside the capture, or leave "
-         "CUDA_DEVICE_MAX_CONNECTIONS unset", team->rank,
+    WARN("rank %d: ncclshim cannot capture device operations into a CUDA graph in the process "
+         "of their GPU's device team leader (rank %d's), whose stream shares a context, and "
+         "maybe a hardware queue, with the graph's: run the call outside the capture, or give "
+         "every rank a leader of its own (NCCLSHIM_RANK_LEADERS=1)", team->rank,
          team->leaders[team->leader_of[team->rank]]);
     return ncclInvalidUsage;
 }

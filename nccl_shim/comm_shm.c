@@ -28,6 +28,7 @@ struct shim_shm_hello {
     char name[SHM_NAME_MAX]; /* empty: this rank has no segment */
     CUuuid device;           /* the rank's device, when has_device */
     uint8_t has_device;
+    uint8_t rank_leaders;    /* NCCLSHIM_RANK_LEADERS=1 on this rank */
 };
 
 /* Every rank's `bytes` from send into recv (rank i's at i * bytes), over the transport. */
@@ -83,14 +84,35 @@ shim_comm_reach_row(const struct ncclComm *comm, const struct shim_shm_hello *al
     }
 }
 
-/* Per rank, from every rank's hello: the lowest rank on the same GPU (-1 without one), and
- * that GPU as this process numbers it (-1 where it lacks it). */
+/* Whether every rank asked that ranks sharing a GPU each lead their own share of it
+ * (NCCLSHIM_RANK_LEADERS=1): then each runs exactly what a rank alone on its GPU runs (its own
+ * streams, ring and tree levels, IPC between processes), for tests and for fewer GPUs than
+ * ranks, each GPU paying a context switch per operation for every rank on it. Every rank
+ * decides from the same hellos: some ranks asking alone changes nothing, with a WARN. */
+static bool
+shim_comm_rank_leaders(const struct ncclComm *comm, const struct shim_shm_hello *all, int n)
+{
+    int asked = 0;
+
+    for (int r = 0; r < n; r++) {
+        asked += all[r].rank_leaders;
+    }
+    if (asked > 0 && asked < n && comm->rank == 0) {
+        WARN("NCCLSHIM_RANK_LEADERS=1 is set on %d of %d ranks, and must be on every rank: "
+             "ranks sharing a GPU share its leader", asked, n);
+    }
+    return asked == n;
+}
+
+/* Per rank, from every rank's hello: the lowest rank on the same GPU (-1 without one; itself
+ * where every rank leads its own share), and that GPU as this process numbers it (-1 where it
+ * lacks it). */
 static void
-shim_comm_devices(const struct shim_shm_hello *all, int n, int *first_on_device,
-                  int *device_here)
+shim_comm_devices(const struct shim_shm_hello *all, int n, bool rank_leaders,
+                  int *first_on_device, int *device_here)
 {
     for (int r = 0; r < n; r++) {
-        first_on_device[r] = -1;
+        first_on_device[r] = rank_leaders && all[r].has_device ? r : -1;
         device_here[r] = all[r].has_device ? gpu_device_by_uuid(&all[r].device) : -1;
         for (int q = 0; q <= r && all[r].has_device && first_on_device[r] < 0; q++) {
             if (all[q].has_device && memcmp(&all[q].device, &all[r].device, sizeof(CUuuid)) == 0) {
@@ -118,7 +140,8 @@ shim_comm_device_team(struct ncclComm *comm, const struct shim_shm_hello *all,
     for (int a = 0; a < n; a++) {
         memcpy(reach + (size_t)a * n, verdicts + (size_t)a * (n + 1) + 1, (size_t)n);
     }
-    shim_comm_devices(all, n, first_on_device, device_here);
+    shim_comm_devices(all, n, shim_comm_rank_leaders(comm, all, n), first_on_device,
+                      device_here);
     struct cipc_team_args args = {.shm = comm->shm, .device = comm->cuda_dev, .reach = reach,
                                   .first_on_device = first_on_device,
                                   .device_here = device_here, .id = comm->id_hash,
@@ -153,6 +176,7 @@ shim_comm_shm_setup(struct ncclComm *comm)
     }
     snprintf(tag, sizeof(tag), "%016" PRIx64 "-r%d", comm->id_hash, comm->rank);
     shim_comm_hello_device(comm, &me);
+    me.rank_leaders = shim_env_int(SHIM_ENV_RANK_LEADERS) != 0;
     if (shm_segment_create(tag, slot_bytes, &seg) == ncclSuccess) {
         snprintf(me.name, sizeof(me.name), "%s", seg.name);
     }

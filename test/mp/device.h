@@ -337,19 +337,35 @@ mp_device_spread(void)
     return count > 0 ? count : 1;
 }
 
+/* Whether every rank leads its own share of its GPU (NCCLSHIM_RANK_LEADERS=1): each then runs
+ * what a rank alone on its GPU runs, its share on its own streams. */
+static inline bool
+mp_rank_leaders(void)
+{
+    const char *v = getenv("NCCLSHIM_RANK_LEADERS");
+    return v != NULL && atoi(v) == 1;
+}
+
+/* Whether rank leads, in the device team, a GPU that other ranks share (the lowest rank on
+ * each device, here ranks 0 .. devices-1, when ranks outnumber devices): its share runs on a
+ * stream of its leader's own, in its process's context. */
+static inline bool
+mp_leader_shares_gpu(int rank, int nranks)
+{
+    int devices = mp_device_spread();
+    return !mp_rank_leaders() && rank < devices && rank + devices < nranks;
+}
+
 /* Whether a device call of this rank may wait on the host for the other ranks to call too,
- * as NCCL's calls may: a GPU's leader in the device team (the lowest rank on each device,
- * here ranks 0 .. devices-1) that shares its GPU with other ranks (its streams share a context
- * with its leader's stream; a leader alone on its GPU runs the share on its own streams), and
+ * as NCCL's calls may: a GPU's leader that shares its GPU (its streams share a context with
+ * its leader's stream; a leader alone on its GPU runs the share on its own streams), and
  * every rank of a communicator without a device team (here: one host with NCCL_SHM_DISABLE=1),
  * whose call waits for its messages. The others return once their work is enqueued. */
 static inline bool
 mp_device_call_may_wait(int rank, int nranks)
 {
     const char *no_shm = getenv("NCCL_SHM_DISABLE");
-    int devices = mp_device_spread();
-    bool shared_leader = rank < devices && rank + devices < nranks;
-    return shared_leader || (no_shm != NULL && atoi(no_shm) == 1);
+    return mp_leader_shares_gpu(rank, nranks) || (no_shm != NULL && atoi(no_shm) == 1);
 }
 
 /* The memory kind a command line names; exits on a name it does not know. */

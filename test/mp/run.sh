@@ -134,6 +134,41 @@ run_case() {
     fi
 }
 
+# One GPU runs the path of a GPU per rank: every rank leads its own share of it
+# (NCCLSHIM_RANK_LEADERS=1), so ranks sharing the one device (the double's, or a GPU machine's)
+# run their shares on their own streams, ring and tree levels between them, IPC between their
+# processes and the host's gates, as on 8 GPUs: every collective at 2, 4 and 8 ranks, ring and
+# tree forced, one hardware queue, captures and replays, abort, a rank killed, device windows,
+# the soak.
+rank_leader_cases() {
+    local lead=("${dev[@]}" NCCLSHIM_RANK_LEADERS=1)
+    for n in 2 4 8; do
+        run_case "device-collectives-quick-n$n-rankleaders" "$n" 300 "${lead[@]}" -- \
+            "$bindir/collectives" -q -D mixed
+    done
+    for algo in ring tree; do
+        for n in 4 8; do
+            run_case "device-collectives-quick-n$n-rankleaders-$algo" "$n" 300 "${lead[@]}" \
+                NCCL_ALGO=$algo -- "$bindir/collectives" -q -D device
+        done
+    done
+    run_case device-collectives-quick-n4-rankleaders-onequeue 4 300 "${lead[@]}" \
+        CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/collectives" -q -D mixed
+    for part in returns order grouporder onequeuegraph window suspend; do
+        run_case "device-streams-$part-n4-rankleaders" 4 60 "${lead[@]}" -- \
+            "$bindir/streams" -p "$part"
+    done
+    for part in graph onequeuegraph; do
+        run_case "device-streams-$part-n4-rankleaders-onequeue-ring" 4 60 "${lead[@]}" \
+            CUDA_DEVICE_MAX_CONNECTIONS=1 NCCL_ALGO=ring -- "$bindir/streams" -p "$part"
+    done
+    run_case device-streams-abort-n4-rankleaders-leader2 4 60 "${lead[@]}" -- \
+        "$bindir/streams" -p abort -r 2
+    run_case device-fault-allreduce-n4-rankleaders 1 90 "${lead[@]}" -- \
+        "$bindir/fault" -n 4 -c allreduce -D
+    run_case device-soak-n4-rankleaders 4 120 "${lead[@]}" -- "$bindir/soak" -D -n 3000
+}
+
 # The device cases: through the driver's double (dev: its LD_LIBRARY_PATH), or with MP_GPU=1 on
 # the real driver of a GPU machine (tools/gpu-check), every rank on the one GPU, where the
 # double's own knobs (two fake devices, no peer access, an old compute capability) mean
@@ -273,26 +308,32 @@ device_cases() {
         -- "$bindir/streams" -p window
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
     run_case device-streams-grouporder-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p grouporder
-    run_case device-streams-graphfree-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graphfree
-    run_case device-streams-register-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p register -g
+    # Captures with ranks on one GPU: every rank leads its own share (NCCLSHIM_RANK_LEADERS=1),
+    # since a leader that shares its GPU refuses a capture in its process (onequeuegraph).
+    local lead=("${dev[@]}" NCCLSHIM_RANK_LEADERS=1)
+    run_case device-streams-graphfree-n2 2 60 "${lead[@]}" -- "$bindir/streams" -p graphfree
+    run_case device-streams-register-n3-graph 3 60 "${lead[@]}" -- "$bindir/streams" -p register -g
     run_case device-streams-globalcapture-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p globalcapture
     run_case device-streams-hostonly-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p hostonly
     run_case device-streams-hostonly-n2-memalloc 2 60 "${dev[@]}" -- \
         "$bindir/streams" -p hostonly -k memalloc
     for n in 1 2 4; do
-        run_case "device-streams-graph-n$n" "$n" 60 "${dev[@]}" -- "$bindir/streams" -p graph
-        run_case "device-streams-twographs-n$n" "$n" 60 "${dev[@]}" -- \
+        run_case "device-streams-graph-n$n" "$n" 60 "${lead[@]}" -- "$bindir/streams" -p graph
+        run_case "device-streams-twographs-n$n" "$n" 60 "${lead[@]}" -- \
             "$bindir/streams" -p twographs
     done
     run_case device-streams-abort-n3-leader 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 0
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
-    run_case device-streams-abort-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1 -g
+    run_case device-streams-abort-n3-graph 3 60 "${lead[@]}" -- "$bindir/streams" -p abort -r 1 -g
     run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
     run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
     run_case device-streams-revokeblocked-n3 3 60 "${dev[@]}" -- \
         "$bindir/streams" -p abortblocked -R
-    # One hardware queue per context: stream semantics hold; a capture in the leader's
-    # process is refused (it would hang when launched), the other ranks' captures are not.
+    # A capture in the process of a leader that shares its GPU is refused, whatever the number
+    # of hardware queues (its wait could sit in one queue ahead of the leader's work); the
+    # other ranks' captures are not.
+    run_case device-streams-capture-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p onequeuegraph
+    # One hardware queue per context: stream semantics hold.
     local onequeue=("${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1)
     for part in returns order group; do
         run_case "device-streams-$part-n3-onequeue" 3 60 "${onequeue[@]}" -- \
@@ -322,6 +363,7 @@ device_cases() {
     else
         run_case device-streams-fp8-n2 2 60 -- "$bindir/streams" -p fp8
     fi
+    rank_leader_cases
     # Faults on the device path: a rank killed (the leader too), timeouts, reports, mismatch.
     run_case device-fault-allreduce-n3 1 90 "${dev[@]}" -- "$bindir/fault" -n 3 -c allreduce -D
     run_case device-fault-broadcast-n3-leader 1 90 "${dev[@]}" -- \

@@ -84,11 +84,13 @@
  *             always runs inside the call): ncclCommAbort from another thread, as a
  *             watchdog's, makes it return and frees nothing under it (-R: ncclCommRevoke
  *             makes it return, then abort);
- *   onequeuegraph  with CUDA_DEVICE_MAX_CONNECTIONS=1, every rank captures an all-reduce:
- *             the process of a device team leader that shares its GPU (rank 0 of ranks on
- *             one device) is refused with a message rather than hang when the graph runs;
- *             the others capture; with a GPU per rank, every rank captures, and the graph,
- *             launched twice, sums twice;
+ *   onequeuegraph  every rank captures an all-reduce (run with CUDA_DEVICE_MAX_CONNECTIONS=1
+ *             and without): the process of a device team leader that shares its GPU (rank 0
+ *             of ranks on one device) is refused with a message naming
+ *             NCCLSHIM_RANK_LEADERS rather than hang when the graph runs, whatever the queues;
+ *             the others capture; with a GPU per rank, or every rank leading its own share
+ *             (NCCLSHIM_RANK_LEADERS=1), every rank captures, and the graph, launched twice,
+ *             sums twice;
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
  *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
  */
@@ -640,8 +642,8 @@ part_suspend(const struct mp_world *w)
     /* Rank 0, the only leader on one device, uses its own buffers as they are; the others,
      * and every rank where other GPUs' leaders are in other processes, stage on the device.
      * A rank alone on its GPU keeps its device's work areas (persistent), the others none. */
-    const bool all_leaders_here = w->rank == 0 && mp_device_spread() == 1;
-    const bool alone = mp_device_spread() >= n;
+    const bool all_leaders_here = w->rank == 0 && mp_device_spread() == 1 && !mp_rank_leaders();
+    const bool alone = mp_device_spread() >= n || mp_rank_leaders();
     MP_EXPECT((all_leaders_here ? suspendable == 0 : suspendable > 0) &&
                   (alone ? persistent > 0 : persistent == 0) && held == suspendable + persistent,
               "ncclCommMemStats: %llu bytes held, %llu suspendable, %llu persistent",
@@ -1155,19 +1157,20 @@ part_onequeuegraph(const struct mp_world *w)
     ncclResult_t res = ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s);
     MP_CU(&st_cu, stream_end_capture(s, &graph));
     /* Refused in the process of a leader that shares its GPU (the graph's wait would come
-     * before its leader's work); a leader alone on its GPU runs the share on its own stream. */
-    bool refused = w->rank == 0 && mp_device_call_may_wait(w->rank, w->nranks);
+     * before its leader's work, which may share its hardware queue); a leader alone on its GPU
+     * (or leading its own share of it) runs the share on its own stream. */
+    bool refused = mp_leader_shares_gpu(w->rank, w->nranks);
     if (refused) {
-        MP_EXPECT(res == ncclInvalidUsage, "a capture in the leader's process with one queue "
-                  "gave %s", ncclGetErrorString(res));
-        MP_EXPECT(strstr(mp_last_error(w->comm), "CUDA_DEVICE_MAX_CONNECTIONS") != NULL,
+        MP_EXPECT(res == ncclInvalidUsage, "a capture in the process of a leader that shares "
+                  "its GPU gave %s", ncclGetErrorString(res));
+        MP_EXPECT(strstr(mp_last_error(w->comm), "NCCLSHIM_RANK_LEADERS") != NULL,
                   "no clear message: \"%s\"", mp_last_error(w->comm));
     } else {
-        MP_EXPECT(res == ncclSuccess, "a capture with one queue gave %s",
-                  ncclGetErrorString(res));
+        MP_EXPECT(res == ncclSuccess, "a capture gave %s", ncclGetErrorString(res));
     }
-    if (w->nranks <= mp_device_spread()) {
-        /* Every rank captured (each leads a GPU of its own): launched twice, it sums twice. */
+    if (w->nranks <= mp_device_spread() || mp_rank_leaders()) {
+        /* Every rank captured (each leads a GPU or a share of its own): launched twice, it
+         * sums twice. */
         CUgraphExec exec = NULL;
         MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
         for (int i = 0; i < 2; i++) {

@@ -11,9 +11,11 @@ is known. Then 20 steps of DDP training of a small model, whose losses and final
 equal a single-process run on the same global batch (to float32 rounding). Exits 1 on any
 mismatch, after printing each.
 
-On one rank with CUDA (ncclshim captures one-rank communicators only so far), also collectives
-captured in CUDA graphs (torch.cuda.graph): an all_reduce and a scaling replayed 10 times, the
-result exact; and the time of an 8-byte all_reduce captured (per replay) and not (per call).
+Where every rank's captures are allowed (one rank, a GPU per rank, or NCCLSHIM_RANK_LEADERS=1:
+a rank in the process of a device team leader that shares its GPU may not capture), also
+collectives captured in CUDA graphs (torch.cuda.graph): an all_reduce and a scaling replayed 10
+times, the result exact; and the time of an 8-byte all_reduce captured (per replay) and not
+(per call).
 
 Kill mode (--kill N, not under torchrun: its agent kills every rank as soon as one dies, which
 would hide a hang): starts N ranks itself, training in a loop; the last one kills itself at
@@ -312,7 +314,8 @@ def run_checks(args):
     started = time.time()
     check_collectives(chk, rank, world, device, args.backend)
     check_ddp(chk, rank, world, device)
-    if world == 1 and device.type == "cuda":
+    if device.type == "cuda" and (world == 1 or world <= torch.cuda.device_count() or
+                                  os.environ.get("NCCLSHIM_RANK_LEADERS") == "1"):
         check_graphs(chk, world, device)
     if device.type == "cuda":
         torch.cuda.synchronize()
