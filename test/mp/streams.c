@@ -79,6 +79,9 @@
  *   globalcapture  while a stream is captured in global mode (PyTorch's default), an
  *             all-reduce on fresh buffers on another stream of the capturing thread: right,
  *             and the capture is not invalidated by what the library and its threads do;
+ *             ncclMemAlloc, ncclCommRegister, an all-reduce into that buffer (kept by a
+ *             copy), ncclCommDeregister and ncclMemFree meanwhile: they succeed, the result
+ *             is right and the capture stays valid;
  *   abort     rank 0 posts an all-reduce the others never join (a poster whose call may
  *             wait for them, mp_device_call_may_wait, gets its call back once they aborted,
  *             its stream still blocked); ncclCommAbort returns at once and releases its
@@ -979,25 +982,39 @@ part_churn(const struct mp_world *w)
 
 /* While this thread captures another stream in global mode (PyTorch's default), an
  * all-reduce on fresh buffers, whose exports and mappings the library and the leader's thread
- * make then, runs right, and the capture survives it. */
+ * make then, runs right, and the capture survives it. So do ncclMemAlloc, ncclCommRegister,
+ * ncclCommDeregister and ncclMemFree meanwhile (allocating, mapping and exporting are among
+ * what such a capture forbids a thread whose mode is not relaxed; NCCL relaxes them): a
+ * buffer allocated and registered under the capture takes an all-reduce's result, which a
+ * copy on the stream keeps, and is deregistered and freed before the capture ends. */
 static void
 part_globalcapture(struct mp_world *w)
 {
     const int n = w->nranks;
     CUstream s, captured;
+    float *m = NULL;
+    void *handle = NULL;
 
     MP_CU(&st_cu, stream_create(&s, CU_STREAM_NON_BLOCKING));
     MP_CU(&st_cu, stream_create(&captured, CU_STREAM_NON_BLOCKING));
     float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    float *kept = st_buffer(ST_COUNT, -1, 0, s);
     CUgraph graph = NULL;
 
     MP_ASSERT(st_cu.stream_begin_capture != NULL, "the CUDA driver has no graphs");
     MP_CU(&st_cu, stream_synchronize(s));
     MP_CU(&st_cu, stream_begin_capture(captured, CU_STREAM_CAPTURE_MODE_GLOBAL));
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_CHECK_COMM(w->comm, ncclMemAlloc((void **)&m, ST_COUNT * sizeof(float)));
+    MP_CHECK_COMM(w->comm, ncclCommRegister(w->comm, m, ST_COUNT * sizeof(float), &handle));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, m, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_CU(&st_cu, memcpy_async((CUdeviceptr)(uintptr_t)kept, (CUdeviceptr)(uintptr_t)m,
+                               ST_COUNT * sizeof(float), s));
     /* Not cuStreamSynchronize: the capture forbids it on this thread. */
     MP_EXPECT(mp_cuda_wait(&st_cu, s, w->comm, 30) == ncclSuccess,
-              "the all-reduce did not finish while another stream was captured");
+              "the all-reduces did not finish while another stream was captured");
+    MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+    MP_CHECK_COMM(w->comm, ncclMemFree(m));
     CUresult end = st_cu.stream_end_capture(captured, &graph);
     MP_EXPECT(end == CUDA_SUCCESS && graph != NULL,
               "the capture was invalidated (cuStreamEndCapture: %d)", (int)end);
@@ -1007,7 +1024,12 @@ part_globalcapture(struct mp_world *w)
     MP_EXPECT(st_check(x, ST_COUNT, (float)(n * (n - 1)) / 2, (float)n, s,
                        "all-reduce beside a capture") == 0,
               "the all-reduce beside a global-mode capture went wrong");
+    MP_EXPECT(st_check(kept, ST_COUNT, (float)(n * n * (n - 1)) / 2, (float)(n * n), s,
+                       "all-reduce into memory allocated and registered beside a capture") == 0,
+              "the all-reduce into an ncclMemAlloc buffer registered beside a global-mode "
+              "capture went wrong");
     mp_cuda_free(&st_cu, MP_MEM_DEVICE, x);
+    mp_cuda_free(&st_cu, MP_MEM_DEVICE, kept);
     MP_CU(&st_cu, stream_destroy(captured));
     MP_CU(&st_cu, stream_destroy(s));
 }
