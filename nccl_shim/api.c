@@ -816,7 +816,9 @@ shim_mem_untrack(void *ptr)
 
 /* ncclMemAlloc: device memory in NCCL, and here with a driver: a cuMem allocation other
  * ranks' processes can map (gpu/memory.c). Without a driver the buffers our host path works
- * on are plain page-aligned host memory. */
+ * on are plain page-aligned host memory. With a driver, it and ncclMemFree run in relaxed
+ * capture mode, as NCCL's do: creating, mapping and unmapping memory is among what a capture
+ * in global mode elsewhere in the program forbids, and would break. */
 SHIM_API ncclResult_t
 ncclMemAlloc(void **ptr, size_t size)
 {
@@ -826,7 +828,10 @@ ncclMemAlloc(void **ptr, size_t size)
         return ncclInvalidArgument;
     }
     if (gpu_device_count() > 0) {
-        return gpu_mem_alloc(size, ptr);
+        CUstreamCaptureMode mode = gpu_capture_relax();
+        ncclResult_t res = gpu_mem_alloc(size, ptr);
+        gpu_capture_restore(mode);
+        return res;
     }
     void *mem;
     if (posix_memalign(&mem, 4096, size ? size : 1) != 0) {
@@ -850,7 +855,10 @@ ncclMemFree(void *ptr)
         return ncclSuccess; /* as cudaFree(NULL) */
     }
     if (gpu_device_count() > 0) {
-        return gpu_mem_free(ptr);
+        CUstreamCaptureMode mode = gpu_capture_relax();
+        ncclResult_t res = gpu_mem_free(ptr);
+        gpu_capture_restore(mode);
+        return res;
     }
     if (!shim_mem_untrack(ptr)) {
         WARN("ncclMemFree: %p was not allocated by ncclMemAlloc (or was freed already)", ptr);

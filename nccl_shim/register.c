@@ -13,7 +13,9 @@
  *   - anything else (host memory, device memory across hosts or on a single rank): the record
  *     only. Our host paths send from user buffers as they are, and UCX keeps its own cache of
  *     registrations.
- * Destroy and abort drop every record; the device team's mappings go with the team.
+ * Destroy and abort drop every record; the device team's mappings go with the team. The
+ * team's part runs in relaxed capture mode, as NCCL's registration does: a program may
+ * capture in global mode meanwhile, which forbids exporting and registering memory.
  */
 #include "register.h"
 
@@ -24,6 +26,7 @@
 #include "base/check.h"
 #include "cudaipc/cudaipc.h"
 #include "engine/exec_device.h"
+#include "gpu/driver.h"
 #include "gpu/memory.h"
 
 struct shim_reg {
@@ -47,7 +50,11 @@ shim_reg_add(struct ncclComm *comm, void *buff, size_t size, void **handle_out)
     gpu_mem_query(buff, &mem);
     const struct shim_backend *backend = shim_devexec_backend(comm);
     if (backend->pin != NULL && mem.kind == GPU_MEM_DEVICE && size > 0) {
+        /* Exporting (and the team's first device call, which registers its control blocks)
+         * is among what a program's capture in global mode forbids: relaxed, as NCCL does. */
+        CUstreamCaptureMode mode = gpu_capture_relax();
         ncclResult_t res = backend->pin(comm, buff, size, &mem, &reg->pin);
+        gpu_capture_restore(mode);
         if (res != ncclSuccess) {
             free(reg);
             return res;
@@ -86,7 +93,9 @@ shim_reg_remove(struct ncclComm *comm, void *handle)
     }
     ncclResult_t res = ncclSuccess;
     if (reg->pin.pinned) {
+        CUstreamCaptureMode mode = gpu_capture_relax(); /* as for the pin */
         res = shim_devexec_backend(comm)->unpin(comm, &reg->pin);
+        gpu_capture_restore(mode);
     }
     free(reg);
     return res;

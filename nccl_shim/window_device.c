@@ -108,6 +108,39 @@ shim_dsignals_free(struct shim_dsignals *s)
 
 /* --- registering -------------------------------------------------------------------------- */
 
+/* Checks this rank's part (non-empty) and exports it as a file descriptor (dw->fd); where it
+ * lies in its mapping, for the peers. The device's context is current. */
+static ncclResult_t
+shim_dwin_export(struct shim_dwin *dw, uintptr_t *base_out, size_t *map_size_out)
+{
+    struct gpu_mem_info info;
+    CUmemGenericAllocationHandle handle;
+    uint64_t id;
+
+    gpu_mem_query(dw->buff, &info);
+    if (info.kind != GPU_MEM_DEVICE || !info.fd_ipc || info.device != dw->gpu->ordinal) {
+        WARN("ncclCommWindowRegister: %p is %s%s: a device window's part must be memory of the "
+             "communicator's device %d from ncclMemAlloc (a cuMem allocation that exports as "
+             "a file descriptor), as NCCL's windows are", dw->buff,
+             gpu_mem_kind_name(info.kind),
+             info.kind == GPU_MEM_DEVICE && !info.fd_ipc ? " (cudaMalloc memory)" : "",
+             dw->gpu->ordinal);
+        return ncclInvalidUsage;
+    }
+    SHIM_CHECK(gpu_mem_mapping(dw->buff, base_out, map_size_out, &id));
+    if (gpu_cu.cuMemRetainAllocationHandle(&handle, dw->buff) != CUDA_SUCCESS) {
+        WARN("ncclCommWindowRegister: the driver has no cuMem handle for %p", dw->buff);
+        return ncclUnhandledCudaError;
+    }
+    CUresult cu = gpu_cu.cuMemExportToShareableHandle(
+        &dw->fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    gpu_cu.cuMemRelease(handle); /* the retain's reference */
+    if (cu != CUDA_SUCCESS) {
+        return gpu_cu_fail(cu, "cuMemExportToShareableHandle(window)", __FILE__, __LINE__);
+    }
+    return ncclSuccess;
+}
+
 ncclResult_t
 shim_dwin_prepare(struct ncclComm *comm, struct shim_dsignals **signals, bool bring_signals,
                   void *buff, size_t size, struct shim_dwin **dwin_out,
@@ -120,21 +153,6 @@ shim_dwin_prepare(struct ncclComm *comm, struct shim_dsignals **signals, bool br
     size_t map_size = 0;
 
     SHIM_CHECK(gpu_device_get(comm->cuda_dev >= 0 ? comm->cuda_dev : 0, &gpu));
-    if (size > 0) {
-        struct gpu_mem_info info;
-        uint64_t id;
-        gpu_mem_query(buff, &info);
-        if (info.kind != GPU_MEM_DEVICE || !info.fd_ipc || info.device != gpu->ordinal) {
-            WARN("ncclCommWindowRegister: %p is %s%s: a device window's part must be memory "
-                 "of the communicator's device %d from ncclMemAlloc (a cuMem allocation that "
-                 "exports as a file descriptor), as NCCL's windows are", buff,
-                 gpu_mem_kind_name(info.kind),
-                 info.kind == GPU_MEM_DEVICE && !info.fd_ipc ? " (cudaMalloc memory)" : "",
-                 gpu->ordinal);
-            return ncclInvalidUsage;
-        }
-        SHIM_CHECK(gpu_mem_mapping(buff, &base, &map_size, &id));
-    }
     SHIM_CHECK(shim_calloc(&dw, 1));
     dw->gpu = gpu;
     dw->nranks = comm->nranks;
@@ -142,30 +160,17 @@ shim_dwin_prepare(struct ncclComm *comm, struct shim_dsignals **signals, bool br
     dw->buff = buff;
     dw->size = size;
     dw->fd = dw->listen_fd = -1;
+    dw->brings_signals = bring_signals;
     SHIM_CHECK_GOTO(shim_calloc(&dw->parts, (size_t)comm->nranks), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&dw->ptrs, (size_t)comm->nranks), res, err);
     SHIM_CHECK_GOTO(shim_calloc(&dw->sizes, (size_t)comm->nranks), res, err);
+    /* Every driver call from here in the device's context, the first (cuMemGetAddressRange)
+     * too: inside a group this runs on a thread of its own, where none is current. */
     SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, err);
-    if (size > 0) {
-        CUmemGenericAllocationHandle handle;
-        res = gpu_cu.cuMemRetainAllocationHandle(&handle, buff) == CUDA_SUCCESS
-                  ? ncclSuccess
-                  : ncclUnhandledCudaError;
-        if (res == ncclSuccess) {
-            CUresult cu = gpu_cu.cuMemExportToShareableHandle(
-                &dw->fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-            gpu_cu.cuMemRelease(handle); /* the retain's reference */
-            res = cu == CUDA_SUCCESS ? ncclSuccess
-                                     : gpu_cu_fail(cu, "cuMemExportToShareableHandle(window)",
-                                                   __FILE__, __LINE__);
-        } else {
-            WARN("ncclCommWindowRegister: the driver has no cuMem handle for %p", buff);
-        }
-    }
+    res = size > 0 ? shim_dwin_export(dw, &base, &map_size) : ncclSuccess;
     if (res == ncclSuccess && *signals == NULL) {
         res = shim_dsignals_create(comm, gpu, signals);
     }
-    dw->brings_signals = bring_signals;
     gpu_ctx_pop();
     SHIM_CHECK_GOTO(res, res, err);
     SHIM_CHECK_GOTO(cipc_channel_listen(dw->socket, &dw->listen_fd), res, err);

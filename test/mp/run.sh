@@ -304,6 +304,11 @@ device_cases() {
         run_case "device-streams-$part-n3" 3 60 "${dev[@]}" -- "$bindir/streams" -p "$part"
     done
     run_case device-streams-window-n1 1 60 "${dev[@]}" -- "$bindir/streams" -p window
+    # Device windows registered and deregistered in a group, whose calls run on threads of
+    # their own: a clique of two devices in one process, and two communicators on each of 3.
+    run_case device-streams-windowgroup-n1-2gpu 1 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
+        "$bindir/streams" -p windowgroup
+    run_case device-streams-windowgroup-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p windowgroup
     run_case device-streams-window-n4-onequeue 4 60 "${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1 \
         -- "$bindir/streams" -p window
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group

@@ -57,6 +57,12 @@
  *             made while this thread captures another stream in global mode leave the
  *             capture valid (-X, ranks that do not share a host: through the proxies;
  *             cudaMalloc parts serve, device pointers are refused);
+ *   windowgroup  device windows on ncclMemAlloc memory registered inside a group by one thread
+ *             that drives two communicators (on one rank, a clique of one communicator per
+ *             device, ncclCommInitAll; on several, the world and a split of it): every rank of
+ *             each puts a block into every rank's part with a signal and waits for all, the
+ *             parts are right; deregistered inside a group, the peers' parts are unmapped
+ *             (counted by the double);
  *   churn     40 rounds of fresh buffers (cudaMalloc and ncclMemAlloc in turn, each freed
  *             after its all-reduce, so addresses come back as new allocations): every result
  *             is right, and the leader (rank 0) lets its mappings of freed memory go (counted
@@ -73,6 +79,9 @@
  *   globalcapture  while a stream is captured in global mode (PyTorch's default), an
  *             all-reduce on fresh buffers on another stream of the capturing thread: right,
  *             and the capture is not invalidated by what the library and its threads do;
+ *             ncclMemAlloc, ncclCommRegister, an all-reduce into that buffer (kept by a
+ *             copy), ncclCommDeregister and ncclMemFree meanwhile: they succeed, the result
+ *             is right and the capture stays valid;
  *   abort     rank 0 posts an all-reduce the others never join (a poster whose call may
  *             wait for them, mp_device_call_may_wait, gets its call back once they aborted,
  *             its stream still blocked); ncclCommAbort returns at once and releases its
@@ -815,6 +824,128 @@ part_window(const struct mp_world *w)
     MP_CHECK_COMM(w->comm, ncclMemFree(part));
     free(descs);
 }
+
+/* One communicator of part_windowgroup, as this thread drives it. */
+struct st_wg {
+    ncclComm_t comm;
+    int tag;          /* which communicator: its ranks' blocks say so */
+    int rank, n;
+    CUcontext ctx;    /* of its device */
+    CUstream s;
+    float *part;      /* ncclMemAlloc'd: n blocks */
+    float *mine;      /* what this rank puts into every rank's part */
+    ncclWindow_t win;
+};
+
+/* What rank r of communicator `tag` puts: its block's first element; each next one is 1 more. */
+static float
+st_wg_value(int tag, int r)
+{
+    return (float)(tag * 100000 + r * 10000);
+}
+
+/* Device windows registered and deregistered inside a group by one thread that drives
+ * several communicators. Each registration is collective, so inside a group it runs on a
+ * thread of its own until ncclGroupEnd, a thread with no current context. */
+static void
+part_windowgroup(struct mp_world *w)
+{
+    const int devlist[2] = {0, 1};
+    struct st_wg c[2];
+    const int nc = 2;
+    struct mp_fake_stats before = {0}, after = {0};
+
+    memset(c, 0, sizeof(c));
+    if (w->nranks == 1) {
+        /* A clique of one process, a communicator per device (FAKE_CUDA_DEVICES=2). */
+        ncclComm_t comms[2];
+        MP_CHECK(ncclCommInitAll(comms, 2, devlist));
+        for (int k = 0; k < nc; k++) {
+            CUdevice dev;
+            MP_CU(&st_cu, device_get(&dev, devlist[k]));
+            MP_CU(&st_cu, primary_ctx_retain(&c[k].ctx, dev));
+            c[k].comm = comms[k];
+            c[k].tag = 0;
+        }
+    } else {
+        /* Every rank: the world and a split of it, on the rank's device. */
+        c[0] = (struct st_wg){.comm = w->comm, .tag = 0, .ctx = st_cu.ctx};
+        c[1] = (struct st_wg){.tag = 1, .ctx = st_cu.ctx};
+        MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &c[1].comm, NULL));
+    }
+    for (int k = 0; k < nc; k++) {
+        MP_CHECK_COMM(c[k].comm, ncclCommUserRank(c[k].comm, &c[k].rank));
+        MP_CHECK_COMM(c[k].comm, ncclCommCount(c[k].comm, &c[k].n));
+        MP_CU(&st_cu, ctx_set_current(c[k].ctx)); /* ncclMemAlloc's device */
+        c[k].s = st_stream();
+        c[k].mine = st_buffer(ST_WIN_BLOCK, st_wg_value(c[k].tag, c[k].rank), 1, c[k].s);
+        MP_CHECK_COMM(c[k].comm, ncclMemAlloc((void **)&c[k].part, (size_t)c[k].n *
+                                                  ST_WIN_BLOCK * sizeof(float)));
+    }
+    MP_CU(&st_cu, ctx_set_current(c[0].ctx)); /* and never changed while the groups run */
+    if (st_cu.fake_stats != NULL) {
+        st_cu.fake_stats(&before);
+    }
+    MP_CHECK(ncclGroupStart());
+    for (int k = 0; k < nc; k++) {
+        MP_CHECK_COMM(c[k].comm, ncclCommWindowRegister(c[k].comm, c[k].part,
+                                                        (size_t)c[k].n * ST_WIN_BLOCK *
+                                                            sizeof(float),
+                                                        &c[k].win, NCCL_WIN_DEFAULT));
+    }
+    MP_CHECK(ncclGroupEnd());
+    /* Each rank of each communicator puts its block into every rank's part (its own too),
+     * each with a signal, and waits for all of them on its stream. */
+    for (int k = 0; k < nc; k++) {
+        MP_ASSERT(c[k].win != NULL, "no window after ncclGroupEnd (communicator %d)", k);
+        for (int p = 0; p < c[k].n; p++) {
+            MP_CHECK_COMM(c[k].comm, ncclPutSignal(c[k].mine, ST_WIN_BLOCK, ncclFloat32, p,
+                                                   c[k].win, (size_t)c[k].rank * ST_WIN_BLOCK *
+                                                                 sizeof(float),
+                                                   0, 0, 0, c[k].comm, c[k].s));
+        }
+    }
+    for (int k = 0; k < nc; k++) {
+        ncclWaitSignalDesc_t descs[8];
+        MP_ASSERT(c[k].n <= 8, "windowgroup: at most 8 ranks");
+        for (int p = 0; p < c[k].n; p++) {
+            descs[p] = (ncclWaitSignalDesc_t){.opCnt = 1, .peer = p, .sigIdx = 0, .ctx = 0};
+        }
+        MP_CHECK_COMM(c[k].comm, ncclWaitSignal(c[k].n, descs, c[k].comm, c[k].s));
+    }
+    for (int k = 0; k < nc; k++) {
+        MP_CU(&st_cu, ctx_set_current(c[k].ctx));
+        for (int p = 0; p < c[k].n; p++) {
+            MP_EXPECT(st_check(c[k].part + (size_t)p * ST_WIN_BLOCK, ST_WIN_BLOCK,
+                               st_wg_value(c[k].tag, p), 1, c[k].s, "grouped window") == 0,
+                      "communicator %d: rank %d's block in rank %d's part is wrong", k, p,
+                      c[k].rank);
+        }
+    }
+    MP_CU(&st_cu, ctx_set_current(c[0].ctx));
+    MP_CHECK(ncclGroupStart());
+    for (int k = 0; k < nc; k++) {
+        MP_CHECK_COMM(c[k].comm, ncclCommWindowDeregister(c[k].comm, c[k].win));
+    }
+    MP_CHECK(ncclGroupEnd());
+    /* The peers' parts and signal words this process mapped went with the windows. */
+    if (st_cu.fake_stats != NULL) {
+        st_cu.fake_stats(&after);
+        MP_EXPECT(after.ipc_mappings == before.ipc_mappings,
+                  "%d imported mappings before the grouped registrations, %d after the grouped "
+                  "deregistrations", before.ipc_mappings, after.ipc_mappings);
+    }
+    for (int k = 0; k < nc; k++) {
+        MP_CU(&st_cu, ctx_set_current(c[k].ctx));
+        MP_CHECK_COMM(c[k].comm, ncclMemFree(c[k].part));
+        mp_cuda_free(&st_cu, MP_MEM_DEVICE, c[k].mine);
+        MP_CU(&st_cu, stream_destroy(c[k].s));
+        if (c[k].comm != w->comm) {
+            MP_CHECK(ncclCommDestroy(c[k].comm));
+        }
+    }
+    MP_CU(&st_cu, ctx_set_current(st_cu.ctx));
+}
 #endif
 
 static void
@@ -856,25 +987,39 @@ part_churn(const struct mp_world *w)
 
 /* While this thread captures another stream in global mode (PyTorch's default), an
  * all-reduce on fresh buffers, whose exports and mappings the library and the leader's thread
- * make then, runs right, and the capture survives it. */
+ * make then, runs right, and the capture survives it. So do ncclMemAlloc, ncclCommRegister,
+ * ncclCommDeregister and ncclMemFree meanwhile (allocating, mapping and exporting are among
+ * what such a capture forbids a thread whose mode is not relaxed; NCCL relaxes them): a
+ * buffer allocated and registered under the capture takes an all-reduce's result, which a
+ * copy on the stream keeps, and is deregistered and freed before the capture ends. */
 static void
 part_globalcapture(struct mp_world *w)
 {
     const int n = w->nranks;
     CUstream s, captured;
+    float *m = NULL;
+    void *handle = NULL;
 
     MP_CU(&st_cu, stream_create(&s, CU_STREAM_NON_BLOCKING));
     MP_CU(&st_cu, stream_create(&captured, CU_STREAM_NON_BLOCKING));
     float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    float *kept = st_buffer(ST_COUNT, -1, 0, s);
     CUgraph graph = NULL;
 
     MP_ASSERT(st_cu.stream_begin_capture != NULL, "the CUDA driver has no graphs");
     MP_CU(&st_cu, stream_synchronize(s));
     MP_CU(&st_cu, stream_begin_capture(captured, CU_STREAM_CAPTURE_MODE_GLOBAL));
     MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_CHECK_COMM(w->comm, ncclMemAlloc((void **)&m, ST_COUNT * sizeof(float)));
+    MP_CHECK_COMM(w->comm, ncclCommRegister(w->comm, m, ST_COUNT * sizeof(float), &handle));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, m, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_CU(&st_cu, memcpy_async((CUdeviceptr)(uintptr_t)kept, (CUdeviceptr)(uintptr_t)m,
+                               ST_COUNT * sizeof(float), s));
     /* Not cuStreamSynchronize: the capture forbids it on this thread. */
     MP_EXPECT(mp_cuda_wait(&st_cu, s, w->comm, 30) == ncclSuccess,
-              "the all-reduce did not finish while another stream was captured");
+              "the all-reduces did not finish while another stream was captured");
+    MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+    MP_CHECK_COMM(w->comm, ncclMemFree(m));
     CUresult end = st_cu.stream_end_capture(captured, &graph);
     MP_EXPECT(end == CUDA_SUCCESS && graph != NULL,
               "the capture was invalidated (cuStreamEndCapture: %d)", (int)end);
@@ -884,7 +1029,12 @@ part_globalcapture(struct mp_world *w)
     MP_EXPECT(st_check(x, ST_COUNT, (float)(n * (n - 1)) / 2, (float)n, s,
                        "all-reduce beside a capture") == 0,
               "the all-reduce beside a global-mode capture went wrong");
+    MP_EXPECT(st_check(kept, ST_COUNT, (float)(n * n * (n - 1)) / 2, (float)(n * n), s,
+                       "all-reduce into memory allocated and registered beside a capture") == 0,
+              "the all-reduce into an ncclMemAlloc buffer registered beside a global-mode "
+              "capture went wrong");
     mp_cuda_free(&st_cu, MP_MEM_DEVICE, x);
+    mp_cuda_free(&st_cu, MP_MEM_DEVICE, kept);
     MP_CU(&st_cu, stream_destroy(captured));
     MP_CU(&st_cu, stream_destroy(s));
 }
@@ -1243,7 +1393,8 @@ main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|grouporder|devices|refuse|memapi|"
                             "churn|graph|graphfree|twographs|globalcapture|abort|abortblocked|"
-                            "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window "
+                            "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window|"
+                            "windowgroup "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
             return 2;
         }
@@ -1280,6 +1431,8 @@ main(int argc, char **argv)
         part_grow(&world);
     } else if (strcmp(part, "window") == 0) {
         part_window(&world);
+    } else if (strcmp(part, "windowgroup") == 0) {
+        part_windowgroup(&world);
 #endif
     } else if (strcmp(part, "register") == 0) {
         part_register(&world, graph);

@@ -6,7 +6,8 @@
  * ordering (gpu/stream.c): a gate holds later work until released, release only moves
  * forward, a group's fork and join order its streams, a capturing stream is refused; kernel
  * batches (kernels/device.c): any number of tasks, cut into launches, give the host
- * reductions' results; and events belong to their context, as the driver has it.
+ * reductions' results; events belong to their context, and the current context's calls fail
+ * on a thread that has none, as the driver has it.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -440,4 +441,59 @@ Test(gpu_events, belong_to_the_context_they_were_made_in, .init = two_devices)
     gpu_cu.cuStreamDestroy(stream);
     gpu_ctx_pop();
     gpu_cu.cuEventDestroy(event);
+}
+
+/* A call that works in the current context fails on a thread that has none, as cuda.h has
+ * it (CUDA_ERROR_INVALID_CONTEXT), so that a library call made from a thread of its own
+ * (a group's, a leader's) without pushing one fails here as on a GPU; calls that name their
+ * object, and pointer attribute queries, need none. */
+static void
+no_context(void)
+{
+    cr_assert(gpu_driver_present(), "no driver: run with LD_LIBRARY_PATH=build/test/doubles");
+    cr_assert_eq(gpu_device_get(0, &device), ncclSuccess);
+}
+
+Test(gpu_contexts, the_current_contexts_calls_fail_without_one, .init = no_context)
+{
+    CUdeviceptr dev = 0, base = 0, opened = 0;
+    size_t size = 0;
+    unsigned long long id = 0;
+    CUipcMemHandle handle;
+    void *mem = NULL;
+    uint32_t *host = aligned_alloc(4096, 4096);
+    __typeof__(cuMemAllocManaged) *alloc_managed = fake_fn("cuMemAllocManaged");
+
+    cr_assert_eq(gpu_device_current(), -1, "the test's thread starts with a context");
+    cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 4096), CUDA_SUCCESS);
+    cr_assert_eq(gpu_mem_alloc(4096, &mem), ncclSuccess);
+    gpu_ctx_pop();
+
+    cr_assert_eq(gpu_cu.cuMemAlloc(&opened, 4096), CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(alloc_managed(&opened, 4096, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(gpu_cu.cuMemGetAddressRange(&base, &size, dev), CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(gpu_cu.cuIpcGetMemHandle(&handle, dev), CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(gpu_cu.cuIpcOpenMemHandle(&opened, handle, 0), CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(gpu_cu.cuIpcCloseMemHandle(dev), CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(gpu_cu.cuMemHostRegister(host, 4096, CU_MEMHOSTREGISTER_PORTABLE),
+                 CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(gpu_cu.cuModuleUnload(NULL), CUDA_ERROR_INVALID_CONTEXT);
+    cr_assert_eq(gpu_cu.cuMemFree(dev), CUDA_ERROR_INVALID_CONTEXT);
+    /* Pointer attributes (but DEVICE_POINTER) and the cuMem calls need none: ncclMemFree
+     * unmaps from any thread. */
+    struct gpu_mem_info info;
+    gpu_mem_query(mem, &info);
+    cr_assert_eq(info.kind, GPU_MEM_DEVICE);
+    cr_assert(info.fd_ipc);
+    cr_assert_eq(gpu_cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, dev),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_mem_free(mem), ncclSuccess);
+
+    cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuMemGetAddressRange(&base, &size, dev), CUDA_SUCCESS);
+    cr_assert_eq(base, dev);
+    cr_assert_eq(gpu_cu.cuMemFree(dev), CUDA_SUCCESS);
+    gpu_ctx_pop();
+    free(host);
 }

@@ -11,6 +11,9 @@
  *     context);
  *   - devices: FAKE_CUDA_DEVICES (default 1), compute capability FAKE_CUDA_CC (default 90),
  *     peer access between any two unless FAKE_CUDA_NO_PEER=1; each has a primary context;
+ *   - contexts: a stack per thread; a call that works in the current context (fake_need_context
+ *     lists them) fails with CUDA_ERROR_INVALID_CONTEXT, and a complaint, on a thread that has
+ *     none, as a thread of the program's own or of the library's starts;
  *   - device memory: every allocation is a memfd, so another process can map the same pages
  *     (legacy IPC handles name the owner's pid and memfd; cuMem handles export the memfd
  *     itself as the POSIX file descriptor). The program's device address is an inaccessible
@@ -85,6 +88,20 @@ struct CUctx_st *fake_ctx_current(void);
 /* Says on stderr, prefixed "fake_cuda: ", where the program did what the driver forbids or
  * leaves undefined, so that a failure caused by the double's strictness names its rule. */
 void fake_complain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* CUDA_ERROR_INVALID_CONTEXT, with a complaint, where the calling thread has no current
+ * context and `call` is one that works in it: allocating, freeing and copying device memory,
+ * registering host memory, legacy IPC, modules, cuMemGetAddressRange, a NULL stream's work
+ * (FAKE_NEED_CONTEXT: from the entry point itself, returning that error). cuda.h lists
+ * CUDA_ERROR_INVALID_CONTEXT for these; the calls that name their object (a stream, an event,
+ * a cuMem handle or range, a device) or only read a pointer's attributes need none. */
+CUresult fake_need_context(const char *call);
+#define FAKE_NEED_CONTEXT()                                                                  \
+    do {                                                                                     \
+        if (fake_need_context(__func__) != CUDA_SUCCESS) {                                   \
+            return CUDA_ERROR_INVALID_CONTEXT;                                               \
+        }                                                                                    \
+    } while (0)
 
 /* Capture (stream.c): CUDA_SUCCESS, or CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (with a
  * complaint, and every capture it would break invalidated) where a capture under way forbids

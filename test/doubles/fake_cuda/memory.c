@@ -256,6 +256,7 @@ cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
     uintptr_t addr, shadow;
 
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     int fd = fake_memfd_map(bytes, &addr, &shadow);
     if (fd < 0) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -282,6 +283,7 @@ FAKE_API CUresult
 cuMemFree(CUdeviceptr dptr)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     /* cuMemAlloc's memory, or managed memory (cuMemFree frees both). */
@@ -356,6 +358,7 @@ cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
     void *addr = NULL;
 
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     (void)flags;
     CUresult res = fake_anon_alloc(&addr, bytes, FAKE_MEM_MANAGED);
     *dptr = (CUdeviceptr)(uintptr_t)addr;
@@ -366,6 +369,7 @@ FAKE_API CUresult
 cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     (void)flags;
     return fake_anon_alloc(pp, bytes, FAKE_MEM_REGISTERED);
 }
@@ -374,28 +378,15 @@ FAKE_API CUresult
 cuMemFreeHost(void *p)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     return fake_anon_free(p, FAKE_MEM_REGISTERED);
-}
-
-/* Registration works in the calling thread's context: without one the driver answers
- * CUDA_ERROR_INVALID_CONTEXT (and a registration it never undoes stays). */
-static CUresult
-fake_need_context(const char *call)
-{
-    if (fake_ctx_current() == NULL) {
-        fake_complain("%s without a current context", call);
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
-    return CUDA_SUCCESS;
 }
 
 FAKE_API CUresult
 cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    if (fake_need_context(__func__) != CUDA_SUCCESS) {
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
+    FAKE_NEED_CONTEXT();
     (void)flags;
     pthread_mutex_lock(&fake_mem_lock);
     for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
@@ -422,9 +413,7 @@ FAKE_API CUresult
 cuMemHostUnregister(void *p)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    if (fake_need_context(__func__) != CUDA_SUCCESS) {
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
+    FAKE_NEED_CONTEXT();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)p);
     if (r == NULL || r->base != (uintptr_t)p || r->kind != FAKE_MEM_REGISTERED || r->mapped) {
@@ -444,9 +433,7 @@ cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
     if (flags != 0) {
         return CUDA_ERROR_INVALID_VALUE; /* "flags ... must be 0" */
     }
-    if (fake_need_context(__func__) != CUDA_SUCCESS) {
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
+    FAKE_NEED_CONTEXT();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)p);
     bool ok = r != NULL && r->kind == FAKE_MEM_REGISTERED && r->alias != 0;
@@ -557,9 +544,7 @@ FAKE_API CUresult
 cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)
 {
     /* A call of the context-bound API (CUDA_ERROR_INVALID_CONTEXT among its answers). */
-    if (fake_need_context(__func__) != CUDA_SUCCESS) {
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
+    FAKE_NEED_CONTEXT();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     if (r != NULL) {
@@ -581,6 +566,7 @@ cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
     struct fake_ipc_handle h = {.magic = FAKE_IPC_MAGIC, .pid = (int32_t)getpid()};
 
+    FAKE_NEED_CONTEXT();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     if (r == NULL || r->memfd < 0 || r->base != (uintptr_t)dptr) {
@@ -605,6 +591,7 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
     char path[64];
 
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     (void)flags;
     memcpy(&h, handle.reserved, sizeof(h));
     if (h.magic != FAKE_IPC_MAGIC) {
@@ -661,6 +648,7 @@ FAKE_API CUresult
 cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     if (r == NULL || r->ipc_refs == 0 || r->base != (uintptr_t)dptr) {
@@ -977,6 +965,7 @@ FAKE_API CUresult
 cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     memmove((void *)fake_mem_host_of((uintptr_t)dst), src, bytes);
     return CUDA_SUCCESS;
 }
@@ -985,6 +974,7 @@ FAKE_API CUresult
 cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     memmove(dst, (const void *)fake_mem_host_of((uintptr_t)src), bytes);
     return CUDA_SUCCESS;
 }
@@ -993,6 +983,7 @@ FAKE_API CUresult
 cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT();
     memset((void *)fake_mem_host_of((uintptr_t)dst), value, n);
     return CUDA_SUCCESS;
 }

@@ -81,6 +81,16 @@ fake_complain(const char *fmt, ...)
     fprintf(stderr, "fake_cuda: %s\n", text);
 }
 
+CUresult
+fake_need_context(const char *call)
+{
+    if (fake_ctx_current() == NULL) {
+        fake_complain("%s without a current context", call);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* --- version, errors ---------------------------------------------------------------------- */
 
 FAKE_API CUresult

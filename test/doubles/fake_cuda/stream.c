@@ -278,17 +278,18 @@ fake_stream_new(struct CUctx_st *ctx)
 }
 
 /* The stream a handle names: NULL and the legacy/per-thread handles are the current context's
- * NULL stream. NULL if there is none (no current context). */
+ * NULL stream. NULL if there is none (no current context: said, since every caller answers
+ * CUDA_ERROR_INVALID_CONTEXT). */
 static struct CUstream_st *
 fake_stream(CUstream handle)
 {
     if (handle != NULL && handle != CU_STREAM_LEGACY && handle != CU_STREAM_PER_THREAD) {
         return handle;
     }
-    struct CUctx_st *ctx = fake_ctx_current();
-    if (ctx == NULL) {
+    if (fake_need_context("the NULL stream") != CUDA_SUCCESS) {
         return NULL;
     }
+    struct CUctx_st *ctx = fake_ctx_current();
     pthread_mutex_lock(&fake_null_lock);
     if (ctx->null_stream == NULL) {
         ctx->null_stream = fake_stream_new(ctx);
@@ -384,10 +385,8 @@ cuStreamCreate(CUstream *stream, unsigned int flags)
     struct CUctx_st *ctx = fake_ctx_current();
 
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT(); /* a stream of the current context */
     (void)flags;
-    if (ctx == NULL) {
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
     *stream = fake_stream_new(ctx);
     if (*stream == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -629,11 +628,8 @@ cuEventCreate(CUevent *event, unsigned int flags)
 {
     (void)flags;
     /* "Creates an event *phEvent for the current context". */
+    FAKE_NEED_CONTEXT();
     struct CUctx_st *ctx = fake_ctx_current();
-    if (ctx == NULL) {
-        fake_complain("cuEventCreate without a current context");
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
     *event = calloc(1, sizeof(**event));
     if (*event == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -766,9 +762,7 @@ cuModuleLoadData(CUmodule *module, const void *image)
     uint32_t magic;
 
     FAKE_CAPTURE_CHECK_UNSAFE();
-    if (fake_ctx_current() == NULL) {
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
+    FAKE_NEED_CONTEXT(); /* "into the current context" */
     memcpy(&magic, image, sizeof(magic));
     if (magic != FAKE_FATBIN_MAGIC) {
         return CUDA_ERROR_INVALID_IMAGE;
@@ -789,6 +783,7 @@ FAKE_API CUresult
 cuModuleUnload(CUmodule module)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    FAKE_NEED_CONTEXT(); /* "from the current context" */
     free(module);
     FAKE_STAT_ADD(modules, -1);
     return CUDA_SUCCESS;
