@@ -23,8 +23,8 @@
 #include <string.h>
 
 #include "base/check.h"
-#include "tasks.h"
 #include "internal.h"
+#include "tasks.h"
 
 /* Whether the kernels of leader k, which runs in this process, may touch mem at ptr as it is.
  * Host memory a kernel reaches may be; device memory only of a device its process can map

@@ -53,11 +53,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "areas.h"
 #include "base/check.h"
 #include "base/clock.h"
-#include "areas.h"
-#include "runner.h"
 #include "internal.h"
+#include "runner.h"
 
 struct cipc_hostpost {
     struct cipc_team *team;          /* NULL once it went (under cipc_hostpost_lock) */

@@ -36,9 +36,9 @@
 
 #include "base/check.h"
 #include "cache.h"
+#include "internal.h"
 #include "runner.h"
 #include "tasks.h"
-#include "internal.h"
 
 /* A file descriptor received on the channel, until the descriptor that needs it comes. */
 struct cipc_pending_fd {

@@ -16,9 +16,9 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/env.h"
+#include "internal.h"
 #include "runner.h"
 #include "tasks.h"
-#include "internal.h"
 
 ncclResult_t
 cipc_leaders_form(struct cipc_team *team, const int *first_on_device)

@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "internal.h"
 #include "runner.h"
 #include "tasks.h"
-#include "internal.h"
 
 struct cipc_leaderstream {
     /* This rank's side. */

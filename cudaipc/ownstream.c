@@ -51,9 +51,9 @@
 #include "kernels/device.h"
 
 #include "areas.h"
+#include "internal.h"
 #include "runner.h"
 #include "tasks.h"
-#include "internal.h"
 
 /* The waits of a ring or tree schedule's levels (levels.h), for the collective `match`. */
 struct cipc_own_levels {

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "base/check.h"
-#include "runner.h"
 #include "internal.h"
+#include "runner.h"
 
 /* --- getting ready ------------------------------------------------------------------------ */
 

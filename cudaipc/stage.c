@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "base/check.h"
-#include "tasks.h"
 #include "internal.h"
+#include "tasks.h"
 
 #define CIPC_STAGE_ALIGN 256
 #define CIPC_STAGE_MIN ((size_t)1 << 20)
