@@ -5,14 +5,16 @@
  * leaders learn to let them go.
  *
  * Each leader maps each once and keeps the mapping (cache.c) until this rank says forget on
- * its channel (every forget goes to every leader, so one count serves them all). A cudaMalloc allocation is exported only while registered (or captured, for
- * the team's life): its owner may not free it before every leader closed its mapping
- * (cuIpcOpenMemHandle), so deregistration waits for every leader's word that it did. It does so for an allocation that is gone (freed, or freed and another made
- * at its address: the driver's unique id at its first byte is no longer the exported one,
- * checked when posting, a share of the table every CIPC_SWEEP_NS), and for the least recently
- * used entry when the table is full. Either way only once the last operation that used it is
- * done: no descriptor still waiting in the ring names a mapping a leader let go, and a later
- * use exports the allocation again, after the forget on the channel. Without forgetting, a
+ * its channel (every forget goes to every leader, so one count serves them all). A cudaMalloc
+ * allocation is exported only while registered (or captured, for the team's life): its owner
+ * may not free it before every leader closed its mapping (cuIpcOpenMemHandle), so
+ * deregistration waits for every leader's word that it did. It does so for an allocation that
+ * is gone (freed, or freed and another made at its address: the driver's unique id at its
+ * first byte is no longer the exported one, checked when posting, a share of the table every
+ * CIPC_SWEEP_NS), and for the least recently used entry when the table is full. Either way
+ * only once the last operation that used it is done: no descriptor still waiting in the ring
+ * names a mapping a leader let go, and a later use exports the allocation again, after the
+ * forget on the channel. Without forgetting, a
  * mapping would keep a freed allocation's memory alive (an imported cuMem handle holds it) for
  * the life of the team.
  *

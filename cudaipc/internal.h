@@ -323,8 +323,8 @@ void cipc_exports_free(struct cipc_team *team);
 /* A legacy IPC handle of mem's allocation, made once per allocation (it costs about 18 us). */
 ncclResult_t cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_info *mem,
                                 uint32_t seq, CUipcMemHandle *handle_out);
-/* Sends the leaders of other processes the file descriptor of the cuMem allocation (id, mapped at base) that ptr
- * lies in, once. */
+/* Sends the leaders of other processes the file descriptor of the cuMem allocation (id,
+ * mapped at base) that ptr lies in, once. */
 ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id,
                                uintptr_t base, size_t size, uint32_t seq);
 /* Whether export (id, base) is pinned by a registration: its owner promised to keep it. */
