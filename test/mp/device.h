@@ -36,6 +36,7 @@ struct mp_fake_stats {
     long kernels_launched;
     unsigned long long link_in[MP_FAKE_MAX_DEVICES];
     unsigned long long link_out[MP_FAKE_MAX_DEVICES];
+    long flush_waits;
 };
 
 struct mp_cuda {
