@@ -318,6 +318,10 @@ ncclResult_t cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_inf
  * lies in, once. */
 ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id,
                                uintptr_t base, size_t size, uint32_t seq);
+/* Whether exporting the cuMem mapping (id, base) would give the leaders an id they know for
+ * another mapping of this rank (still in the table): they key mappings by id alone, and
+ * cuda.h does not say that BUFFER_ID tells apart mappings of one reservation. */
+bool cipc_export_clash(struct cipc_team *team, uint64_t id, uintptr_t base);
 /* Whether export (id, base) is pinned by a registration: its owner promised to keep it. */
 bool cipc_export_pinned(struct cipc_team *team, uint64_t id, uintptr_t base);
 /* Adds delta (+1 or -1) to the registrations pinning export (id, base). Unpinned, a cudaMalloc
