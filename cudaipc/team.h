@@ -203,6 +203,8 @@ struct cipc_team {
     int stop;                      /* atomic */
     int released;                  /* atomic: revoked (cipc_team_release): calls stop waiting */
     int32_t error;                 /* atomic: ncclResult_t */
+    int failing;                   /* atomic: the first cipc_team_set_error is under way */
+    char cause[256];               /* what this process logged when error was set (or "") */
     struct cipc_leader *leader;    /* a leader's side; NULL on every other rank */
     struct cipc_ownstream *own;    /* a leader alone on its GPU: its streams run the GPU's
                                       share (ownstream.c); NULL otherwise */
@@ -346,6 +348,9 @@ struct gpu_flag cipc_flag(struct cipc_team *team, int r, uint32_t *host);
 /* Fails the team (the first error stays): this rank, and, if it leads, through the verdict
  * in rank CIPC_VERDICT's block every rank, sees it. */
 void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
+/* Why, as this process logged it when the team failed ("" where another process failed it):
+ * for the WARNs of later calls, which would otherwise hide it from ncclGetLastError. */
+const char *cipc_team_cause(const struct cipc_team *team);
 
 /* ownstream.c: a leader rank alone on its GPU, whose streams run its GPU's share. */
 ncclResult_t cipc_ownstream_create(struct cipc_team *team);

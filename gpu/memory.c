@@ -36,10 +36,12 @@ gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
     if (ptr == NULL || !gpu_driver_present()) {
         return;
     }
-    /* Unknown pointers (plain host memory) come back as success with every value zeroed. */
-    if (gpu_cu.cuPointerGetAttributes(sizeof(attrs) / sizeof(attrs[0]), attrs, data,
-                                      (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
-        type == 0) {
+    /* Unknown pointers (plain host memory) come back as success with every value zeroed:
+     * "this function will not return an error when the ptr encountered is not a valid CUDA
+     * pointer". */
+    info_out->error = gpu_cu.cuPointerGetAttributes(sizeof(attrs) / sizeof(attrs[0]), attrs,
+                                                    data, (CUdeviceptr)(uintptr_t)ptr);
+    if (info_out->error != CUDA_SUCCESS || type == 0) {
         return;
     }
     info_out->alloc_id = id;

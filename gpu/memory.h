@@ -34,10 +34,13 @@ struct gpu_mem_info {
     size_t alloc_size;
     bool legacy_ipc;       /* cuIpcGetMemHandle works on it */
     bool fd_ipc;           /* its cuMem handle exports as a POSIX file descriptor */
+    CUresult error;        /* the driver could not answer (HOST then): a sticky error, say */
 };
 
-/* Classifies ptr (NULL and every pointer without a driver are HOST). Never fails: a pointer
- * the driver does not know is host memory. */
+/* Classifies ptr (NULL and every pointer without a driver are HOST). A pointer the driver
+ * does not know is host memory; where the driver fails to answer at all (a context made
+ * unusable by a fault answers every call with its sticky error) `error` says so, and the
+ * caller must not take the pointer for host memory. */
 void gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out);
 /* Whether a kernel may read and write it (every kind but HOST). */
 static inline bool

@@ -184,9 +184,10 @@ static struct {
 } mp_expandables[MP_EXPANDABLE_MAX];
 
 /* cuMem memory on the current context's device, shareable by file descriptor, readable and
- * writable by that device alone. */
+ * writable by that device alone (none: no device may touch it, a program's mistake that makes
+ * the GPU fault; freed as expandable memory). */
 static inline void *
-mp_cuda_alloc_expandable(struct mp_cuda *cu, size_t bytes)
+mp_cuda_alloc_cumem(struct mp_cuda *cu, size_t bytes, bool none)
 {
     CUdevice dev;
     size_t granularity = 0;
@@ -210,11 +211,19 @@ mp_cuda_alloc_expandable(struct mp_cuda *cu, size_t bytes)
     MP_CU(cu, mem_map(va, size, 0, handle, 0));
     CUmemAccessDesc access = {.location = prop.location,
                               .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    MP_CU(cu, mem_set_access(va, size, &access, 1));
+    if (!none) {
+        MP_CU(cu, mem_set_access(va, size, &access, 1));
+    }
     mp_expandables[slot].va = va;
     mp_expandables[slot].size = size;
     mp_expandables[slot].handle = handle;
     return (void *)(uintptr_t)va;
+}
+
+static inline void *
+mp_cuda_alloc_expandable(struct mp_cuda *cu, size_t bytes)
+{
+    return mp_cuda_alloc_cumem(cu, bytes, false);
 }
 
 static inline void

@@ -300,6 +300,10 @@ device_cases() {
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
     run_case device-streams-abort-n3-graph 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1 -g
     run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
+    # A kernel that faults (an illegal address) leaves its context unusable for good: every
+    # rank reports the failure, none hangs (the double models the sticky error).
+    run_case device-streams-fault-n3 3 60 "${dev[@]}" FAKE_CUDA_EXPECT_FAULTS=1 -- \
+        "$bindir/streams" -p fault
     run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
     run_case device-streams-revokeblocked-n3 3 60 "${dev[@]}" -- \
         "$bindir/streams" -p abortblocked -R
