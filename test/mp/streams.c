@@ -1282,7 +1282,8 @@ main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|grouporder|devices|refuse|memapi|"
                             "churn|graph|graphfree|twographs|globalcapture|abort|abortblocked|"
-                            "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window|fault "
+                            "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window|"
+                            "fault "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
             return 2;
         }

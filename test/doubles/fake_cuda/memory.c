@@ -843,8 +843,7 @@ fake_prop_check(const CUmemAllocationProp *prop, const char *call)
         res = CUDA_ERROR_INVALID_VALUE;
     } else if (fake_device(prop->location.id) == NULL) {
         res = CUDA_ERROR_INVALID_DEVICE;
-    } else if ((prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
-                   0 ||
+    } else if ((prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ||
                prop->allocFlags.usage != 0) {
         res = CUDA_ERROR_NOT_SUPPORTED;
     }
