@@ -7,6 +7,8 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
+
 #include "base/check.h"
 
 struct gpu_flag
@@ -70,6 +72,11 @@ cipc_team_set_error(struct cipc_team *team, ncclResult_t res)
 {
     int32_t none = ncclSuccess;
 
+    /* The first failure alone is kept, its text written before the error publishes it. */
+    if (__atomic_exchange_n(&team->failing, 1, __ATOMIC_ACQ_REL) != 0) {
+        return;
+    }
+    snprintf(team->cause, sizeof(team->cause), "%s", shim_error_last(team->log));
     __atomic_compare_exchange_n(&team->error, &none, (int32_t)res, false, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
     if (team->lead >= 0) {
@@ -78,6 +85,12 @@ cipc_team_set_error(struct cipc_team *team, ncclResult_t res)
         __atomic_compare_exchange_n(&team->ctrls[CIPC_VERDICT]->error, &none, (int32_t)res,
                                     false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     }
+}
+
+const char *
+cipc_team_cause(const struct cipc_team *team)
+{
+    return cipc_team_error(team) != ncclSuccess ? team->cause : "";
 }
 
 ncclResult_t

@@ -169,8 +169,10 @@ cipc_describe(struct cipc_team *team, const void *ptr, const struct gpu_mem_info
         uintptr_t base;
         size_t size;
         uint64_t id;
-        if (mem->fd_ipc && gpu_mem_mapping(ptr, &base, &size, &id) == ncclSuccess &&
-            p + bytes <= base + size) {
+        /* One cuMem allocation's mapping, whole: else (several across the buffer, a pool's
+         * allocation, an id the leaders know for another mapping) staged. */
+        if (mem->fd_ipc && gpu_mem_mapping_holds(ptr, bytes, &base, &size, &id) &&
+            !cipc_export_clash(team, id, base)) {
             buf->how = CIPC_BUF_CUMEM;
             buf->key = id;
             buf->offset = p - base;

@@ -229,6 +229,19 @@ out:
 }
 
 bool
+cipc_export_clash(struct cipc_team *team, uint64_t id, uintptr_t base)
+{
+    /* Gone entries too: until forgotten, a leader holds their mapping under that id. */
+    for (int i = 0; i < CIPC_EXPORTS; i++) {
+        const struct cipc_export *e = &team->exports->entries[i];
+        if (e->used != 0 && e->id == id && e->base != base) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool
 cipc_export_pinned(struct cipc_team *team, uint64_t id, uintptr_t base)
 {
     const struct cipc_export *e = cipc_export_lookup(team->exports, id, base);

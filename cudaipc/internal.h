@@ -196,6 +196,8 @@ struct cipc_team {
     int stop;                      /* atomic */
     int released;                  /* atomic: revoked (cipc_team_release): calls stop waiting */
     int32_t error;                 /* atomic: ncclResult_t */
+    int failing;                   /* atomic: the first cipc_team_set_error is under way */
+    char cause[256];               /* what this process logged when error was set (or "") */
     struct cipc_leader *leader;    /* a leader's side; NULL on every other rank */
     const struct cipc_runner *runner; /* who runs this rank's GPU's share (runner.h) */
     void *share;                   /* the runner's state: only its own file reads it */
@@ -327,6 +329,10 @@ ncclResult_t cipc_export_legacy(struct cipc_team *team, const struct gpu_mem_inf
  * mapped at base) that ptr lies in, once. */
 ncclResult_t cipc_export_cumem(struct cipc_team *team, const void *ptr, uint64_t id,
                                uintptr_t base, size_t size, uint32_t seq);
+/* Whether exporting the cuMem mapping (id, base) would give the leaders an id they know for
+ * another mapping of this rank (still in the table): they key mappings by id alone, and
+ * cuda.h does not say that BUFFER_ID tells apart mappings of one reservation. */
+bool cipc_export_clash(struct cipc_team *team, uint64_t id, uintptr_t base);
 /* Whether export (id, base) is pinned by a registration: its owner promised to keep it. */
 bool cipc_export_pinned(struct cipc_team *team, uint64_t id, uintptr_t base);
 /* Adds delta (+1 or -1) to the registrations pinning export (id, base). Unpinned, a cudaMalloc
@@ -354,6 +360,9 @@ struct gpu_flag cipc_flag(struct cipc_team *team, int r, uint32_t *host);
 /* Fails the team (the first error stays): this rank, and, if it leads, through the verdict
  * in rank CIPC_VERDICT's block every rank, sees it. */
 void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
+/* Why, as this process logged it when the team failed ("" where another process failed it):
+ * for the WARNs of later calls, which would otherwise hide it from ncclGetLastError. */
+const char *cipc_team_cause(const struct cipc_team *team);
 
 /* post.c */
 /* Waits until every stream this rank gated has run past its gates (released, or done) and

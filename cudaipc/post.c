@@ -108,8 +108,9 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
     ncclResult_t res = cipc_team_error(team);
 
     if (res != ncclSuccess) {
-        WARN("rank %d: the communicator's device operations failed earlier; only destroy or "
-             "abort remain", team->rank);
+        WARN("rank %d: the communicator's device operations failed earlier (%s); only destroy "
+             "or abort remain", team->rank,
+             cipc_team_cause(team)[0] ? cipc_team_cause(team) : "another process failed");
         return res;
     }
     if (nops > CIPC_RING / 2) {

@@ -55,10 +55,34 @@ struct cipc_watch {
     unsigned reports;     /* SIGUSR1 requests seen */
 };
 
-/* After NCCLSHIM_WAIT_MS without news: whoever this rank waits for must be there. */
+/* Work of this process's that faulted on the device (an illegal address, say) leaves its
+ * context unusable for good, a sticky error: every later call in it answers that error, and
+ * what this rank's operations wait for there never comes. A query of the context's legacy
+ * stream says so without waiting for anything. */
+static ncclResult_t
+cipc_team_check_device(struct cipc_team *team)
+{
+    if (team->gpu == NULL) {
+        return ncclSuccess;
+    }
+    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    CUresult cu = gpu_cu.cuStreamQuery(CU_STREAM_LEGACY);
+    gpu_ctx_pop();
+    if (cu != CUDA_SUCCESS && cu != CUDA_ERROR_NOT_READY) {
+        WARN("rank %d: device %d's CUDA context failed with this rank's operations in flight "
+             "(its work faulted; the error is sticky, the context unusable)", team->rank,
+             team->gpu->ordinal);
+        return gpu_cu_fail(cu, "cuStreamQuery(CU_STREAM_LEGACY)", __FILE__, __LINE__);
+    }
+    return ncclSuccess;
+}
+
+/* After NCCLSHIM_WAIT_MS without news: whoever this rank waits for must be there, and so
+ * must its own device. */
 static ncclResult_t
 cipc_team_check_peers(struct cipc_team *team)
 {
+    SHIM_CHECK(cipc_team_check_device(team));
     if (team->lead >= 0) {
         SHIM_CHECK(cipc_leader_check_peers(team));
     }
@@ -328,8 +352,9 @@ cipc_team_drain(struct cipc_team *team)
            __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) > 0) {
         ncclResult_t res = cipc_team_error(team);
         if (res != ncclSuccess) {
-            WARN("rank %d: device operations of this communicator failed before they finished",
-                 team->rank);
+            WARN("rank %d: device operations of this communicator failed before they finished "
+                 "(%s)", team->rank,
+                 cipc_team_cause(team)[0] ? cipc_team_cause(team) : "another process failed");
             return res;
         }
         usleep(20);

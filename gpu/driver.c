@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/check.h"
 #include "base/debug.h"
 
 /* The oldest driver that has every function of GPU_CU_ENTRIES at its version: below it, host
@@ -32,20 +33,24 @@ typedef CUresult (*gpu_get_proc_fn)(const char *, void **, int, cuuint64_t,
                                     CUdriverProcAddressQueryResult *);
 
 /* Resolves every GPU_CU_ENTRIES name at its own version; false (with an INFO) if the driver
- * (of `driver_version`) lacks one. */
+ * (of `driver_version`) lacks one. cuGetProcAddress_v2 answers a name it lacks, or a version
+ * older than its every variant, with CUDA_SUCCESS and a NULL pointer (the status says which),
+ * and a version newer than the driver with CUDA_ERROR_INVALID_VALUE: either way no pointer,
+ * which an optional entry point (GPU_CU_OPTIONAL_ENTRIES) is left without. */
 static bool
 gpu_driver_resolve(gpu_get_proc_fn get_proc, int driver_version)
 {
     bool ok = true;
 #define GPU_CU_RESOLVE(name, version)                                                        \
     if (ok) {                                                                                \
-        CUdriverProcAddressQueryResult status;                                               \
+        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;        \
         void *fn = NULL;                                                                     \
-        if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=     \
-                CUDA_SUCCESS ||                                                              \
-            fn == NULL) {                                                                    \
-            INFO(SHIM_INIT, "CUDA driver %d has no %s of CUDA %d (status %d): host memory "  \
-                 "only", driver_version, #name, version, (int)status);                       \
+        CUresult cu = get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM,       \
+                               &status);                                                     \
+        if (cu != CUDA_SUCCESS || fn == NULL) {                                              \
+            INFO(SHIM_INIT, "CUDA driver %d has no %s of CUDA %d (error %d, status %d): "    \
+                 "host memory only", driver_version, #name, version, (int)cu, (int)status);  \
+            fn = NULL;                                                                       \
             ok = false;                                                                      \
         }                                                                                    \
         gpu_cu.name = (PFN_##name##_v##version)fn;                                           \
@@ -165,6 +170,9 @@ gpu_device_fill(int ordinal)
                                       CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
     GPU_CU_CHECK(cuDeviceGetAttribute(&d->cc_minor,
                                       CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    int flush = 0;
+    GPU_CU_CHECK(cuDeviceGetAttribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, dev));
+    d->can_flush = flush != 0;
     GPU_CU_CHECK(cuDevicePrimaryCtxRetain(&d->ctx, dev));
     d->ordinal = ordinal;
     __atomic_store_n(&gpu_driver.known[ordinal], true, __ATOMIC_RELEASE);
@@ -251,6 +259,30 @@ gpu_device_current(void)
         return -1;
     }
     return (int)dev;
+}
+
+ncclResult_t
+gpu_device_of_ctx(CUcontext ctx, const struct gpu_device **device_out)
+{
+    CUdevice dev;
+    ncclResult_t res;
+
+    for (int i = 0; i < gpu_device_count(); i++) {
+        if (__atomic_load_n(&gpu_driver.known[i], __ATOMIC_ACQUIRE) &&
+            gpu_driver.devices[i].ctx == ctx) {
+            *device_out = &gpu_driver.devices[i];
+            return ncclSuccess;
+        }
+    }
+    /* Not a primary context we hold (a program's own, or a device not yet met). */
+    SHIM_CHECK(gpu_ctx_push(ctx));
+    CUresult cu = gpu_cu.cuCtxGetDevice(&dev);
+    gpu_ctx_pop();
+    if (cu != CUDA_SUCCESS) {
+        return gpu_cu_fail(cu, "cuCtxGetDevice(a stream's context)", __FILE__, __LINE__);
+    }
+    res = gpu_device_get((int)dev, device_out);
+    return res;
 }
 
 ncclResult_t

@@ -112,6 +112,7 @@ struct gpu_device {
     CUuuid uuid;         /* the same in every process */
     int sm_count;
     int cc_major, cc_minor;
+    bool can_flush;      /* CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES: waits may flush */
     CUcontext ctx;       /* its primary context, retained for the life of the process */
 };
 
@@ -120,6 +121,9 @@ struct gpu_device {
 ncclResult_t gpu_device_get(int ordinal, const struct gpu_device **device_out);
 /* The device of the calling thread's current context, -1 when it has none. */
 int gpu_device_current(void);
+/* The device whose primary context ctx is (filled in by gpu_device_get), else that of ctx
+ * asked of the driver; ncclUnhandledCudaError if the driver cannot tell. */
+ncclResult_t gpu_device_of_ctx(CUcontext ctx, const struct gpu_device **device_out);
 /* How many devices this process sees (0 without a driver). */
 int gpu_device_count(void);
 

@@ -36,10 +36,12 @@ gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
     if (ptr == NULL || !gpu_driver_present()) {
         return;
     }
-    /* Unknown pointers (plain host memory) come back as success with every value zeroed. */
-    if (gpu_cu.cuPointerGetAttributes(sizeof(attrs) / sizeof(attrs[0]), attrs, data,
-                                      (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
-        type == 0) {
+    /* Unknown pointers (plain host memory) come back as success with every value zeroed:
+     * "this function will not return an error when the ptr encountered is not a valid CUDA
+     * pointer". */
+    info_out->error = gpu_cu.cuPointerGetAttributes(sizeof(attrs) / sizeof(attrs[0]), attrs,
+                                                    data, (CUdeviceptr)(uintptr_t)ptr);
+    if (info_out->error != CUDA_SUCCESS || type == 0) {
         return;
     }
     info_out->alloc_id = id;
@@ -57,35 +59,68 @@ gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
     }
 }
 
-/* gpu_mem_mapping's answer, quietly: false where the driver cannot tell. Only what cuda.h
- * documents: cuMemGetAddressRange gives the mapped region (the reservation is
- * RANGE_START_ADDR's), BUFFER_ID an id "unique ... over a process lifetime" per allocation,
- * never reused. (Attributes 18-20, MAPPING_BASE_ADDR and friends, are not documented for
- * cuPointerGetAttribute(s).) */
+/* The allocation handle cuMemMap mapped at p ("guaranteed to be the same handle value used to
+ * map the memory"), its retain let go again at once: false where p is no cuMemMap's (a memory
+ * pool's allocation, say, whatever its handle types). */
 static bool
-gpu_mem_mapping_of(CUdeviceptr ptr, CUdeviceptr *base, size_t *size, unsigned long long *id)
+gpu_mem_handle_at(CUdeviceptr p, CUmemGenericAllocationHandle *handle_out)
 {
+    if (gpu_cu.cuMemRetainAllocationHandle(handle_out, (void *)(uintptr_t)p) != CUDA_SUCCESS) {
+        return false;
+    }
+    gpu_cu.cuMemRelease(*handle_out);
+    return true;
+}
+
+/* gpu_mem_mapping_holds's answer. Only what cuda.h documents: cuMemGetAddressRange gives "the
+ * mapped region" (RANGE_SIZE's documentation points there for it; the reservation is
+ * RANGE_START_ADDR's); cuMemMap maps a handle from its byte 0 ("offset ... currently must be
+ * zero"); cuMemRetainAllocationHandle names the handle mapped at any address; BUFFER_ID is "unique
+ * ... over a process lifetime" per allocation, never reused. (Attributes 18-20,
+ * MAPPING_BASE_ADDR and friends, are not documented for cuPointerGetAttribute(s).) Since cuda.h
+ * documents cuMemGetAddressRange for cuMemAlloc's memory alone, its region is taken to be one
+ * handle's only where the handles at its first and last bytes are one: a driver that answered
+ * a reservation mapped from several handles (PyTorch's expandable segments map 2 MiB or 20 MiB
+ * chunks into one) is then not believed. */
+static bool
+gpu_mem_mapping_of(CUdeviceptr ptr, size_t bytes, CUdeviceptr *base, size_t *size,
+                   unsigned long long *id)
+{
+    CUmemGenericAllocationHandle first, last;
+
     *base = 0;
     *size = 0;
     *id = 0;
-    return gpu_cu.cuMemGetAddressRange(base, size, ptr) == CUDA_SUCCESS &&
+    return gpu_cu.cuMemGetAddressRange(base, size, ptr) == CUDA_SUCCESS && *size > 0 &&
+           ptr >= *base && bytes <= *size - (ptr - *base) && gpu_mem_handle_at(*base, &first) &&
+           gpu_mem_handle_at(*base + *size - 1, &last) && first == last &&
            gpu_cu.cuPointerGetAttribute(id, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr) == CUDA_SUCCESS;
 }
 
-ncclResult_t
-gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out, uint64_t *id_out)
+bool
+gpu_mem_mapping_holds(const void *ptr, size_t bytes, uintptr_t *base_out, size_t *size_out,
+                      uint64_t *id_out)
 {
     CUdeviceptr base;
     size_t size;
     unsigned long long id;
 
-    if (!gpu_mem_mapping_of((CUdeviceptr)(uintptr_t)ptr, &base, &size, &id)) {
-        WARN("the CUDA driver cannot tell which cuMem mapping %p lies in", ptr);
-        return ncclUnhandledCudaError;
+    if (!gpu_mem_mapping_of((CUdeviceptr)(uintptr_t)ptr, bytes ? bytes : 1, &base, &size, &id)) {
+        return false;
     }
     *base_out = (uintptr_t)base;
     *size_out = size;
     *id_out = id;
+    return true;
+}
+
+ncclResult_t
+gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out, uint64_t *id_out)
+{
+    if (!gpu_mem_mapping_holds(ptr, 1, base_out, size_out, id_out)) {
+        WARN("the CUDA driver cannot tell which one cuMem allocation's mapping %p lies in", ptr);
+        return ncclUnhandledCudaError;
+    }
     return ncclSuccess;
 }
 
@@ -97,7 +132,7 @@ gpu_mem_alive(uintptr_t base, uint64_t id, bool mapping)
     unsigned long long got = 0;
 
     if (mapping) {
-        return gpu_mem_mapping_of((CUdeviceptr)base, &got_base, &size, &got) &&
+        return gpu_mem_mapping_of((CUdeviceptr)base, 1, &got_base, &size, &got) &&
                got_base == (CUdeviceptr)base && got == id;
     }
     return gpu_cu.cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_BUFFER_ID,

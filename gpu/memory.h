@@ -34,10 +34,13 @@ struct gpu_mem_info {
     size_t alloc_size;
     bool legacy_ipc;       /* cuIpcGetMemHandle works on it */
     bool fd_ipc;           /* its cuMem handle exports as a POSIX file descriptor */
+    CUresult error;        /* the driver could not answer (HOST then): a sticky error, say */
 };
 
-/* Classifies ptr (NULL and every pointer without a driver are HOST). Never fails: a pointer
- * the driver does not know is host memory. */
+/* Classifies ptr (NULL and every pointer without a driver are HOST). A pointer the driver
+ * does not know is host memory; where the driver fails to answer at all (a context made
+ * unusable by a fault answers every call with its sticky error) `error` says so, and the
+ * caller must not take the pointer for host memory. */
 void gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out);
 /* Whether a kernel may read and write it (every kind but HOST). */
 static inline bool
@@ -47,12 +50,17 @@ gpu_mem_reachable(enum gpu_mem_kind kind)
 }
 const char *gpu_mem_kind_name(enum gpu_mem_kind kind);
 
-/* For device memory that exports as a file descriptor (fd_ipc): the mapped region ptr lies
- * in (cuMemGetAddressRange), taken to map one physical allocation whole (its first byte and
- * size), and its BUFFER_ID, which the driver never reuses in a process. Whether that id
- * changes when the same addresses are unmapped and mapped to a new allocation (PyTorch's
- * expandable segments) is not documented, and not yet seen on a GPU.
- * ncclUnhandledCudaError if the driver cannot tell. */
+/* For device memory that exports as a file descriptor (fd_ipc): whether [ptr, ptr + bytes)
+ * lies in the mapping of one cuMem allocation, mapped from its first byte (cuMemMap maps no
+ * other way), and if so that mapping's first byte and size (cuMemGetAddressRange) and its
+ * BUFFER_ID, which the driver never reuses in a process. False, quietly, for memory mapped
+ * from several allocations across the range, for a memory pool's allocation (no cuMemMap made
+ * it, whatever its handle types), and where the driver cannot tell: such memory is staged.
+ * Whether that id changes when the same addresses are unmapped and mapped to a new allocation
+ * (PyTorch's expandable segments) is not documented, and not yet seen on a GPU. */
+bool gpu_mem_mapping_holds(const void *ptr, size_t bytes, uintptr_t *base_out,
+                           size_t *size_out, uint64_t *id_out);
+/* The same for the byte at ptr; ncclUnhandledCudaError (with a WARN) where it is not so. */
 ncclResult_t gpu_mem_mapping(const void *ptr, uintptr_t *base_out, size_t *size_out,
                              uint64_t *id_out);
 /* Whether the allocation with unique id `id` still begins at base: false once it was freed,

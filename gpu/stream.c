@@ -57,10 +57,42 @@ gpu_stream_post_flag(CUstream stream, const struct gpu_flag *flag, uint32_t seq)
     return ncclSuccess;
 }
 
+/* Every stream wait of ncclshim is made here. What a flag publishes is often another GPU's
+ * writes: a leader's kernel on GPU k writes into memory of GPU j (a peer mapping over NVLink
+ * or PCIe), its stream then posts a word in pinned host memory (gpu_stream_post_flag, or
+ * kr_dev_signal's stores after __threadfence_system()), and a stream of GPU j waits here before
+ * later work of GPU j reads what k wrote.
+ *
+ * cuda.h on the writer: cuStreamWriteValue32 without NO_MEMORY_BARRIER "will provide a memory
+ * fence before the write, which has similar semantics to __threadfence_system() but is scoped
+ * to the stream": k's earlier writes, into j's memory too, are observed by every thread of the
+ * system, peer devices' included, as happening before the word.
+ *
+ * cuda.h on the reader: CU_STREAM_WAIT_VALUE_FLUSH makes "a remote write ... guaranteed to have
+ * reached the device before the wait can be satisfied ... visible to downstream device work";
+ * without it "the device is permitted to reorder remote writes internally". Where the device
+ * supports it (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, asked once per device) every wait
+ * flushes, so that guarantee holds whatever the platform counts as a remote write. Elsewhere
+ * (x86 hosts, as far as is known) the flag cannot be given (the driver refuses it with
+ * CUDA_ERROR_NOT_SUPPORTED), and the fence above is what orders: the flush, like the
+ * GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS it is one of, is GPUDirect RDMA's, for writes of agents
+ * outside the CUDA memory model (a NIC's); GPU_DIRECT_RDMA_WRITES_ORDERING (OWNER on
+ * such devices, as far as is known) says even those need no flush for the owning device's own
+ * work. Our remote
+ * writes are CUDA stores of a peer GPU, ordered by that peer's system-scope fence. What
+ * cuda.h leaves unsaid either way: that work after a satisfied wait observes what was visible
+ * when the wait saw its word. */
 ncclResult_t
 gpu_stream_wait_flag(CUstream stream, const struct gpu_flag *flag, uint32_t seq)
 {
-    GPU_CU_CHECK(cuStreamWaitValue32(stream, flag->dev, seq, CU_STREAM_WAIT_VALUE_GEQ));
+    const struct gpu_device *device;
+    CUcontext ctx;
+
+    GPU_CU_CHECK(cuStreamGetCtx(stream, &ctx));
+    SHIM_CHECK(gpu_device_of_ctx(ctx, &device));
+    unsigned int flags = CU_STREAM_WAIT_VALUE_GEQ;
+    flags |= device->can_flush ? (unsigned int)CU_STREAM_WAIT_VALUE_FLUSH : 0u;
+    GPU_CU_CHECK(cuStreamWaitValue32(stream, flag->dev, seq, flags));
     return ncclSuccess;
 }
 

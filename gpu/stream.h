@@ -52,7 +52,8 @@ ncclResult_t gpu_stream_ctx(cudaStream_t stream, int fallback_device, CUcontext 
 ncclResult_t gpu_stream_capturing(cudaStream_t stream, CUcontext ctx, bool *capturing_out);
 
 /* Enqueues on stream: post flag = seq once earlier work is done (with a memory barrier before
- * it, so whoever sees the flag sees that work); wait until flag >= seq. */
+ * it, so whoever sees the flag sees that work); wait until flag >= seq, flushing remote writes
+ * where the stream's device can (stream.c says why either way is enough). */
 ncclResult_t gpu_stream_post_flag(CUstream stream, const struct gpu_flag *flag, uint32_t seq);
 ncclResult_t gpu_stream_wait_flag(CUstream stream, const struct gpu_flag *flag, uint32_t seq);
 

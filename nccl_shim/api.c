@@ -944,6 +944,9 @@ ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
          * can reach it, else by the host at the call. */
         struct gpu_mem_info mem;
         gpu_mem_query(scalar, &mem);
+        if (mem.error != CUDA_SUCCESS) {
+            return gpu_cu_fail(mem.error, "cuPointerGetAttributes(scalar)", __FILE__, __LINE__);
+        }
         on_device = gpu_mem_reachable(mem.kind);
         deferred = scalar;
     }
@@ -1019,6 +1022,12 @@ shim_api_check_memory(struct shim_op *op, const char *api)
 {
     gpu_mem_query(op->sendbuff, &op->send_mem);
     gpu_mem_query(op->recvbuff, &op->recv_mem);
+    CUresult cu = op->send_mem.error != CUDA_SUCCESS ? op->send_mem.error : op->recv_mem.error;
+    if (cu != CUDA_SUCCESS) {
+        /* Not host memory for all we know: a host path would touch device memory. */
+        return gpu_cu_fail(cu, "cuPointerGetAttributes(a buffer of the call)", __FILE__,
+                           __LINE__);
+    }
     bool send_dev = gpu_mem_reachable(op->send_mem.kind);
     bool recv_dev = gpu_mem_reachable(op->recv_mem.kind);
     op->device = send_dev || recv_dev;

@@ -10,6 +10,13 @@
  *   memalloc    ncclMemAlloc (a shareable cuMem allocation)
  *   managed     cuMemAllocManaged
  *   registered  host memory registered with cuMemHostRegister
+ *   expandable  cuMem memory its own device alone may touch (mp_cuda_alloc_expandable)
+ *   pool        a memory pool's (cuMemAllocFromPoolAsync) whose allocations share as POSIX
+ *               file descriptors, which cuMemRetainAllocationHandle does not name (no cuMemMap
+ *               made them): shareable only through the pool's own calls
+ *   chunked     one reservation mapped from several cuMem allocations of one granule each,
+ *               as PyTorch's expandable segments grow (2 MiB pages), the buffer starting
+ *               64 KiB before a boundary, so that larger ones span two allocations
  * Each rank works on device LOCAL_RANK % (number of devices), made current before its
  * communicator is created, as torchrun programs do.
  */
@@ -24,10 +31,10 @@
 /* expandable: cuMem memory mapped and made accessible to its own device only, as PyTorch's
  * expandable segments make it (ncclMemAlloc's grants every device that can reach it). */
 enum mp_mem_kind { MP_MEM_DEVICE, MP_MEM_MEMALLOC, MP_MEM_MANAGED, MP_MEM_REGISTERED,
-                   MP_MEM_EXPANDABLE, MP_MEM_KINDS };
+                   MP_MEM_EXPANDABLE, MP_MEM_POOL, MP_MEM_CHUNKED, MP_MEM_KINDS };
 
-static const char *const mp_mem_kind_names[MP_MEM_KINDS] = {"device", "memalloc", "managed",
-                                                            "registered", "expandable"};
+static const char *const mp_mem_kind_names[MP_MEM_KINDS] = {
+    "device", "memalloc", "managed", "registered", "expandable", "pool", "chunked"};
 
 /* What the double tells tests (test/doubles/fake_cuda/fake_cuda.h). */
 #define MP_FAKE_MAX_DEVICES 8 /* the double's FAKE_MAX_DEVICES */
@@ -36,6 +43,7 @@ struct mp_fake_stats {
     long kernels_launched;
     unsigned long long link_in[MP_FAKE_MAX_DEVICES];
     unsigned long long link_out[MP_FAKE_MAX_DEVICES];
+    long flush_waits;
 };
 
 struct mp_cuda {
@@ -79,6 +87,12 @@ struct mp_cuda {
                         unsigned long long);
     CUresult (*mem_unmap)(CUdeviceptr, size_t);
     CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    /* Memory pools, for pool memory. */
+    CUresult (*pool_create)(CUmemoryPool *, const CUmemPoolProps *);
+    CUresult (*pool_destroy)(CUmemoryPool);
+    CUresult (*alloc_from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+    CUresult (*free_async)(CUdeviceptr, CUstream);
+    CUmemoryPool pool; /* made at the first pool buffer */
     /* The double's own, NULL on a real driver. */
     void (*fake_stats)(struct mp_fake_stats *);
 };
@@ -144,6 +158,10 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->mem_map = mp_cuda_sym(cu, "cuMemMap");
     cu->mem_unmap = mp_cuda_sym(cu, "cuMemUnmap");
     cu->mem_set_access = mp_cuda_sym(cu, "cuMemSetAccess");
+    cu->pool_create = mp_cuda_sym(cu, "cuMemPoolCreate");
+    cu->pool_destroy = mp_cuda_sym(cu, "cuMemPoolDestroy");
+    cu->alloc_from_pool = mp_cuda_sym(cu, "cuMemAllocFromPoolAsync");
+    cu->free_async = mp_cuda_sym(cu, "cuMemFreeAsync");
     MP_CU(cu, init(0));
     MP_CU(cu, device_get_count(&count));
     MP_ASSERT(count > 0, "the CUDA driver sees no device");
@@ -166,9 +184,10 @@ static struct {
 } mp_expandables[MP_EXPANDABLE_MAX];
 
 /* cuMem memory on the current context's device, shareable by file descriptor, readable and
- * writable by that device alone. */
+ * writable by that device alone (none: no device may touch it, a program's mistake that makes
+ * the GPU fault; freed as expandable memory). */
 static inline void *
-mp_cuda_alloc_expandable(struct mp_cuda *cu, size_t bytes)
+mp_cuda_alloc_cumem(struct mp_cuda *cu, size_t bytes, bool none)
 {
     CUdevice dev;
     size_t granularity = 0;
@@ -192,11 +211,19 @@ mp_cuda_alloc_expandable(struct mp_cuda *cu, size_t bytes)
     MP_CU(cu, mem_map(va, size, 0, handle, 0));
     CUmemAccessDesc access = {.location = prop.location,
                               .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    MP_CU(cu, mem_set_access(va, size, &access, 1));
+    if (!none) {
+        MP_CU(cu, mem_set_access(va, size, &access, 1));
+    }
     mp_expandables[slot].va = va;
     mp_expandables[slot].size = size;
     mp_expandables[slot].handle = handle;
     return (void *)(uintptr_t)va;
+}
+
+static inline void *
+mp_cuda_alloc_expandable(struct mp_cuda *cu, size_t bytes)
+{
+    return mp_cuda_alloc_cumem(cu, bytes, false);
 }
 
 static inline void
@@ -212,6 +239,94 @@ mp_cuda_free_expandable(struct mp_cuda *cu, void *ptr)
         }
     }
     MP_ASSERT(false, "%p is no expandable buffer of ours", ptr);
+}
+
+/* Pool memory: from a pool of the current device whose allocations share as file descriptors,
+ * allocated and freed on the NULL stream, waited for. */
+static inline void *
+mp_cuda_alloc_pool(struct mp_cuda *cu, size_t bytes)
+{
+    CUdeviceptr p = 0;
+
+    if (cu->pool == NULL) {
+        CUdevice dev;
+        MP_CU(cu, ctx_get_device(&dev));
+        CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+        MP_CU(cu, pool_create(&cu->pool, &props));
+    }
+    MP_CU(cu, alloc_from_pool(&p, bytes > 0 ? bytes : 1, cu->pool, NULL));
+    MP_CU(cu, stream_synchronize(NULL));
+    return (void *)(uintptr_t)p;
+}
+
+/* Chunked allocations, to unmap and release them by address. */
+#define MP_CHUNKED_MAX 64
+static struct {
+    CUdeviceptr va, ptr;
+    size_t chunk;
+    int n;
+    CUmemGenericAllocationHandle *handles;
+} mp_chunkeds[MP_CHUNKED_MAX];
+
+/* Chunked memory (see the top): each granule its own allocation, mapped in order into one
+ * reservation and made accessible to the current device as one range. */
+static inline void *
+mp_cuda_alloc_chunked(struct mp_cuda *cu, size_t bytes)
+{
+    CUdevice dev;
+    size_t chunk = 0;
+    int slot = 0;
+
+    MP_CU(cu, ctx_get_device(&dev));
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+    MP_CU(cu, mem_granularity(&chunk, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    while (slot < MP_CHUNKED_MAX && mp_chunkeds[slot].va != 0) {
+        slot++;
+    }
+    MP_ASSERT(slot < MP_CHUNKED_MAX, "more than %d chunked buffers", MP_CHUNKED_MAX);
+    size_t lead = chunk > 65536 ? chunk - 65536 : 0;
+    int n = (int)((lead + (bytes > 0 ? bytes : 1) + chunk - 1) / chunk);
+    CUmemGenericAllocationHandle *handles = calloc((size_t)n, sizeof(*handles));
+    CUdeviceptr va;
+    MP_ASSERT(handles != NULL, "out of memory");
+    MP_CU(cu, mem_reserve(&va, (size_t)n * chunk, chunk, 0, 0));
+    for (int i = 0; i < n; i++) {
+        MP_CU(cu, mem_create(&handles[i], chunk, &prop, 0));
+        MP_CU(cu, mem_map(va + (size_t)i * chunk, chunk, 0, handles[i], 0));
+    }
+    CUmemAccessDesc access = {.location = prop.location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    MP_CU(cu, mem_set_access(va, (size_t)n * chunk, &access, 1));
+    mp_chunkeds[slot].va = va;
+    mp_chunkeds[slot].ptr = va + lead;
+    mp_chunkeds[slot].chunk = chunk;
+    mp_chunkeds[slot].n = n;
+    mp_chunkeds[slot].handles = handles;
+    return (void *)(uintptr_t)(va + lead);
+}
+
+static inline void
+mp_cuda_free_chunked(struct mp_cuda *cu, void *ptr)
+{
+    for (int i = 0; i < MP_CHUNKED_MAX; i++) {
+        if (mp_chunkeds[i].va != 0 && mp_chunkeds[i].ptr == (CUdeviceptr)(uintptr_t)ptr) {
+            for (int k = 0; k < mp_chunkeds[i].n; k++) {
+                CUdeviceptr at = mp_chunkeds[i].va + (size_t)k * mp_chunkeds[i].chunk;
+                MP_CU(cu, mem_unmap(at, mp_chunkeds[i].chunk));
+                MP_CU(cu, mem_release(mp_chunkeds[i].handles[k]));
+            }
+            MP_CU(cu, mem_address_free(mp_chunkeds[i].va,
+                                       (size_t)mp_chunkeds[i].n * mp_chunkeds[i].chunk));
+            free(mp_chunkeds[i].handles);
+            mp_chunkeds[i].va = 0;
+            return;
+        }
+    }
+    MP_ASSERT(false, "%p is no chunked buffer of ours", ptr);
 }
 
 /* A buffer of `bytes` of `kind` (plus nothing: callers size their guards in). */
@@ -239,6 +354,10 @@ mp_cuda_alloc(struct mp_cuda *cu, enum mp_mem_kind kind, size_t bytes)
         return host;
     case MP_MEM_EXPANDABLE:
         return mp_cuda_alloc_expandable(cu, bytes);
+    case MP_MEM_POOL:
+        return mp_cuda_alloc_pool(cu, bytes);
+    case MP_MEM_CHUNKED:
+        return mp_cuda_alloc_chunked(cu, bytes);
     default:
         MP_ASSERT(false, "memory kind %d", (int)kind);
     }
@@ -258,6 +377,13 @@ mp_cuda_free(struct mp_cuda *cu, enum mp_mem_kind kind, void *ptr)
         break;
     case MP_MEM_EXPANDABLE:
         mp_cuda_free_expandable(cu, ptr);
+        break;
+    case MP_MEM_POOL:
+        MP_CU(cu, free_async((CUdeviceptr)(uintptr_t)ptr, NULL));
+        MP_CU(cu, stream_synchronize(NULL));
+        break;
+    case MP_MEM_CHUNKED:
+        mp_cuda_free_chunked(cu, ptr);
         break;
     case MP_MEM_REGISTERED:
         MP_CU(cu, host_unregister(ptr));
@@ -381,7 +507,7 @@ mp_mem_kind_parse(const char *name)
         }
     }
     fprintf(stderr, "unknown memory kind '%s' (device, memalloc, managed, registered, "
-            "mixed)\n", name);
+            "expandable, pool, chunked, mixed)\n", name);
     exit(2);
 }
 

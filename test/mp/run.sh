@@ -191,6 +191,14 @@ device_cases() {
         "$bindir/collectives" -q -D memalloc
     run_case device-collectives-quick-n5-registered 5 300 "${dev[@]}" -- \
         "$bindir/collectives" -q -D registered
+    # cuMem memory the leaders must not map as one allocation: a memory pool's (its handle
+    # types say file descriptor, but no cuMemMap made it), and a reservation mapped from
+    # several allocations with buffers across their boundaries (each staged or exported
+    # allocation by allocation).
+    run_case device-collectives-quick-n3-pool 3 300 "${dev[@]}" -- \
+        "$bindir/collectives" -q -D pool
+    run_case device-collectives-quick-n3-chunked 3 300 "${dev[@]}" -- \
+        "$bindir/collectives" -q -D chunked
     run_case device-collectives-n8 8 300 "${dev[@]}" -- "$bindir/collectives" -D mixed
     if ((gpu == 0)); then
         # Ranks on two devices: with peer access, and without (their memory is staged).
@@ -211,6 +219,10 @@ device_cases() {
             "$bindir/collectives" -q -D mixed
         run_case device-collectives-quick-n6-3gpu-nopeer 6 300 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
             FAKE_CUDA_NO_PEER=1 -- "$bindir/collectives" -q -D mixed
+        # BUFFER_ID as cuda.h also allows it: one for a reservation's every allocation (the
+        # leaders must not take one allocation's mapping for another's).
+        run_case device-collectives-quick-n3-chunked-resid 3 300 "${dev[@]}" \
+            FAKE_CUDA_BUFFER_ID=reservation -- "$bindir/collectives" -q -D chunked
         # A leader per GPU: registration (every leader closes before deregistration returns),
         # suspension, graphs, abort, a leader killed, a timeout, the soak's random mix.
         for part in returns register suspend graph twographs; do
@@ -331,6 +343,10 @@ device_cases() {
     run_case device-streams-abort-n3-member 3 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 2
     run_case device-streams-abort-n3-graph 3 60 "${lead[@]}" -- "$bindir/streams" -p abort -r 1 -g
     run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
+    # A kernel that faults (an illegal address) leaves its context unusable for good: every
+    # rank reports the failure, none hangs (the double models the sticky error).
+    run_case device-streams-fault-n3 3 60 "${dev[@]}" FAKE_CUDA_EXPECT_FAULTS=1 -- \
+        "$bindir/streams" -p fault
     run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
     run_case device-streams-revokeblocked-n3 3 60 "${dev[@]}" -- \
         "$bindir/streams" -p abortblocked -R

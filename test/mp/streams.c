@@ -101,7 +101,12 @@
  *             (NCCLSHIM_RANK_LEADERS=1), every rank captures, and the graph, launched twice,
  *             sums twice;
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
- *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs.
+ *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs;
+ *   fault     rank 0 (its GPU's leader) all-reduces from cuMem memory no device may touch, so
+ *             its kernel faults and its context is unusable for good (a sticky error): every
+ *             rank learns the failure from ncclCommGetAsyncError, none hangs; rank 0's next call
+ *             is ncclUnhandledCudaError naming the driver's error; abort returns everywhere and
+ *             releases the others' streams (FAKE_CUDA_EXPECT_FAULTS=1 with the double).
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -1231,6 +1236,46 @@ part_abort(const struct mp_world *w, int poster, bool graph)
     }
 }
 
+static void
+part_fault(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *y = st_buffer(ST_COUNT, 0, 0, s);
+    float *x = w->rank == 0 ? mp_cuda_alloc_cumem(&st_cu, ST_COUNT * sizeof(float), true)
+                            : st_buffer(ST_COUNT, 1, 0, s);
+    ncclResult_t res = ncclAllReduce(x, y, ST_COUNT, ncclFloat, ncclSum, w->comm, s);
+    ncclResult_t async = ncclSuccess;
+    double deadline = mp_now() + 40;
+
+    /* A call of a device team's leader may wait for the others and see the fault itself. */
+    while (res == ncclSuccess && mp_now() < deadline &&
+           (ncclCommGetAsyncError(w->comm, &async) != ncclSuccess || async == ncclSuccess ||
+            async == ncclInProgress)) {
+        usleep(1000);
+    }
+    ncclResult_t seen = res != ncclSuccess ? res : async;
+    MP_EXPECT(seen != ncclSuccess && seen != ncclInProgress,
+              "rank %d: no failure reported 40 s after rank 0's kernel faulted", w->rank);
+    if (w->rank == 0) {
+        MP_EXPECT(seen == ncclUnhandledCudaError, "the faulted rank reported %s",
+                  ncclGetErrorString(seen));
+        CUresult q = st_cu.stream_query(s);
+        MP_EXPECT(q == CUDA_ERROR_ILLEGAL_ADDRESS, "the faulted stream answers %d", (int)q);
+        res = ncclAllReduce(y, y, ST_COUNT, ncclFloat, ncclSum, w->comm, s);
+        MP_EXPECT(res == ncclUnhandledCudaError || res == seen,
+                  "a call after the fault gave %s", ncclGetErrorString(res));
+        MP_EXPECT(strstr(mp_last_error(w->comm), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL,
+                  "no clear message: \"%s\"", mp_last_error(w->comm));
+    }
+    double t0 = mp_now();
+    MP_CHECK(ncclCommAbort(w->comm));
+    MP_EXPECT(mp_now() - t0 < 10, "ncclCommAbort took %.2f s", mp_now() - t0);
+    if (w->rank != 0) {
+        MP_EXPECT(mp_cuda_wait(&st_cu, s, NULL, 10) == ncclSuccess,
+                  "rank %d's stream still waits after ncclCommAbort", w->rank);
+    }
+}
+
 /* A call made on a thread of its own, for abortblocked. */
 struct st_blocked {
     ncclComm_t comm;
@@ -1394,7 +1439,7 @@ main(int argc, char **argv)
             fprintf(stderr, "usage: streams -p returns|order|group|grouporder|devices|refuse|memapi|"
                             "churn|graph|graphfree|twographs|globalcapture|abort|abortblocked|"
                             "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window|"
-                            "windowgroup "
+                            "windowgroup fault "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
             return 2;
         }
@@ -1456,6 +1501,9 @@ main(int argc, char **argv)
         world.comm = NULL;
     } else if (strcmp(part, "onequeuegraph") == 0) {
         part_onequeuegraph(&world);
+    } else if (strcmp(part, "fault") == 0) {
+        part_fault(&world);
+        world.comm = NULL;
     } else if (strcmp(part, "fp8") == 0) {
         part_fp8(&world);
     } else if (strcmp(part, "hostonly") == 0) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/debug.h"
+#include "doubles/fake_cuda/fake_cuda.h"
 #include "eventually.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
@@ -185,6 +186,68 @@ Test(gpu, a_gate_holds_later_work_until_released)
     gpu_flag_release(&done, 5);
     EVENTUALLY(stream_idle(s));
     cr_assert_eq(mark, 1);
+    gpu_cu.cuStreamDestroy(s);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+/* How many waits the double was given with CU_STREAM_WAIT_VALUE_FLUSH (-1 on a real driver). */
+static long
+flush_waits(void)
+{
+    void (*get_stats)(struct fake_cuda_stats *) = fake_fn("fake_cuda_get_stats");
+    struct fake_cuda_stats stats;
+
+    if (get_stats == NULL) {
+        return -1;
+    }
+    get_stats(&stats);
+    return stats.flush_waits;
+}
+
+/* Where the device cannot flush remote writes (an H100 on x86, as the double is by default),
+ * a wait asks for no flush: the driver would refuse it (CUDA_ERROR_NOT_SUPPORTED). */
+Test(gpu, waits_ask_no_flush_where_the_device_cannot)
+{
+    uint32_t *words;
+    struct gpu_flag flag = new_flag(&words);
+    CUstream s = new_stream();
+    long before = flush_waits();
+
+    cr_assert(!device->can_flush);
+    cr_assert_eq(gpu_stream_wait_flag(s, &flag, 0), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    cr_assert_eq(flush_waits(), before);
+    gpu_cu.cuStreamDestroy(s);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+/* Where it can (FAKE_CUDA_FLUSH_REMOTE_WRITES=1), every wait flushes: what a peer GPU wrote
+ * before the flag is visible to the work after the wait (review B8, stream.c). */
+static void
+flushing(void)
+{
+    setenv("FAKE_CUDA_FLUSH_REMOTE_WRITES", "1", 1); /* before the double reads its settings */
+    setup();
+}
+
+Test(gpu_flush, waits_flush_remote_writes_where_the_device_can, .init = flushing,
+     .fini = teardown)
+{
+    uint32_t *words;
+    struct gpu_flag flag = new_flag(&words);
+    CUstream s = new_stream();
+    long before = flush_waits();
+
+    if (before < 0) {
+        cr_skip_test("a real driver: the double counts the flushing waits");
+    }
+    cr_assert(device->can_flush);
+    cr_assert_eq(gpu_stream_wait_flag(s, &flag, 0), ncclSuccess);
+    cr_assert_eq(gpu_stream_wait_flag(NULL, &flag, 0), ncclSuccess, "the legacy stream");
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    cr_assert_eq(flush_waits(), before + 2, "a wait without CU_STREAM_WAIT_VALUE_FLUSH");
     gpu_cu.cuStreamDestroy(s);
     gpu_cu.cuMemHostUnregister(words);
     free(words);

@@ -31,7 +31,10 @@ setup(void)
     cr_assert_eq(gpu_staging_create(device, &st), ncclSuccess);
     cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 1 << 16), CUDA_SUCCESS);
     memset(gate_page, 0, sizeof(gate_page));
-    cr_assert_eq(gpu_cu.cuMemHostRegister(gate_page, sizeof(gate_page), 0), CUDA_SUCCESS);
+    /* DEVICEMAP: a stream memory operation needs its device address. */
+    cr_assert_eq(gpu_cu.cuMemHostRegister(gate_page, sizeof(gate_page),
+                                          CU_MEMHOSTREGISTER_DEVICEMAP),
+                 CUDA_SUCCESS);
     gate.host = gate_page;
     cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(&gate.dev, gate_page, 0), CUDA_SUCCESS);
 }

@@ -20,14 +20,24 @@
  *   buffer id      whether CU_POINTER_ATTRIBUTE_BUFFER_ID changes when cuMem memory is
  *                  unmapped and another allocation mapped at the same address (PyTorch's
  *                  expandable segments do so; the leader tells allocations apart by it), and
- *                  when cuMemFree'd memory is allocated again at the same address.
+ *                  when cuMemFree'd memory is allocated again at the same address;
+ *   driver facts   what the driver's test double (test/doubles/fake_cuda) takes for an H100's
+ *                  answers, for the double's unsure ones to be checked: every device attribute
+ *                  the library and the double's users ask for; cuMem's granularity; what
+ *                  cuMemGetAddressRange, RANGE_START_ADDR and BUFFER_ID say of a reservation
+ *                  mapped from two allocations (review B5); and (on a real driver: the double
+ *                  complains of each) the error a mapping at a non-zero offset, an export to a
+ *                  handle type not requested, a flushing wait and a write without a barrier
+ *                  get.
  *
  * Prints one line per figure, `ipc-probe: ...`; exit status 1 when a driver call fails. Runs
  * against the driver's test double too (its figures mean nothing there). Usage: ipc_probe
  * [-s MIB[,MIB...]] (default 2,64,512). The second process is this program again (-c), since a
  * process may not open its own IPC handles.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +279,125 @@ probe_buffer_ids(void)
     return CUDA_SUCCESS;
 }
 
+/* The attributes the library and the double's users ask for, and the double's unsure ones. */
+#define PROBE_ATTRIBUTES(X)                                                                  \
+    X(MULTIPROCESSOR_COUNT) X(COMPUTE_CAPABILITY_MAJOR) X(COMPUTE_CAPABILITY_MINOR)           \
+    X(CAN_FLUSH_REMOTE_WRITES) X(GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS)                        \
+    X(GPU_DIRECT_RDMA_WRITES_ORDERING) X(CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM)             \
+    X(PAGEABLE_MEMORY_ACCESS) X(MEMPOOL_SUPPORTED_HANDLE_TYPES) X(CLOCK_RATE)                  \
+    X(MEMORY_CLOCK_RATE) X(GLOBAL_MEMORY_BUS_WIDTH) X(L2_CACHE_SIZE)                          \
+    X(MAX_SHARED_MEMORY_PER_MULTIPROCESSOR) X(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)              \
+    X(MAX_BLOCKS_PER_MULTIPROCESSOR) X(CAN_USE_STREAM_WAIT_VALUE_NOR)                         \
+    X(CAN_USE_64_BIT_STREAM_MEM_OPS) X(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)                   \
+    X(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) X(MEMORY_POOLS_SUPPORTED) X(ECC_ENABLED)    \
+    X(PCI_BUS_ID) X(MULTI_GPU_BOARD_GROUP_ID) X(COOPERATIVE_LAUNCH) X(MEM_SYNC_DOMAIN_COUNT)
+
+/* Whether the driver is the test double (which complains of every call below it refuses). */
+static bool
+probe_on_double(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return lib != NULL && dlsym(lib, "fake_cuda_get_stats") != NULL;
+}
+
+static CUresult
+probe_driver_facts(void)
+{
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle h[2];
+    unsigned long long id[2] = {0, 0}, start = 0, length = 0;
+    size_t minimum, recommended, size;
+    CUdeviceptr va, base;
+    int value;
+
+#define PROBE_ATTRIBUTE(name)                                                                \
+    {                                                                                        \
+        CUresult cu = gpu_cu.cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_##name, 0);     \
+        if (cu == CUDA_SUCCESS) {                                                            \
+            printf("ipc-probe: attribute %s (%d) = %d\n", #name, (int)CU_DEVICE_ATTRIBUTE_##name, \
+                   value);                                                                   \
+        } else {                                                                             \
+            printf("ipc-probe: attribute %s (%d): error %d\n", #name,                        \
+                   (int)CU_DEVICE_ATTRIBUTE_##name, (int)cu);                                \
+        }                                                                                    \
+    }
+    PROBE_ATTRIBUTES(PROBE_ATTRIBUTE)
+#undef PROBE_ATTRIBUTE
+    PROBE_CU(cuMemGetAllocationGranularity(&minimum, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    PROBE_CU(cuMemGetAllocationGranularity(&recommended, &prop,
+                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    printf("ipc-probe: cuMem granularity: minimum %zu, recommended %zu\n", minimum,
+           recommended);
+    /* Two allocations mapped one after the other into one reservation. */
+    PROBE_CU(cuMemAddressReserve(&va, 2 * minimum, minimum, 0, 0));
+    for (int i = 0; i < 2; i++) {
+        CUmemAccessDesc access = {.location = prop.location,
+                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        PROBE_CU(cuMemCreate(&h[i], minimum, &prop, 0));
+        PROBE_CU(cuMemMap(va + i * minimum, minimum, 0, h[i], 0));
+        PROBE_CU(cuMemSetAccess(va + i * minimum, minimum, &access, 1));
+        PROBE_CU(cuPointerGetAttribute(&id[i], CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                       va + i * minimum));
+    }
+    PROBE_CU(cuMemGetAddressRange(&base, &size, va + minimum + 100));
+    PROBE_CU(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                   va + minimum + 100));
+    PROBE_CU(cuPointerGetAttribute(&length, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                   va + minimum + 100));
+    printf("ipc-probe: two allocations of %zu in one reservation: cuMemGetAddressRange of the "
+           "second's byte 100 = reservation + %lld, %zu bytes; RANGE_START_ADDR = reservation "
+           "+ %lld, RANGE_SIZE %llu; buffer ids %s (%llu, %llu)\n", minimum,
+           (long long)(base - va), size, (long long)(start - va), length,
+           id[0] != id[1] ? "differ" : "THE SAME", id[0], id[1]);
+    if (!probe_on_double()) {
+        CUmemGenericAllocationHandle plain;
+        int fd = -1;
+        PROBE_CU(cuMemUnmap(va + minimum, minimum));
+        PROBE_CU(cuMemCreate(&plain, 2 * minimum, &prop, 0));
+        CUresult mapped = gpu_cu.cuMemMap(va + minimum, minimum, minimum, plain, 0);
+        printf("ipc-probe: cuMemMap of an allocation's second granule: error %d\n", (int)mapped);
+        if (mapped == CUDA_SUCCESS) {
+            PROBE_CU(cuMemUnmap(va + minimum, minimum));
+        }
+        CUresult cu = gpu_cu.cuMemExportToShareableHandle(
+            &fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        printf("ipc-probe: export to a handle type not requested: error %d\n", (int)cu);
+        if (cu == CUDA_SUCCESS) {
+            close(fd);
+        }
+        PROBE_CU(cuMemRelease(plain));
+        PROBE_CU(cuMemMap(va + minimum, minimum, 0, h[1], 0));
+    }
+    for (int i = 0; i < 2; i++) {
+        PROBE_CU(cuMemUnmap(va + i * minimum, minimum));
+        PROBE_CU(cuMemRelease(h[i]));
+    }
+    PROBE_CU(cuMemAddressFree(va, 2 * minimum));
+    if (!probe_on_double()) {
+        uint32_t *word = aligned_alloc(4096, 4096);
+        CUdeviceptr dev;
+        CUstream stream;
+        if (word == NULL) {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        *word = 1;
+        PROBE_CU(cuMemHostRegister(word, 4096, CU_MEMHOSTREGISTER_DEVICEMAP));
+        PROBE_CU(cuMemHostGetDevicePointer(&dev, word, 0));
+        PROBE_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+        printf("ipc-probe: cuStreamWaitValue32_v2 with FLUSH: error %d; cuStreamWriteValue32_v2 "
+               "with NO_MEMORY_BARRIER: error %d\n",
+               (int)gpu_cu.cuStreamWaitValue32(stream, dev, 1, CU_STREAM_WAIT_VALUE_FLUSH),
+               (int)gpu_cu.cuStreamWriteValue32(stream, dev, 1,
+                                                CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+        PROBE_CU(cuStreamSynchronize(stream));
+        PROBE_CU(cuStreamDestroy(stream));
+        PROBE_CU(cuMemHostUnregister(word));
+        free(word);
+    }
+    return CUDA_SUCCESS;
+}
+
 static CUresult
 probe_sizes(const size_t *sizes, int nsizes, int to_child, int from_child)
 {
@@ -356,6 +485,9 @@ main(int argc, char **argv)
     }
     if (res == CUDA_SUCCESS) {
         res = probe_buffer_ids();
+    }
+    if (res == CUDA_SUCCESS) {
+        res = probe_driver_facts();
     }
     close(down[1]);
     int status = 0;

@@ -9,8 +9,12 @@
  *     by name and version as cuGetProcAddress documents it, each variant with its own
  *     prototype (cuCtxGetDevice of 13.0 takes a context, cuStreamGetCtx of 12.5 writes a green
  *     context);
- *   - devices: FAKE_CUDA_DEVICES (default 1), compute capability FAKE_CUDA_CC (default 90),
- *     peer access between any two unless FAKE_CUDA_NO_PEER=1; each has a primary context;
+ *   - devices: FAKE_CUDA_DEVICES (default 1), each a real GPU with its attributes (proc.c;
+ *     FAKE_CUDA_CC picks it: 90, the default, an H100 SXM5, 80 an A100, 70 a V100; an attribute
+ *     without a figure is refused loudly), CAN_FLUSH_REMOTE_WRITES only with
+ *     FAKE_CUDA_FLUSH_REMOTE_WRITES=1, peer access between any two unless FAKE_CUDA_NO_PEER=1
+ *     (enabled once: a second enable is ALREADY_ENABLED); each has a primary context, which
+ *     a fault leaves unusable for good (below);
  *   - contexts: a stack per thread; a call that works in the current context (fake_need_context
  *     lists them) fails with CUDA_ERROR_INVALID_CONTEXT, and a complaint, on a thread that has
  *     none, as a thread of the program's own or of the library's starts;
@@ -21,9 +25,17 @@
  *     copies and kernels reach it through a mapping of their own (fake_mem_host_of);
  *     FAKE_CUDA_HOST_VISIBLE=1 lets the host touch it, standing in for a UCX built with CUDA
  *     (the network path's direct mode). Managed
- *     memory is the host's; registered host memory has a device address of its own;
+ *     memory is the host's; registered host memory has a device address of its own, with
+ *     CU_MEMHOSTREGISTER_DEVICEMAP only; cuMem memory as cuda.h has it: 2 MiB granularity,
+ *     allocation properties checked, export only to a handle type requested at cuMemCreate,
+ *     mappings from an allocation's byte 0 into a reservation (whose shadow keeps them
+ *     contiguous for the double too), cuMemGetAddressRange the mapped region, RANGE_START_ADDR
+ *     the reservation, BUFFER_ID per allocation (FAKE_CUDA_BUFFER_ID=reservation: one per
+ *     reservation, as cuda.h also allows); memory pools (cuMemAllocFromPoolAsync) whose
+ *     allocations no cuMemMap made;
  *   - streams: a worker thread each runs the stream's queue in order: memory operations
- *     (cuStreamWaitValue32 polls the word), copies, event records and waits, and kernels;
+ *     (cuStreamWaitValue32 polls the word; flags and addresses checked as cuda.h has them,
+ *     FLUSH only where the device can), copies, event records and waits, and kernels;
  *     with CUDA_DEVICE_MAX_CONNECTIONS=1, as with one hardware queue, every stream of a
  *     context runs through one worker in submission order, so a stream waiting on a word
  *     that later work of another stream of the context would write never gets it;
@@ -33,10 +45,16 @@
  *     exact for kernels that neither share memory nor synchronize (the build refuses any that
  *     do). Launches outside the driver's limits or the kernels' __launch_bounds__ are refused
  *     as the driver refuses them; any other kernel name fails at cuModuleGetFunction;
- *   - graph capture: only its state, set by fake_cuda_set_capturing for a test.
+ *   - graph capture: only its state, set by fake_cuda_set_capturing for a test;
+ *   - sticky errors: a by-value kernel, copy or memory operation touching cuMem memory its
+ *     device may not is taken and faults when it runs: its context answers every later call
+ *     with CUDA_ERROR_ILLEGAL_ADDRESS, its streams' work stops and their waits end
+ *     (FAKE_CUDA_EXPECT_FAULTS=1: a test that faults on purpose, whose fault is then said
+ *     without the complaint's prefix). kr_dev_from and kr_dev_signal still end the process.
  * Not modelled: the legacy default stream's implicit synchronisation with other streams (each
  * context's NULL stream is one more stream), timing, and every function ncclshim never calls
- * (cuGetProcAddress answers CUDA_ERROR_NOT_FOUND for those).
+ * (cuGetProcAddress answers those as names the driver lacks: CUDA_SUCCESS, no pointer,
+ * SYMBOL_NOT_FOUND).
  *
  * Files: proc.c (entry points, errors, devices, contexts), memory.c (allocations, pointer
  * attributes, registration, IPC, cuMem), stream.c (streams, events, copies, launches),
@@ -63,6 +81,8 @@ struct CUctx_st {
     int device;
     struct CUstream_st *null_stream; /* made on first use (stream.c) */
     struct CUstream_st *queue;       /* CUDA_DEVICE_MAX_CONNECTIONS=1: every stream's work */
+    int sticky;                      /* CUresult a fault left it with (atomic; 0: none) */
+    unsigned peers;                  /* devices cuCtxEnablePeerAccess opened to it (atomic) */
 };
 
 struct fake_device {
@@ -79,6 +99,11 @@ struct fake_config {
     bool one_queue;     /* CUDA_DEVICE_MAX_CONNECTIONS=1: a context's streams share a queue */
     bool host_visible;  /* FAKE_CUDA_HOST_VISIBLE=1: host code may touch device memory */
     bool no_peer;
+    bool can_flush;     /* FAKE_CUDA_FLUSH_REMOTE_WRITES=1: CU_STREAM_WAIT_VALUE_FLUSH works */
+    /* FAKE_CUDA_BUFFER_ID=reservation: a cuMem mapping's BUFFER_ID is its reservation's, one
+     * for every allocation mapped into it (cuda.h's "unique ID for an allocated memory
+     * region" allows either reading); by default each allocation (cuMemCreate) has its own. */
+    bool reservation_ids;
 };
 const struct fake_config *fake_config(void);
 struct fake_device *fake_device(int ordinal);
@@ -129,6 +154,33 @@ uintptr_t fake_mem_host_of(uintptr_t addr);
 bool fake_mem_device_reaches(uintptr_t host, int device);
 /* The allocation, registration or mapping containing p; false if none. */
 bool fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out);
+/* Whether a stream memory operation of a stream on `device` may name addr, as cuda.h's
+ * CUDA_MEMOP section and cuMemHostRegister have it: 4-byte aligned device memory or registered
+ * host memory (by either address) that was registered with CU_MEMHOSTREGISTER_DEVICEMAP, and
+ * PORTABLE if another device's context registered it; never managed memory. CUDA_SUCCESS and
+ * the word the double touches (*word_out), else CUDA_ERROR_INVALID_VALUE with a complaint.
+ * *fault_out: cuMem or pool memory the device may not touch, which the driver takes and the
+ * GPU faults on when it runs. */
+CUresult fake_mem_op_check(uintptr_t addr, int device, uintptr_t *word_out, bool *fault_out);
+
+/* A pool's allocation at p freed (memory.c); false if p is none. */
+bool fake_pool_free(uintptr_t p);
+/* Enqueues on stream the free of a pool's allocation at p (stream.c). */
+CUresult fake_stream_free(CUstream stream, uintptr_t p);
+
+/* Sticky errors (stream.c). Device work that faults (an illegal address) leaves its context
+ * unusable for good, as on a GPU: every later call made in that context, or on its streams and
+ * events, answers the fault's error, its streams' work stops, and waits on them end. */
+void fake_ctx_fault(struct CUctx_st *ctx, CUresult error, const char *what);
+/* ctx's sticky error, CUDA_SUCCESS if none (or ctx NULL). */
+CUresult fake_ctx_sticky(struct CUctx_st *ctx);
+#define FAKE_STICKY_CHECK()                                                                  \
+    do {                                                                                     \
+        CUresult fake_sticky_ = fake_ctx_sticky(fake_ctx_current());                          \
+        if (fake_sticky_ != CUDA_SUCCESS) {                                                  \
+            return fake_sticky_;                                                             \
+        }                                                                                    \
+    } while (0)
 
 /* cuStreamGetCaptureInfo's 11.3 variant (stream.c), which proc.c's table hands out. */
 CUresult fake_stream_get_capture_info_v11030(CUstream handle, CUstreamCaptureStatus *status_out,
@@ -181,6 +233,7 @@ struct fake_cuda_stats {
      * between two places moves its bytes out of the one and into the other. */
     unsigned long long link_in[FAKE_MAX_DEVICES];
     unsigned long long link_out[FAKE_MAX_DEVICES];
+    long flush_waits;       /* cuStreamWaitValue32 calls with CU_STREAM_WAIT_VALUE_FLUSH */
 };
 extern struct fake_cuda_stats fake_stats;
 extern pthread_mutex_t fake_stats_lock;

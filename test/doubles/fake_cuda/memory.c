@@ -17,7 +17,9 @@
 #include "fake_cuda.h"
 
 #define FAKE_IPC_MAGIC 0xfa4ec0daU
-#define FAKE_GRANULARITY ((size_t)65536)
+/* cuMemGetAllocationGranularity's answer, minimum and recommended alike, as an H100's (and
+ * every other current GPU's) device memory has it. */
+#define FAKE_GRANULARITY ((size_t)2 << 20)
 
 /* A cuMem physical allocation: its memfd and references (creation, mappings, retains). */
 struct fake_handle {
@@ -26,7 +28,26 @@ struct fake_handle {
     int device;
     int refs;
     bool imported;
+    unsigned handle_types; /* CUmemAllocationProp.requestedHandleTypes: what it may export to */
     uint64_t id;
+};
+
+/* A cuMemAddressReserve range, which cuMemMap maps into; the double's own view of it (what
+ * its mappings' shadows are part of) is reserved alike. */
+struct fake_reservation {
+    uintptr_t base;
+    size_t size;
+    uintptr_t shadow;
+    uint64_t id;      /* its BUFFER_ID, with FAKE_CUDA_BUFFER_ID=reservation */
+    struct fake_reservation *next;
+};
+
+/* A memory pool (cuMemPoolCreate): where its allocations live and how they may be shared. */
+struct CUmemPoolHandle_st {
+    int device;
+    unsigned handle_types;
+    int allocations; /* not yet freed */
+    bool destroyed;
 };
 
 struct fake_range {
@@ -37,7 +58,10 @@ struct fake_range {
     uint64_t id;
     int memfd;                   /* cuMemAlloc: the memfd, kept open for IPC; else -1 */
     struct fake_handle *handle;  /* a cuMem mapping: what it maps */
-    unsigned access;             /* ... and the devices cuMemSetAccess let read and write it */
+    struct CUmemPoolHandle_st *pool; /* a pool's allocation (cuMemAllocFromPoolAsync) */
+    int pool_fd;                 /* ... its memfd (no legacy IPC handle names it) */
+    unsigned access;             /* cuMem or pool memory: the devices that may read, write it */
+    unsigned reg_flags;          /* registered or host-allocated memory: its flags */
     bool mapped;                 /* we mmap'd it (cuMemAlloc, managed, host alloc, IPC) */
     int ipc_refs;                /* a cuIpcOpenMemHandle mapping: opens not yet closed */
     int ipc_pid, ipc_fd;         /* ... of the owner's pid and memfd */
@@ -60,7 +84,10 @@ struct fake_ipc_handle {
 
 static pthread_mutex_t fake_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_range *fake_ranges;
+static struct fake_reservation *fake_reservations;
 static uint64_t fake_next_id = 1;
+
+static struct fake_reservation *fake_reservation_find(uintptr_t p, size_t size);
 
 /* With the lock held. */
 static struct fake_range *
@@ -89,6 +116,7 @@ fake_range_add(uintptr_t base, size_t size, enum fake_mem_kind kind, int device)
     r->kind = kind;
     r->device = device;
     r->memfd = -1;
+    r->pool_fd = -1;
     r->id = fake_next_id++;
     r->next = fake_ranges;
     fake_ranges = r;
@@ -158,13 +186,16 @@ fake_mem_host_of(uintptr_t addr)
  * inaccessible reservation, so host code that touches device memory faults at once; the
  * double's streams, copies and kernels reach the pages through a mapping of their own
  * (*shadow_out) that fake_mem_host_of translates to. At fixed (cuMemMap) the reservation is
- * the program's already. false if the address space is short. */
+ * the program's already, and the shadow goes at shadow_fixed, in the reservation's own shadow,
+ * so that a copy or kernel running across two mappings of one reservation finds the second
+ * right after the first, as on a GPU. false if the address space is short. */
 static bool
-fake_shadow_map(int fd, off_t offset, size_t len, uintptr_t fixed, uintptr_t *app_out,
-                uintptr_t *shadow_out)
+fake_shadow_map(int fd, off_t offset, size_t len, uintptr_t fixed, uintptr_t shadow_fixed,
+                uintptr_t *app_out, uintptr_t *shadow_out)
 {
     len = len ? len : 1;
-    void *shadow = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
+    void *shadow = mmap((void *)shadow_fixed, len, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | (shadow_fixed ? MAP_FIXED : 0), fd, offset);
     if (shadow == MAP_FAILED) {
         return false;
     }
@@ -190,7 +221,8 @@ fake_mem_device_reaches(uintptr_t host, int device)
 {
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find(host);
-    bool reaches = r == NULL || r->handle == NULL || (r->access & (1u << device)) != 0;
+    bool reaches = r == NULL || (r->handle == NULL && r->pool == NULL) ||
+                   (r->access & (1u << device)) != 0;
     pthread_mutex_unlock(&fake_mem_lock);
     return reaches;
 }
@@ -215,6 +247,50 @@ fake_mem_lookup(uintptr_t p, enum fake_mem_kind *kind_out, int *device_out)
     return r != NULL;
 }
 
+CUresult
+fake_mem_op_check(uintptr_t addr, int device, uintptr_t *word_out, bool *fault_out)
+{
+    const char *why = NULL;
+    struct fake_range *r = NULL;
+    uintptr_t word = addr;
+
+    *fault_out = false;
+    pthread_mutex_lock(&fake_mem_lock);
+    for (struct fake_range *a = fake_ranges; a != NULL && r == NULL; a = a->next) {
+        if (a->alias != 0 && addr >= a->alias && addr < a->alias + (a->size ? a->size : 1)) {
+            r = a; /* registered memory by its device address */
+            word = a->base + (addr - a->alias);
+        }
+    }
+    if (r == NULL && (r = fake_range_find(addr)) != NULL && r->shadow != 0) {
+        word = r->shadow + (addr - r->base);
+    }
+    if (addr % 4 != 0) {
+        why = "is not 4-byte aligned";
+    } else if (r == NULL) {
+        why = "is neither device memory nor registered host memory";
+    } else if (r->kind == FAKE_MEM_MANAGED) {
+        why = "is managed memory (\"None of the operations accepts pointers to managed memory\")";
+    } else if (r->kind == FAKE_MEM_REGISTERED && !(r->reg_flags & CU_MEMHOSTREGISTER_DEVICEMAP)) {
+        why = "is host memory registered without CU_MEMHOSTREGISTER_DEVICEMAP (no device "
+              "address)";
+    } else if (r->kind == FAKE_MEM_REGISTERED && !(r->reg_flags & CU_MEMHOSTREGISTER_PORTABLE) &&
+               r->device != device) {
+        why = "is host memory registered by another device's context without "
+              "CU_MEMHOSTREGISTER_PORTABLE";
+    } else if ((r->handle != NULL || r->pool != NULL) && !(r->access & (1u << device))) {
+        *fault_out = true; /* enqueued; an illegal address when it runs */
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (why != NULL) {
+        fake_complain("a stream memory operation on device %d at 0x%lx, which %s", device,
+                      (unsigned long)addr, why);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *word_out = word;
+    return CUDA_SUCCESS;
+}
+
 /* A fresh memfd of size bytes, mapped as device memory (fake_shadow_map); -1 on failure. */
 static int
 fake_memfd_map(size_t size, uintptr_t *app_out, uintptr_t *shadow_out)
@@ -228,7 +304,7 @@ fake_memfd_map(size_t size, uintptr_t *app_out, uintptr_t *shadow_out)
         }
         return -1;
     }
-    if (!fake_shadow_map(fd, 0, len, 0, app_out, shadow_out)) {
+    if (!fake_shadow_map(fd, 0, len, 0, 0, app_out, shadow_out)) {
         close(fd);
         return -1;
     }
@@ -257,6 +333,7 @@ cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
 
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
     int fd = fake_memfd_map(bytes, &addr, &shadow);
     if (fd < 0) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -284,6 +361,12 @@ cuMemFree(CUdeviceptr dptr)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
+    if (fake_pool_free((uintptr_t)dptr)) {
+        /* "will not perform any implicit synchronization when the pointer was allocated with
+         * cuMemAllocAsync or cuMemAllocFromPoolAsync" */
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     /* cuMemAlloc's memory, or managed memory (cuMemFree frees both). */
@@ -314,9 +397,9 @@ cuMemFree(CUdeviceptr dptr)
     return CUDA_SUCCESS;
 }
 
-/* Managed and host-allocated memory: anonymous pages, known by kind. */
+/* Managed and host-allocated memory: anonymous pages, known by kind (and flags). */
 static CUresult
-fake_anon_alloc(void **addr_out, size_t bytes, enum fake_mem_kind kind)
+fake_anon_alloc(void **addr_out, size_t bytes, enum fake_mem_kind kind, unsigned flags)
 {
     void *addr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -327,6 +410,7 @@ fake_anon_alloc(void **addr_out, size_t bytes, enum fake_mem_kind kind)
     struct fake_range *r = fake_range_add((uintptr_t)addr, bytes, kind, fake_current_device());
     if (r != NULL) {
         r->mapped = true;
+        r->reg_flags = flags;
         if (kind == FAKE_MEM_REGISTERED) {
             fake_alias_reserve(r);
         }
@@ -359,8 +443,8 @@ cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
-    (void)flags;
-    CUresult res = fake_anon_alloc(&addr, bytes, FAKE_MEM_MANAGED);
+    FAKE_STICKY_CHECK();
+    CUresult res = fake_anon_alloc(&addr, bytes, FAKE_MEM_MANAGED, flags);
     *dptr = (CUdeviceptr)(uintptr_t)addr;
     return res;
 }
@@ -370,8 +454,13 @@ cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
-    (void)flags;
-    return fake_anon_alloc(pp, bytes, FAKE_MEM_REGISTERED);
+    FAKE_STICKY_CHECK();
+    if ((flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                             CU_MEMHOSTALLOC_WRITECOMBINED)) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    /* Its flags are cuMemHostRegister's bits (PORTABLE 1, DEVICEMAP 2) where they overlap. */
+    return fake_anon_alloc(pp, bytes, FAKE_MEM_REGISTERED, flags & 3u);
 }
 
 FAKE_API CUresult
@@ -379,6 +468,7 @@ cuMemFreeHost(void *p)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
     return fake_anon_free(p, FAKE_MEM_REGISTERED);
 }
 
@@ -387,7 +477,13 @@ cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
-    (void)flags;
+    FAKE_STICKY_CHECK();
+    /* IOMEMORY (a device's PCI resource) the double has none of. */
+    if ((flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                             CU_MEMHOSTREGISTER_READ_ONLY)) != 0) {
+        fake_complain("cuMemHostRegister with flags 0x%x", flags);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     pthread_mutex_lock(&fake_mem_lock);
     for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
         if ((uintptr_t)p < r->base + r->size && r->base < (uintptr_t)p + bytes) {
@@ -400,6 +496,9 @@ cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
     if (r != NULL && !fake_alias_reserve(r)) {
         fake_range_remove(r);
         r = NULL;
+    }
+    if (r != NULL) {
+        r->reg_flags = flags;
     }
     pthread_mutex_unlock(&fake_mem_lock);
     if (r == NULL) {
@@ -414,6 +513,7 @@ cuMemHostUnregister(void *p)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)p);
     if (r == NULL || r->base != (uintptr_t)p || r->kind != FAKE_MEM_REGISTERED || r->mapped) {
@@ -434,14 +534,21 @@ cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
         return CUDA_ERROR_INVALID_VALUE; /* "flags ... must be 0" */
     }
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)p);
     bool ok = r != NULL && r->kind == FAKE_MEM_REGISTERED && r->alias != 0;
-    if (ok) {
+    /* "will fail if the CU_MEMHOSTALLOC_DEVICEMAP flag was not specified" (cuMemHostRegister's
+     * CU_MEMHOSTREGISTER_DEVICEMAP: "Maps the allocation into the CUDA address space"). */
+    bool mapped = ok && (r->reg_flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0;
+    if (mapped) {
         *dptr = (CUdeviceptr)(r->alias + ((uintptr_t)p - r->base));
     }
     pthread_mutex_unlock(&fake_mem_lock);
-    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (ok && !mapped) {
+        fake_complain("cuMemHostGetDevicePointer(%p): registered without DEVICEMAP", p);
+    }
+    return mapped ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* --- pointer attributes --------------------------------------------------------------------- */
@@ -474,19 +581,34 @@ fake_attribute(const struct fake_range *r, uintptr_t ptr, CUpointer_attribute a,
         ull = r != NULL ? r->id : 0;
         wide = true;
         break;
+    /* "not necessarily the address of the mapped region, but the address of the mappable
+     * address range ptr references (e.g. from cuMemAddressReserve)": a cuMem mapping's is its
+     * reservation's; "To retrieve the size of the mapped region, see cuMemGetAddressRange". */
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        ull = r != NULL ? r->base : 0;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+        const struct fake_reservation *v = r != NULL && r->handle != NULL
+                                               ? fake_reservation_find(r->base, r->size)
+                                               : NULL;
+        uintptr_t base = v != NULL ? v->base : r != NULL ? r->base : 0;
+        size_t size = v != NULL ? v->size : r != NULL ? r->size : 0;
+        ull = a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ? base : size;
         wide = true;
         break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        ull = r != NULL ? r->size : 0;
+    }
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        u = r != NULL;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        ull = r != NULL ? (uintptr_t)r->pool : 0;
         wide = true;
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
         u = r != NULL && r->memfd >= 0;
         break;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-        ull = r != NULL && r->handle != NULL ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
+        ull = r == NULL ? 0 : r->handle != NULL ? r->handle->handle_types
+                          : r->pool != NULL     ? r->pool->handle_types
+                                                : 0;
         wide = true;
         break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
@@ -517,6 +639,7 @@ fake_attribute(const struct fake_range *r, uintptr_t ptr, CUpointer_attribute a,
 FAKE_API CUresult
 cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
+    FAKE_STICKY_CHECK();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     CUresult res =
@@ -531,6 +654,7 @@ cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **d
 {
     CUresult res = CUDA_SUCCESS;
 
+    FAKE_STICKY_CHECK();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     for (unsigned int i = 0; i < n && res == CUDA_SUCCESS; i++) {
@@ -545,6 +669,9 @@ cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)
 {
     /* A call of the context-bound API (CUDA_ERROR_INVALID_CONTEXT among its answers). */
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
+    /* Of a cuMem mapping: the region one cuMemMap mapped (RANGE_SIZE's documentation points
+     * here for "the size of the mapped region"), never more of its reservation. */
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     if (r != NULL) {
@@ -567,6 +694,7 @@ cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
     struct fake_ipc_handle h = {.magic = FAKE_IPC_MAGIC, .pid = (int32_t)getpid()};
 
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     if (r == NULL || r->memfd < 0 || r->base != (uintptr_t)dptr) {
@@ -592,6 +720,7 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
 
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
     (void)flags;
     memcpy(&h, handle.reserved, sizeof(h));
     if (h.magic != FAKE_IPC_MAGIC) {
@@ -616,7 +745,7 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     uintptr_t addr, shadow;
-    bool mapped = fake_shadow_map(fd, 0, h.size, 0, &addr, &shadow);
+    bool mapped = fake_shadow_map(fd, 0, h.size, 0, 0, &addr, &shadow);
     if (!mapped || !fake_ipc_lock(fd, F_RDLCK)) {
         if (mapped) {
             munmap((void *)addr, h.size ? h.size : 1);
@@ -649,6 +778,7 @@ cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
+    FAKE_STICKY_CHECK();
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     if (r == NULL || r->ipc_refs == 0 || r->base != (uintptr_t)dptr) {
@@ -683,11 +813,51 @@ fake_handle_put(struct fake_handle *h)
     }
 }
 
+/* A CUmemAllocationProp as cuMemCreate and cuMemGetAllocationGranularity take it: pinned
+ * memory of a device (the double has no host-located cuMem memory), shareable at most as a
+ * POSIX file descriptor (Windows handles are not Linux's; fabric handles need IMEX channels the
+ * double has none of), no Windows metadata, no sparse tile pool, zeroed reserved bytes. */
+static CUresult
+fake_prop_check(const CUmemAllocationProp *prop, const char *call)
+{
+    static const unsigned char zero[sizeof(prop->allocFlags.reserved)];
+    CUresult res = CUDA_SUCCESS;
+
+    if (prop == NULL || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->win32HandleMetaData != NULL ||
+        prop->allocFlags.compressionType > CU_MEM_ALLOCATION_COMP_GENERIC ||
+        prop->allocFlags.gpuDirectRDMACapable > 1 ||
+        memcmp(prop->allocFlags.reserved, zero, sizeof(zero)) != 0) {
+        res = CUDA_ERROR_INVALID_VALUE;
+    } else if (fake_device(prop->location.id) == NULL) {
+        res = CUDA_ERROR_INVALID_DEVICE;
+    } else if ((prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ||
+               prop->allocFlags.usage != 0) {
+        res = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (res != CUDA_SUCCESS) {
+        fake_complain("%s: allocation properties the driver refuses (type %d, location %d/%d, "
+                      "handle types 0x%x, usage 0x%x)", call, (int)(prop ? prop->type : 0),
+                      prop ? (int)prop->location.type : 0, prop ? prop->location.id : 0,
+                      prop ? (unsigned)prop->requestedHandleTypes : 0,
+                      prop ? (unsigned)prop->allocFlags.usage : 0);
+    }
+    return res;
+}
+
 FAKE_API CUresult
 cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                               CUmemAllocationGranularity_flags option)
 {
-    (void)prop, (void)option;
+    CUresult res = fake_prop_check(prop, __func__);
+
+    if (res != CUDA_SUCCESS) {
+        return res;
+    }
+    if (granularity == NULL || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+                                option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     *granularity = FAKE_GRANULARITY;
     return CUDA_SUCCESS;
 }
@@ -697,8 +867,16 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
             unsigned long long flags)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    (void)flags;
-    if (size == 0 || size % FAKE_GRANULARITY != 0) {
+    CUresult res = fake_prop_check(prop, __func__);
+    if (res != CUDA_SUCCESS) {
+        return res;
+    }
+    /* "The size of this allocation must be a multiple of the value given via
+     * cuMemGetAllocationGranularity with the CU_MEM_ALLOC_GRANULARITY_MINIMUM flag"; "flags
+     * for future use, must be zero now". */
+    if (handle == NULL || flags != 0 || size == 0 || size % FAKE_GRANULARITY != 0) {
+        fake_complain("cuMemCreate of %zu bytes with flags 0x%llx: the size must be a multiple "
+                      "of the granularity (%zu), the flags 0", size, flags, FAKE_GRANULARITY);
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct fake_handle *h = calloc(1, sizeof(*h));
@@ -719,6 +897,7 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
     }
     h->size = size;
     h->device = prop->location.id;
+    h->handle_types = (unsigned)prop->requestedHandleTypes;
     h->refs = 1;
     pthread_mutex_lock(&fake_mem_lock);
     h->id = fake_next_id++;
@@ -737,23 +916,44 @@ cuMemRelease(CUmemGenericAllocationHandle handle)
     return CUDA_SUCCESS;
 }
 
+/* The reservation holding [p, p + size), or NULL; with the lock held. */
+static struct fake_reservation *
+fake_reservation_find(uintptr_t p, size_t size)
+{
+    for (struct fake_reservation *v = fake_reservations; v != NULL; v = v->next) {
+        if (p >= v->base && p - v->base <= v->size && size <= v->size - (p - v->base)) {
+            return v;
+        }
+    }
+    return NULL;
+}
+
 FAKE_API CUresult
 cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                     unsigned long long flags)
 {
-    (void)addr, (void)flags;
-    /* As the driver: sizes in whole granules, an alignment of 0 (one granule) or a power of
-     * two; the range starts on a granule whatever the alignment asked. */
-    if (size == 0 || size % FAKE_GRANULARITY != 0 || (alignment & (alignment - 1)) != 0) {
-        fake_complain("cuMemAddressReserve of %zu bytes aligned to %zu: the size must be a "
-                      "multiple of the granularity (%zu), the alignment a power of two",
-                      size, alignment, FAKE_GRANULARITY);
+    (void)addr; /* a hint */
+    /* As the driver: sizes in whole granules (cuda.h asks for host pages; the double asks for
+     * what every mapping in it needs), an alignment of 0 (one granule) or a power of two; the
+     * range starts on a granule whatever the alignment asked; flags "must be zero". */
+    if (ptr == NULL || size == 0 || size % FAKE_GRANULARITY != 0 ||
+        (alignment & (alignment - 1)) != 0 || flags != 0) {
+        fake_complain("cuMemAddressReserve of %zu bytes aligned to %zu, flags 0x%llx: the size "
+                      "must be a multiple of the granularity (%zu), the alignment a power of "
+                      "two, the flags 0", size, alignment, flags, FAKE_GRANULARITY);
         return CUDA_ERROR_INVALID_VALUE;
     }
     size_t align = alignment > FAKE_GRANULARITY ? alignment : FAKE_GRANULARITY;
-    uint8_t *va = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
-                       MAP_NORESERVE, -1, 0);
-    if (va == MAP_FAILED) {
+    struct fake_reservation *v = calloc(1, sizeof(*v));
+    uint8_t *va = v == NULL ? MAP_FAILED : mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE |
+                                                MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *shadow = va == MAP_FAILED ? MAP_FAILED : mmap(NULL, size, PROT_NONE, MAP_PRIVATE |
+                                                        MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (shadow == MAP_FAILED) {
+        if (va != MAP_FAILED) {
+            munmap(va, size + align);
+        }
+        free(v);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uintptr_t start = ((uintptr_t)va + align - 1) & ~(uintptr_t)(align - 1);
@@ -761,42 +961,96 @@ cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr
         munmap(va, start - (uintptr_t)va);
     }
     munmap((void *)(start + size), (uintptr_t)va + size + align - (start + size));
+    pthread_mutex_lock(&fake_mem_lock);
+    *v = (struct fake_reservation){.base = start, .size = size, .shadow = (uintptr_t)shadow,
+                                   .id = fake_next_id++, .next = fake_reservations};
+    fake_reservations = v;
+    pthread_mutex_unlock(&fake_mem_lock);
     *ptr = (CUdeviceptr)start;
     return CUDA_SUCCESS;
 }
 
+/* "The size must match what was given to memAddressReserve and the ptr given must match what
+ * was returned"; a range still mapped is the program's mistake, refused as one. */
 FAKE_API CUresult
 cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    const char *why = NULL;
+
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_reservation **link = &fake_reservations;
+    while (*link != NULL && (*link)->base != (uintptr_t)ptr) {
+        link = &(*link)->next;
+    }
+    if (*link == NULL || (*link)->size != size) {
+        why = "not a reservation's start and size";
+    }
+    for (struct fake_range *r = fake_ranges; r != NULL && why == NULL; r = r->next) {
+        if (r->handle != NULL && r->base >= (uintptr_t)ptr && r->base - (uintptr_t)ptr < size) {
+            why = "still mapped (cuMemUnmap first)";
+        }
+    }
+    struct fake_reservation *v = why == NULL ? *link : NULL;
+    if (v != NULL) {
+        *link = v->next;
+        munmap((void *)v->base, v->size);
+        munmap((void *)v->shadow, v->size);
+        free(v);
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (why != NULL) {
+        fake_complain("cuMemAddressFree(0x%llx, %zu): %s", (unsigned long long)ptr, size, why);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
 }
 
+/* cuMemMap as cuda.h has it: whole granules of a reservation that no mapping holds yet; the
+ * handle's memory "starting from byte offset", which "currently must be zero", up to size (at
+ * most the allocation's); flags zero. */
 FAKE_API CUresult
 cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
          unsigned long long flags)
 {
     struct fake_handle *h = (struct fake_handle *)(uintptr_t)handle;
+    const char *why = NULL;
+    struct fake_reservation *v = NULL;
     FAKE_CAPTURE_CHECK_UNSAFE();
 
-    (void)flags;
-    if (offset + size > h->size || size == 0 || size % FAKE_GRANULARITY != 0 ||
-        offset % FAKE_GRANULARITY != 0 || ptr % FAKE_GRANULARITY != 0) {
-        fake_complain("cuMemMap of %zu bytes at offset %zu to 0x%llx: not whole granules "
-                      "(%zu) of the allocation (%zu bytes)", size, offset,
-                      (unsigned long long)ptr, FAKE_GRANULARITY, h->size);
+    pthread_mutex_lock(&fake_mem_lock);
+    if (h == NULL || offset != 0 || flags != 0) {
+        why = "the offset and flags must be zero";
+    } else if (size == 0 || size > h->size || size % FAKE_GRANULARITY != 0 ||
+               ptr % FAKE_GRANULARITY != 0) {
+        why = "not whole granules of the allocation";
+    } else if ((v = fake_reservation_find((uintptr_t)ptr, size)) == NULL) {
+        why = "not inside one cuMemAddressReserve range";
+    }
+    for (struct fake_range *r = fake_ranges; r != NULL && why == NULL; r = r->next) {
+        if (r->handle != NULL && r->base < (uintptr_t)ptr + size &&
+            (uintptr_t)ptr < r->base + r->size) {
+            why = "part of it is mapped already";
+        }
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (why != NULL) {
+        fake_complain("cuMemMap of %zu bytes at offset %zu to 0x%llx (flags 0x%llx): %s (the "
+                      "granularity is %zu, the allocation %zu bytes)", size, offset,
+                      (unsigned long long)ptr, flags, why, FAKE_GRANULARITY, h ? h->size : 0);
         return CUDA_ERROR_INVALID_VALUE;
     }
     /* Device memory: the program's addresses stay unreachable from the host; device work
      * reaches it only once cuMemSetAccess granted its device access. */
     uintptr_t app, shadow;
-    if (!fake_shadow_map(h->memfd, (off_t)offset, size, (uintptr_t)ptr, &app, &shadow)) {
-        return CUDA_ERROR_INVALID_VALUE;
+    if (!fake_shadow_map(h->memfd, 0, size, (uintptr_t)ptr, v->shadow + (ptr - v->base), &app,
+                         &shadow)) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_add((uintptr_t)ptr, size, FAKE_MEM_DEVICE, h->device);
     if (r != NULL) {
         r->handle = h;
-        r->id = h->id;
+        r->id = fake_config()->reservation_ids ? v->id : h->id;
         r->shadow = shadow;
         h->refs++;
     }
@@ -815,10 +1069,11 @@ cuMemUnmap(CUdeviceptr ptr, size_t size)
         return CUDA_ERROR_INVALID_VALUE;
     }
     /* The program's addresses go back to reserved (they were only that unless host-visible),
-     * the double's own go. */
+     * and so do the double's own, part of the reservation's shadow. */
     mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
          MAP_NORESERVE, -1, 0);
-    munmap((void *)r->shadow, r->size);
+    mmap((void *)r->shadow, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+         MAP_NORESERVE, -1, 0);
     fake_handle_put(r->handle);
     fake_range_remove(r);
     pthread_mutex_unlock(&fake_mem_lock);
@@ -869,7 +1124,7 @@ cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdevic
     }
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
-    bool mapped = r != NULL && r->handle != NULL;
+    bool mapped = r != NULL && (r->handle != NULL || r->pool != NULL);
     if (mapped) {
         *flags = r->access & (1u << location->id) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                                                   : CU_MEM_ACCESS_FLAGS_PROT_NONE;
@@ -884,8 +1139,14 @@ cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handl
 {
     struct fake_handle *h = (struct fake_handle *)(uintptr_t)handle;
 
-    (void)flags;
-    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    /* Only to a type cuMemCreate's requestedHandleTypes asked for (cuda.h names no error of
+     * its own for the others; INVALID_VALUE here, unsure which the driver gives); the flags
+     * are "Reserved, must be zero". */
+    if (shareable == NULL || h == NULL || flags != 0 ||
+        type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(h->handle_types & type)) {
+        fake_complain("cuMemExportToShareableHandle to type 0x%x, flags 0x%llx, of an "
+                      "allocation made for types 0x%x", (unsigned)type, flags,
+                      h ? h->handle_types : 0);
         return CUDA_ERROR_INVALID_VALUE;
     }
     int fd = fcntl(h->memfd, F_DUPFD_CLOEXEC, 0);
@@ -936,6 +1197,7 @@ cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_ha
     h->device = fake_memfd_device(fd);
     h->refs = 1;
     h->imported = true;
+    h->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     pthread_mutex_lock(&fake_mem_lock);
     h->id = fake_next_id++;
     pthread_mutex_unlock(&fake_mem_lock);
@@ -949,7 +1211,9 @@ cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)addr);
-    if (r == NULL || r->handle == NULL) {
+    /* "If the address requested is not mapped [by cuMemMap], the function will fail": so
+     * for a pool's allocation, whatever handle types the pool has. */
+    if (handle == NULL || r == NULL || r->handle == NULL) {
         pthread_mutex_unlock(&fake_mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -957,6 +1221,138 @@ cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)r->handle;
     pthread_mutex_unlock(&fake_mem_lock);
     return CUDA_SUCCESS;
+}
+
+/* --- memory pools (stream-ordered allocation) -------------------------------------------- */
+
+/* A pool of a device's pinned memory whose allocations may be shared as its handle types say
+ * (cuMemPoolExportPointer, which the double does not have): never through
+ * cuMemRetainAllocationHandle, since no cuMemMap made them. */
+FAKE_API CUresult
+cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    static const unsigned char zero[sizeof(props->reserved)];
+
+    if (pool == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        fake_device(props->location.id) == NULL || props->win32SecurityAttributes != NULL ||
+        props->usage != 0 || memcmp(props->reserved, zero, sizeof(zero)) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if ((props->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0) {
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    struct CUmemPoolHandle_st *p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->device = props->location.id;
+    p->handle_types = (unsigned)props->handleTypes;
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+
+/* "If any pointers obtained from this pool haven't been freed ... the resources associated
+ * with the pool will be released automatically once there are no more outstanding
+ * allocations". With the lock held. */
+static void
+fake_pool_put(struct CUmemPoolHandle_st *pool)
+{
+    if (pool->destroyed && pool->allocations == 0) {
+        free(pool);
+    }
+}
+
+FAKE_API CUresult
+cuMemPoolDestroy(CUmemoryPool pool)
+{
+    if (pool == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    pool->destroyed = true;
+    fake_pool_put(pool);
+    pthread_mutex_unlock(&fake_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Made at once: work after it in stream order may use it, which is what the driver promises;
+ * its own device alone may touch it ("By default, the pool's memory will be accessible from
+ * the device it is allocated on"). */
+FAKE_API CUresult
+cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream)
+{
+    uintptr_t addr, shadow;
+
+    if (dptr == NULL || pool == NULL || pool->destroyed || bytes == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if ((stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) &&
+        fake_ctx_current() == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT; /* "default stream specified with no current context" */
+    }
+    FAKE_STICKY_CHECK();
+    int fd = fake_memfd_map(bytes, &addr, &shadow);
+    if (fd < 0) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_range_add(addr, bytes, FAKE_MEM_DEVICE, pool->device);
+    if (r != NULL) {
+        r->pool = pool;
+        r->pool_fd = fd;
+        r->shadow = shadow;
+        r->access = 1u << pool->device;
+        pool->allocations++;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (r == NULL) {
+        munmap((void *)addr, bytes);
+        munmap((void *)shadow, bytes);
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)addr;
+    return CUDA_SUCCESS;
+}
+
+/* A pool's allocation starting at p, or NULL; with the lock held. */
+static struct fake_range *
+fake_pool_range(uintptr_t p)
+{
+    struct fake_range *r = fake_range_find(p);
+    return r != NULL && r->pool != NULL && r->base == p ? r : NULL;
+}
+
+bool
+fake_pool_free(uintptr_t p)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *r = fake_pool_range(p);
+    if (r != NULL) {
+        struct CUmemPoolHandle_st *pool = r->pool;
+        munmap((void *)r->base, r->size);
+        munmap((void *)r->shadow, r->size);
+        close(r->pool_fd);
+        fake_range_remove(r);
+        pool->allocations--;
+        fake_pool_put(pool);
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return r != NULL;
+}
+
+/* Frees when the stream gets there (stream.c). */
+FAKE_API CUresult
+cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+    pthread_mutex_lock(&fake_mem_lock);
+    bool known = fake_pool_range((uintptr_t)dptr) != NULL;
+    pthread_mutex_unlock(&fake_mem_lock);
+    if (!known) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return fake_stream_free(stream, (uintptr_t)dptr);
 }
 
 /* --- synchronous copies, for test programs ----------------------------------------------- */

@@ -39,6 +39,9 @@ fake_setup(void)
     fake_cfg.one_queue = fake_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8) == 1;
     fake_cfg.host_visible = fake_env_int("FAKE_CUDA_HOST_VISIBLE", 0) != 0;
     fake_cfg.no_peer = fake_env_int("FAKE_CUDA_NO_PEER", 0) != 0;
+    fake_cfg.can_flush = fake_env_int("FAKE_CUDA_FLUSH_REMOTE_WRITES", 0) != 0;
+    const char *ids = getenv("FAKE_CUDA_BUFFER_ID");
+    fake_cfg.reservation_ids = ids != NULL && strcmp(ids, "reservation") == 0;
     for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
         fake_devices[d].ordinal = d;
         fake_devices[d].ctx.device = d;
@@ -125,6 +128,9 @@ cuGetErrorName(CUresult error, const char **text)
     case CUDA_ERROR_NO_BINARY_FOR_GPU: *text = "CUDA_ERROR_NO_BINARY_FOR_GPU"; break;
     case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: *text = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"; break;
     case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: *text = "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"; break;
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+        *text = "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED";
+        break;
     case CUDA_ERROR_ILLEGAL_STATE: *text = "CUDA_ERROR_ILLEGAL_STATE"; break;
     case CUDA_ERROR_NOT_SUPPORTED: *text = "CUDA_ERROR_NOT_SUPPORTED"; break;
     case CUDA_ERROR_NOT_PERMITTED: *text = "CUDA_ERROR_NOT_PERMITTED"; break;
@@ -179,17 +185,160 @@ cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* The figures of a real GPU, as the driver reports them (cuDeviceGetAttribute); FAKE_CUDA_CC
+ * picks the GPU: 90 (the default) an H100 SXM5 80GB, 80 an A100 SXM4 80GB, 70 a V100 SXM2; any
+ * other compute capability answers the H100's figures with its own version. The figures below
+ * are from the vendors' data sheets and deviceQuery; those marked "unsure" wait for a real H100
+ * to print them (tools/gpu/ipc_probe.c prints every attribute the library asks for). */
+struct fake_gpu {
+    int cc;
+    int sm_count;
+    int l2_bytes;
+    int shared_per_sm, shared_per_block_optin;
+    int clock_khz, memory_clock_khz, bus_bits;
+};
+
+static const struct fake_gpu fake_gpus[] = {
+    {.cc = 90, .sm_count = 132, .l2_bytes = 50 << 20, .shared_per_sm = 228 << 10,
+     .shared_per_block_optin = 227 << 10, .clock_khz = 1980000, .memory_clock_khz = 2619000,
+     .bus_bits = 5120},
+    {.cc = 80, .sm_count = 108, .l2_bytes = 40 << 20, .shared_per_sm = 164 << 10,
+     .shared_per_block_optin = 163 << 10, .clock_khz = 1410000, .memory_clock_khz = 1593000,
+     .bus_bits = 5120},
+    {.cc = 70, .sm_count = 80, .l2_bytes = 6 << 20, .shared_per_sm = 96 << 10,
+     .shared_per_block_optin = 96 << 10, .clock_khz = 1530000, .memory_clock_khz = 877000,
+     .bus_bits = 4096},
+};
+
+static const struct fake_gpu *
+fake_gpu(void)
+{
+    for (size_t i = 0; i < sizeof(fake_gpus) / sizeof(fake_gpus[0]); i++) {
+        if (fake_gpus[i].cc == fake_config()->cc) {
+            return &fake_gpus[i];
+        }
+    }
+    return &fake_gpus[0];
+}
+
+/* The PCI bus of each GPU of a DGX H100 (its 8 GPUs' order under nvidia-smi). */
+static const int fake_pci_bus[FAKE_MAX_DEVICES] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
+
+/* The attribute's value on device dev; false for an attribute the double has no figure for. */
+static bool
+fake_attribute_value(CUdevice_attribute attrib, int dev, int *value)
+{
+    const struct fake_gpu *gpu = fake_gpu();
+    int v;
+
+    switch ((int)attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 48 << 10; break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 64 << 10; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = gpu->clock_khz; break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = gpu->sm_count; break;
+    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = CU_COMPUTEMODE_DEFAULT; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = fake_pci_bus[dev]; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = gpu->memory_clock_khz; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = gpu->bus_bits; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = gpu->l2_bytes; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = fake_config()->cc / 10; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = fake_config()->cc % 10; break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: v = gpu->shared_per_sm; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: v = dev; break;
+    /* x86: no native atomics over PCIe, and (no HMM assumed) no pageable memory access. */
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: v = 2; break;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: v = 0; break; /* unsure: 1 with HMM */
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: v = 1; break;
+    /* The double's registered memory is reachable by both addresses (memory.c). unsure. */
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+        v = gpu->shared_per_block_optin;
+        break;
+    /* unsure (0 on x86 hosts, as far as is known; only some platforms flush): FLUSH refused
+     * unless FAKE_CUDA_FLUSH_REMOTE_WRITES=1 says the platform can. */
+    case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES: v = fake_config()->can_flush; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: v = 1; break;
+    /* unsure: the host-side flush, and the memops' one where FLUSH is. */
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS:
+        v = CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST |
+            (fake_config()->can_flush ? CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_MEMOPS : 0);
+        break;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING: /* unsure */
+        v = CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: /* unsure */
+        v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: v = fake_config()->cc >= 90; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: v = fake_config()->cc >= 90 ? 4 : 1; break;
+    case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: v = CU_DEVICE_NUMA_CONFIG_NONE; break;
+    case CU_DEVICE_ATTRIBUTE_NUMA_ID: v = -1; break;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = 0; break;
+    default:
+        return false;
+    }
+    *value = v;
+    return true;
+}
+
+/* An attribute outside CUdevice_attribute is an invalid value, as cuda.h has it. One inside
+ * that the double has no figure for is too, but loudly: the double's figure is then wanting,
+ * not the program (a real GPU would answer). */
 FAKE_API CUresult
 cuDeviceGetAttribute(int *value, CUdevice_attribute attrib, CUdevice dev)
 {
     if (fake_device(dev) == NULL) {
         return CUDA_ERROR_INVALID_DEVICE;
     }
-    switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 4; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = fake_config()->cc / 10; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = fake_config()->cc % 10; break;
-    default: *value = 1; break; /* unified addressing, stream memory ops, ... */
+    if (value == NULL || (int)attrib <= 0 || (int)attrib >= (int)CU_DEVICE_ATTRIBUTE_MAX) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!fake_attribute_value(attrib, dev, value)) {
+        fake_complain("cuDeviceGetAttribute(%d): the double knows no real GPU's figure for this "
+                      "attribute (add it to proc.c)", (int)attrib);
+        return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
 }
@@ -270,18 +419,30 @@ cuCtxPopCurrent(CUcontext *ctx)
     return CUDA_SUCCESS;
 }
 
+/* As cuda.h lists its answers: no current context, no valid peer or the current one itself
+ * is an invalid context; flags must be 0; a second enable is ALREADY_ENABLED. (The double
+ * lets kernels reach a peer's memory whether enabled or not.) */
 FAKE_API CUresult
 cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
     struct CUctx_st *ctx = fake_ctx_current();
     int can = 0;
 
-    (void)flags;
-    if (ctx == NULL) {
+    if (ctx == NULL || peer == NULL || peer == ctx || fake_device(peer->device) == NULL ||
+        peer != &fake_device(peer->device)->ctx) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
+    if (flags != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    FAKE_STICKY_CHECK();
     cuDeviceCanAccessPeer(&can, ctx->device, peer->device);
-    return can ? CUDA_SUCCESS : CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    if (!can) {
+        return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    }
+    unsigned bit = 1u << peer->device;
+    unsigned was = __atomic_fetch_or(&ctx->peers, bit, __ATOMIC_ACQ_REL);
+    return was & bit ? CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED : CUDA_SUCCESS;
 }
 
 /* --- entry points by name ------------------------------------------------------------------- */
@@ -356,19 +517,23 @@ static const struct fake_entry {
     FAKE_ENTRY(cuGraphRetainUserObject, 11030),
     FAKE_VARIANT(cuStreamGetCaptureInfo, 11030, fake_stream_get_capture_info_v11030),
     FAKE_ENTRY(cuMemcpyDtoH, 3020), FAKE_ENTRY(cuMemsetD8, 3020),
+    FAKE_ENTRY(cuMemPoolCreate, 11020), FAKE_ENTRY(cuMemPoolDestroy, 11020),
+    FAKE_ENTRY(cuMemAllocFromPoolAsync, 11020), FAKE_ENTRY(cuMemFreeAsync, 11020),
 };
 
-/* As the driver documents it: the newest variant of `symbol` introduced at or before `version`
- * (which may not exceed the driver's own). The variants a name had before the oldest the
- * double has are unknown to it: asking for one is CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
- * as for a variant newer than the driver, never the wrong prototype. */
+/* As cuda.h documents cuGetProcAddress_v2: the newest variant of `symbol` introduced at or
+ * before `version`. A version newer than the driver's is CUDA_ERROR_INVALID_VALUE; a name the
+ * driver does not have, or a version older than every variant it has of it, is CUDA_SUCCESS
+ * with *pfn NULL, told apart only by *status (SYMBOL_NOT_FOUND, VERSION_NOT_SUFFICIENT). The
+ * variants a name had before the oldest the double has are unknown to it: asking for one is
+ * VERSION_NOT_SUFFICIENT, never the wrong prototype; and names ncclshim never calls are
+ * SYMBOL_NOT_FOUND, as if the platform had none of them. */
 FAKE_API CUresult
 cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
                  CUdriverProcAddressQueryResult *status)
 {
     const struct fake_entry *found = NULL;
     bool named = false;
-    CUdriverProcAddressQueryResult answer = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     int driver = 0;
 
     if (symbol == NULL || pfn == NULL ||
@@ -377,25 +542,24 @@ cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
         return CUDA_ERROR_INVALID_VALUE;
     }
     cuDriverGetVersion(&driver);
+    if (version > driver) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     for (size_t i = 0; i < sizeof(fake_entries) / sizeof(fake_entries[0]); i++) {
         const struct fake_entry *e = &fake_entries[i];
         if (strcmp(e->name, symbol) != 0) {
             continue;
         }
         named = true;
-        if (e->version <= version && e->version <= driver &&
-            (found == NULL || e->version > found->version)) {
+        if (e->version <= version && (found == NULL || e->version > found->version)) {
             found = e;
         }
     }
-    if (found != NULL) {
-        answer = CU_GET_PROC_ADDRESS_SUCCESS;
-    } else if (named) {
-        answer = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-    }
     *pfn = found != NULL ? found->fn : NULL;
     if (status != NULL) {
-        *status = answer;
+        *status = found != NULL ? CU_GET_PROC_ADDRESS_SUCCESS
+                  : named      ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                               : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     }
-    return found != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    return CUDA_SUCCESS;
 }

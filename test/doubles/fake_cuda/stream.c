@@ -11,6 +11,8 @@
  * capture.
  */
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +28,7 @@ enum fake_op_kind {
     FAKE_OP_WAIT_EVENT,
     FAKE_OP_KERNEL,
     FAKE_OP_HOST,
+    FAKE_OP_FREE,
 };
 
 struct CUevent_st {
@@ -61,6 +64,8 @@ struct fake_op {
     CUhostFn host_fn;         /* HOST */
     void *host_data;
     struct CUstream_st *owner; /* one queue: the stream it was enqueued on */
+    struct CUctx_st *ctx;     /* the context of the stream it was enqueued on */
+    const char *fault;        /* what it touches that its device may not: it faults when run */
     struct fake_op *next;
 };
 
@@ -149,6 +154,58 @@ fake_pause(void)
     nanosleep(&ts, NULL);
 }
 
+/* --- sticky errors ------------------------------------------------------------------------ */
+
+/* FAKE_CUDA_EXPECT_FAULTS=1: a test that makes device work fault on purpose; the fault is then
+ * said without the "fake_cuda: " prefix that fails a multi-process case. */
+static void __attribute__((format(printf, 1, 2)))
+fake_fault_say(const char *fmt, ...)
+{
+    const char *expect = getenv("FAKE_CUDA_EXPECT_FAULTS");
+    char text[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (expect != NULL && atoi(expect) != 0) {
+        fprintf(stderr, "fake_cuda (an expected fault): %s\n", text);
+    } else {
+        fake_complain("%s", text);
+    }
+}
+
+CUresult
+fake_ctx_sticky(struct CUctx_st *ctx)
+{
+    return ctx != NULL ? (CUresult)__atomic_load_n(&ctx->sticky, __ATOMIC_ACQUIRE)
+                       : CUDA_SUCCESS;
+}
+
+void
+fake_ctx_fault(struct CUctx_st *ctx, CUresult error, const char *what)
+{
+    int none = CUDA_SUCCESS;
+
+    if (__atomic_compare_exchange_n(&ctx->sticky, &none, (int)error, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        fake_fault_say("%s on device %d: its context is unusable from now on (sticky error %d)",
+                       what, ctx->device, (int)error);
+    }
+    /* Event waits end (stream.c's waits look at the context each turn). */
+    pthread_mutex_lock(&fake_event_lock);
+    pthread_cond_broadcast(&fake_event_cond);
+    pthread_mutex_unlock(&fake_event_lock);
+}
+
+#define FAKE_STREAM_STICKY_CHECK(s)                                                          \
+    do {                                                                                     \
+        CUresult fake_sticky_ = (s) != NULL ? fake_ctx_sticky((s)->ctx) : CUDA_SUCCESS;       \
+        if (fake_sticky_ != CUDA_SUCCESS) {                                                  \
+            return fake_sticky_;                                                             \
+        }                                                                                    \
+    } while (0)
+
 /* GEQ compares cyclically, as CUDA documents: (int32_t)(*addr - value) >= 0. */
 static bool
 fake_wait_done(const struct fake_op *op)
@@ -171,12 +228,20 @@ static void fake_kernel_execute(const struct fake_op *op);
 static void
 fake_op_run(struct fake_op *op)
 {
+    /* A faulted context runs nothing more; work touching what it may not faults it. */
+    if (fake_ctx_sticky(op->ctx) != CUDA_SUCCESS) {
+        return;
+    }
+    if (op->fault != NULL) {
+        fake_ctx_fault(op->ctx, CUDA_ERROR_ILLEGAL_ADDRESS, op->fault);
+        return;
+    }
     switch (op->kind) {
     case FAKE_OP_WRITE32:
         __atomic_store_n(op->addr, op->value, __ATOMIC_RELEASE);
         break;
     case FAKE_OP_WAIT32:
-        while (!fake_wait_done(op)) {
+        while (!fake_wait_done(op) && fake_ctx_sticky(op->ctx) == CUDA_SUCCESS) {
             fake_pause();
         }
         break;
@@ -193,10 +258,15 @@ fake_op_run(struct fake_op *op)
         break;
     case FAKE_OP_WAIT_EVENT:
         pthread_mutex_lock(&fake_event_lock);
-        while (op->event->completed < op->generation) {
+        while (op->event->completed < op->generation &&
+               fake_ctx_sticky(op->ctx) == CUDA_SUCCESS &&
+               fake_ctx_sticky(op->event->ctx) == CUDA_SUCCESS) {
             pthread_cond_wait(&fake_event_cond, &fake_event_lock);
         }
         pthread_mutex_unlock(&fake_event_lock);
+        break;
+    case FAKE_OP_FREE:
+        fake_pool_free((uintptr_t)op->dst);
         break;
     case FAKE_OP_KERNEL:
         fake_kernel_execute(op);
@@ -331,6 +401,12 @@ fake_enqueue(CUstream handle, struct fake_op *op)
         fake_op_free(op);
         return s == NULL ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_PERMITTED;
     }
+    CUresult sticky = fake_ctx_sticky(s->ctx);
+    if (sticky != CUDA_SUCCESS) {
+        fake_op_free(op);
+        return sticky;
+    }
+    op->ctx = s->ctx;
     op->next = NULL;
     pthread_mutex_lock(&s->lock);
     if (s->graph != NULL) {
@@ -387,6 +463,7 @@ cuStreamCreate(CUstream *stream, unsigned int flags)
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT(); /* a stream of the current context */
     (void)flags;
+    FAKE_STICKY_CHECK();
     *stream = fake_stream_new(ctx);
     if (*stream == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -420,13 +497,15 @@ cuStreamSynchronize(CUstream handle)
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
+    FAKE_STREAM_STICKY_CHECK(s);
+    /* A fault meanwhile ends the wait: the context's streams then drain without running. */
     pthread_mutex_lock(&s->lock);
     uint64_t target = s->enqueued;
-    while (s->completed < target) {
+    while (s->completed < target && fake_ctx_sticky(s->ctx) == CUDA_SUCCESS) {
         pthread_cond_wait(&s->cond, &s->lock);
     }
     pthread_mutex_unlock(&s->lock);
-    return CUDA_SUCCESS;
+    return fake_ctx_sticky(s->ctx);
 }
 
 FAKE_API CUresult
@@ -437,6 +516,7 @@ cuStreamQuery(CUstream handle)
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
+    FAKE_STREAM_STICKY_CHECK(s);
     pthread_mutex_lock(&s->lock);
     bool idle = s->completed == s->enqueued;
     pthread_mutex_unlock(&s->lock);
@@ -451,6 +531,7 @@ cuStreamGetCtx(CUstream handle, CUcontext *ctx)
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
+    FAKE_STREAM_STICKY_CHECK(s);
     *ctx = s->ctx;
     return CUDA_SUCCESS;
 }
@@ -497,9 +578,9 @@ static bool
 fake_device_address(uint64_t *addr, int device, const char *what)
 {
     if (!fake_mem_device_reaches((uintptr_t)*addr, device)) {
-        fake_complain("%s on device %d touches cuMem memory at 0x%llx that cuMemSetAccess did "
-                      "not open to it (an illegal address on a GPU)", what, device,
-                      (unsigned long long)*addr);
+        fake_fault_say("%s on device %d touches cuMem memory at 0x%llx that cuMemSetAccess did "
+                       "not open to it (an illegal address on a GPU)", what, device,
+                       (unsigned long long)*addr);
         return false;
     }
     *addr = fake_mem_host_of((uintptr_t)*addr);
@@ -558,7 +639,8 @@ fake_traffic_kernel(const struct kr_dev_batch *b, size_t elem_bytes, int by)
 
 /* Stream memory operations reach device memory or registered host memory, by either of its
  * addresses (fake_mem_host_of translates a device address): the word the double touches, or 0
- * where addr is none of those or not 4-byte aligned. */
+ * where addr is none of those or not 4-byte aligned. (kr_dev_signal's words; the memop calls
+ * themselves are checked as cuda.h has them, fake_mem_op_check.) */
 static uintptr_t
 fake_mem_op_target(CUdeviceptr addr)
 {
@@ -569,14 +651,22 @@ fake_mem_op_target(CUdeviceptr addr)
     return addr % 4 == 0 && known ? host : 0;
 }
 
-/* A stream memory operation of `kind` on the 32-bit word at addr. */
+/* A stream memory operation of `kind` on the 32-bit word at addr, whose flags were checked. */
 static CUresult
 fake_mem_op_enqueue(CUstream stream, enum fake_op_kind kind, CUdeviceptr addr,
                     cuuint32_t value, unsigned int flags)
 {
-    uintptr_t host = fake_mem_op_target(addr);
-    if (host == 0) {
-        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s = fake_stream(stream);
+    uintptr_t host = 0;
+    bool fault = false;
+
+    if (s == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    FAKE_STREAM_STICKY_CHECK(s);
+    CUresult res = fake_mem_op_check((uintptr_t)addr, s->ctx->device, &host, &fault);
+    if (res != CUDA_SUCCESS) {
+        return res;
     }
     struct fake_op *op = fake_op_new(kind);
     if (op == NULL) {
@@ -585,19 +675,51 @@ fake_mem_op_enqueue(CUstream stream, enum fake_op_kind kind, CUdeviceptr addr,
     op->addr = (volatile uint32_t *)host;
     op->value = value;
     op->flags = flags;
+    op->fault = fault ? "a stream memory operation on cuMem memory cuMemSetAccess did not open "
+                        "to its device"
+                      : NULL;
     return fake_enqueue(stream, op);
 }
 
+/* CUstreamWriteValue_flags: DEFAULT alone; NO_MEMORY_BARRIER "is not supported in the v2 API"
+ * (which cuStreamWriteValue32 is since 11.7; cuda.h names no error for it: NOT_SUPPORTED here,
+ * unsure). */
 FAKE_API CUresult
 cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
+    if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) {
+        fake_complain("cuStreamWriteValue32_v2 with flags 0x%x (only DEFAULT: NO_MEMORY_BARRIER "
+                      "is not supported in the v2 API)", flags);
+        return flags == CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER ? CUDA_ERROR_NOT_SUPPORTED
+                                                                : CUDA_ERROR_INVALID_VALUE;
+    }
     return fake_mem_op_enqueue(stream, FAKE_OP_WRITE32, addr, value, flags);
 }
 
+/* CUstreamWaitValue_flags: one of GEQ, EQ, AND, NOR (every device the double is has NOR), and
+ * FLUSH only where CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES says the platform can: else
+ * CUDA_ERROR_NOT_SUPPORTED, as cuda.h lists for an operation a device lacks. The flush itself
+ * has nothing to do here: the double's writes are visible at once. */
 FAKE_API CUresult
 cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    return fake_mem_op_enqueue(stream, FAKE_OP_WAIT32, addr, value, flags);
+    const unsigned int known = 0x3u | CU_STREAM_WAIT_VALUE_FLUSH;
+
+    if ((flags & ~known) != 0) {
+        fake_complain("cuStreamWaitValue32_v2 with flags 0x%x, bits cuda.h does not define",
+                      flags);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if ((flags & CU_STREAM_WAIT_VALUE_FLUSH) && !fake_config()->can_flush) {
+        fake_complain("cuStreamWaitValue32_v2 with CU_STREAM_WAIT_VALUE_FLUSH on a device whose "
+                      "CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    CUresult res = fake_mem_op_enqueue(stream, FAKE_OP_WAIT32, addr, value, flags);
+    if (res == CUDA_SUCCESS && (flags & CU_STREAM_WAIT_VALUE_FLUSH)) {
+        FAKE_STAT_ADD(flush_waits, 1);
+    }
+    return res;
 }
 
 FAKE_API CUresult
@@ -610,10 +732,10 @@ cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
     struct CUstream_st *s = fake_stream(stream);
     uint64_t to = dst, from = src;
     fake_traffic(fake_owner(src), fake_owner(dst), bytes);
+    /* Taken, and an illegal address when it runs, as on a GPU. */
     if (s != NULL && (!fake_device_address(&to, s->ctx->device, "a copy") ||
                       !fake_device_address(&from, s->ctx->device, "a copy"))) {
-        fake_op_free(op);
-        return CUDA_ERROR_ILLEGAL_ADDRESS;
+        op->fault = "a copy touched cuMem memory its device may not";
     }
     op->dst = (void *)(uintptr_t)to;
     op->src = (const void *)(uintptr_t)from;
@@ -630,6 +752,7 @@ cuEventCreate(CUevent *event, unsigned int flags)
     /* "Creates an event *phEvent for the current context". */
     FAKE_NEED_CONTEXT();
     struct CUctx_st *ctx = fake_ctx_current();
+    FAKE_STICKY_CHECK();
     *event = calloc(1, sizeof(**event));
     if (*event == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -675,6 +798,10 @@ cuEventRecord(CUevent event, CUstream stream)
 FAKE_API CUresult
 cuEventQuery(CUevent event)
 {
+    CUresult sticky = fake_ctx_sticky(event->ctx);
+    if (sticky != CUDA_SUCCESS) {
+        return sticky;
+    }
     pthread_mutex_lock(&fake_event_lock);
     bool done = event->completed >= event->recorded;
     pthread_mutex_unlock(&fake_event_lock);
@@ -687,11 +814,11 @@ cuEventSynchronize(CUevent event)
     FAKE_CAPTURE_CHECK_UNSAFE();
     pthread_mutex_lock(&fake_event_lock);
     uint64_t target = event->recorded;
-    while (event->completed < target) {
+    while (event->completed < target && fake_ctx_sticky(event->ctx) == CUDA_SUCCESS) {
         pthread_cond_wait(&fake_event_cond, &fake_event_lock);
     }
     pthread_mutex_unlock(&fake_event_lock);
-    return CUDA_SUCCESS;
+    return fake_ctx_sticky(event->ctx);
 }
 
 FAKE_API CUresult
@@ -763,6 +890,7 @@ cuModuleLoadData(CUmodule *module, const void *image)
 
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT(); /* "into the current context" */
+    FAKE_STICKY_CHECK();
     memcpy(&magic, image, sizeof(magic));
     if (magic != FAKE_FATBIN_MAGIC) {
         return CUDA_ERROR_INVALID_IMAGE;
@@ -977,15 +1105,27 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
     if (s != NULL && by_value) {
         fake_traffic_kernel(op->params, fake_kernel_elem_bytes(f->kernel), s->ctx->device);
     }
+    /* The launch is taken; it faults when it runs (its context's sticky error), as on a GPU. */
     if (s != NULL && by_value && !fake_batch_translate(op->params, s->ctx->device)) {
-        fake_op_free(op);
-        return CUDA_ERROR_ILLEGAL_ADDRESS;
+        op->fault = "a kernel touched cuMem memory its device may not";
     }
     op->params_bytes = bytes;
     op->kernel = f->kernel;
     op->grid = (struct fake_dim3){gx, gy, gz};
     op->block = (struct fake_dim3){bx, by, bz};
     FAKE_STAT_ADD(kernels_launched, 1);
+    return fake_enqueue(stream, op);
+}
+
+CUresult
+fake_stream_free(CUstream stream, uintptr_t p)
+{
+    struct fake_op *op = fake_op_new(FAKE_OP_FREE);
+
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->dst = (void *)p;
     return fake_enqueue(stream, op);
 }
 

@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The driver's test double (test/doubles/fake_cuda) answers as cuda.h says the driver does,
+ * where the library's tests rely on it: a real GPU's attributes (an H100 SXM5 by default);
+ * cuGetProcAddress_v2's answers for a name it lacks, a version too old or too new, and flags;
+ * stream memory operations' flags and addresses; cuMem's allocation properties, granularity,
+ * reservations and mappings (offset zero, inside a reservation, the mapped region from
+ * cuMemGetAddressRange, the reservation from RANGE_START_ADDR), export only to a requested
+ * handle type; a memory pool's allocations, which no cuMemMap made; and the sticky error a
+ * fault leaves its context with. Each test runs in a process of its own (Criterion's), so the
+ * one that faults a context harms no other.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu/driver.h"
+#include "gpu/memory.h"
+
+static const struct gpu_device *device;
+
+static void
+setup(void)
+{
+    cr_assert(gpu_driver_present(), "no driver: run with LD_LIBRARY_PATH=build/test/doubles");
+    cr_assert_eq(gpu_device_get(0, &device), ncclSuccess);
+    cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
+}
+
+static void
+teardown(void)
+{
+    gpu_ctx_pop();
+}
+
+/* A function of the loaded driver by name, the double's own ones included (NULL if absent). */
+static void *
+fake_fn(const char *name)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return lib != NULL ? dlsym(lib, name) : NULL;
+}
+
+static void
+need_double(void)
+{
+    if (fake_fn("fake_cuda_get_stats") == NULL) {
+        cr_skip_test("a real driver: these are the double's answers");
+    }
+}
+
+TestSuite(fake_cuda, .init = setup, .fini = teardown);
+
+Test(fake_cuda, an_h100s_attributes)
+{
+    int v = -1;
+
+    need_double();
+    cr_assert_eq(device->sm_count, 132);
+    cr_assert_eq(device->cc_major, 9);
+    cr_assert_eq(device->cc_minor, 0);
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0),
+                 CUDA_SUCCESS);
+    cr_assert_eq(v, 1024);
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 0),
+                 CUDA_SUCCESS);
+    cr_assert_eq(v, 50 << 20);
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0),
+                 CUDA_SUCCESS);
+    cr_assert_eq(v, 0);
+    cr_assert(!device->can_flush);
+    /* Outside CUdevice_attribute: an invalid value, as cuda.h says. */
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, (CUdevice_attribute)0, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(NULL, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 7),
+                 CUDA_ERROR_INVALID_DEVICE);
+}
+
+static void
+a100(void)
+{
+    setenv("FAKE_CUDA_CC", "80", 1); /* before the double reads its settings */
+    setup();
+}
+
+Test(fake_cuda_a100, the_compute_capability_picks_the_gpu, .init = a100, .fini = teardown)
+{
+    need_double();
+    cr_assert_eq(device->sm_count, 108);
+    cr_assert_eq(device->cc_major, 8);
+    cr_assert_eq(device->cc_minor, 0);
+}
+
+/* cuGetProcAddress_v2 as cuda.h documents it. */
+Test(fake_cuda, get_proc_address_answers_as_documented)
+{
+    CUresult (*get_proc)(const char *, void **, int, cuuint64_t,
+                         CUdriverProcAddressQueryResult *) = fake_fn("cuGetProcAddress_v2");
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    void *fn = (void *)1;
+    int driver = 0;
+
+    need_double();
+    cr_assert_not_null(get_proc);
+    __typeof__(cuDriverGetVersion) *version = fake_fn("cuDriverGetVersion");
+    cr_assert_eq(version(&driver), CUDA_SUCCESS);
+    /* A name the driver does not have: success, no pointer, SYMBOL_NOT_FOUND. */
+    cr_assert_eq(get_proc("cuNoSuchFunction", &fn, driver, 0, &status), CUDA_SUCCESS);
+    cr_assert_null(fn);
+    cr_assert_eq(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    /* A version older than its every variant: success, no pointer, VERSION_NOT_SUFFICIENT. */
+    fn = (void *)1;
+    cr_assert_eq(get_proc("cuFuncLoad", &fn, 12000, 0, &status), CUDA_SUCCESS);
+    cr_assert_null(fn);
+    cr_assert_eq(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    /* A version newer than the driver: an invalid value. */
+    cr_assert_eq(get_proc("cuFuncLoad", &fn, driver + 10, 0, &status),
+                 CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(get_proc("cuFuncLoad", &fn, driver, 1u << 5, &status),
+                 CUDA_ERROR_INVALID_VALUE, "an undefined flag");
+    cr_assert_eq(get_proc("cuFuncLoad", &fn, 12040, CU_GET_PROC_ADDRESS_LEGACY_STREAM, NULL),
+                 CUDA_SUCCESS, "the status is optional");
+    cr_assert_not_null(fn);
+    /* What the library resolved: the optional entry point where the driver has it. */
+    cr_assert_not_null(gpu_cu.cuFuncLoad);
+}
+
+/* Below CUDA 12.4 a driver has no cuFuncLoad: the library works without it. */
+static void
+driver_12_0(void)
+{
+    setenv("FAKE_CUDA_DRIVER_VERSION", "12000", 1);
+    setup();
+}
+
+Test(fake_cuda_12_0, an_optional_entry_point_the_driver_lacks_is_null, .init = driver_12_0,
+     .fini = teardown)
+{
+    need_double();
+    cr_assert(gpu_driver_present());
+    cr_assert_null(gpu_cu.cuFuncLoad);
+    cr_assert_not_null(gpu_cu.cuMemAlloc);
+}
+
+/* A page of host memory registered with flags, and its device address. */
+static uint32_t *
+registered(unsigned int flags, CUdeviceptr *dev)
+{
+    uint32_t *host = aligned_alloc(4096, 4096);
+
+    cr_assert_not_null(host);
+    memset(host, 0, 4096);
+    cr_assert_eq(gpu_cu.cuMemHostRegister(host, 4096, flags), CUDA_SUCCESS);
+    if (dev != NULL) {
+        cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(dev, host, 0), CUDA_SUCCESS);
+    }
+    return host;
+}
+
+/* cuStreamWaitValue32_v2 and cuStreamWriteValue32_v2: the flags cuda.h defines for each, FLUSH
+ * only where the device can, and addresses a memory operation may name. */
+Test(fake_cuda, memory_operations_take_their_flags_and_addresses)
+{
+    CUdeviceptr word, managed;
+    uint32_t *host = registered(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP,
+                                &word);
+    uint32_t *unmapped = registered(CU_MEMHOSTREGISTER_PORTABLE, NULL);
+    CUstream s;
+
+    need_double();
+    cr_assert_eq(gpu_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWriteValue32(s, word, 1, CU_STREAM_WRITE_VALUE_DEFAULT),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWaitValue32(s, word, 1, CU_STREAM_WAIT_VALUE_GEQ),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWaitValue32(s, word, 1, CU_STREAM_WAIT_VALUE_NOR),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWriteValue32(s, word, 1,
+                                             CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+                 CUDA_ERROR_NOT_SUPPORTED, "not supported in the v2 API");
+    cr_assert_eq(gpu_cu.cuStreamWriteValue32(s, word, 1, 4), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuStreamWaitValue32(s, word, 1, 1u << 4), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuStreamWaitValue32(s, word, 1,
+                                            CU_STREAM_WAIT_VALUE_GEQ | CU_STREAM_WAIT_VALUE_FLUSH),
+                 CUDA_ERROR_NOT_SUPPORTED, "CAN_FLUSH_REMOTE_WRITES is 0");
+    /* Addresses: 4-byte aligned; never managed memory; registered with DEVICEMAP. */
+    cr_assert_eq(gpu_cu.cuStreamWriteValue32(s, word + 2, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    __typeof__(cuMemAllocManaged) *alloc_managed = fake_fn("cuMemAllocManaged");
+    cr_assert_eq(alloc_managed(&managed, 64, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWriteValue32(s, managed, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuStreamWriteValue32(s, (CUdeviceptr)(uintptr_t)unmapped, 1, 0),
+                 CUDA_ERROR_INVALID_VALUE, "registered without DEVICEMAP");
+    CUdeviceptr none;
+    cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(&none, unmapped, 0),
+                 CUDA_ERROR_INVALID_VALUE, "no device address without DEVICEMAP");
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    cr_assert_eq(*host, 1u);
+    gpu_cu.cuStreamDestroy(s);
+    gpu_cu.cuMemFree(managed);
+    gpu_cu.cuMemHostUnregister(host);
+    gpu_cu.cuMemHostUnregister(unmapped);
+    free(host);
+    free(unmapped);
+}
+
+static CUmemAllocationProp
+prop_of(unsigned handle_types)
+{
+    return (CUmemAllocationProp){
+        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = (CUmemAllocationHandleType)handle_types,
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+    };
+}
+
+/* cuMem as cuda.h has it, with an H100's 2 MiB granularity. */
+Test(fake_cuda, cumem_as_documented)
+{
+    CUmemAllocationProp prop = prop_of(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CUmemAllocationProp plain = prop_of(0);
+    size_t minimum = 0, recommended = 0, size;
+    CUmemGenericAllocationHandle a, b, c, retained;
+    CUdeviceptr va, base, other;
+    unsigned long long start = 0, length = 0, types = 0, id_a = 0, id_b = 0;
+    int fd = -1;
+
+    need_double();
+    cr_assert_eq(gpu_cu.cuMemGetAllocationGranularity(&minimum, &prop,
+                                                      CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemGetAllocationGranularity(&recommended, &prop,
+                                                      CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+                 CUDA_SUCCESS);
+    cr_assert_eq(minimum, (size_t)2 << 20);
+    cr_assert_eq(recommended, (size_t)2 << 20);
+    const size_t g = minimum;
+    cr_assert_eq(gpu_cu.cuMemCreate(&a, g / 2, &prop, 0), CUDA_ERROR_INVALID_VALUE,
+                 "not a multiple of the granularity");
+    cr_assert_eq(gpu_cu.cuMemCreate(&a, g, &prop, 1), CUDA_ERROR_INVALID_VALUE, "flags");
+    CUmemAllocationProp bad = prop;
+    bad.location.id = 9;
+    cr_assert_eq(gpu_cu.cuMemCreate(&a, g, &bad, 0), CUDA_ERROR_INVALID_DEVICE);
+    bad = prop_of(CU_MEM_HANDLE_TYPE_FABRIC);
+    cr_assert_eq(gpu_cu.cuMemCreate(&a, g, &bad, 0), CUDA_ERROR_NOT_SUPPORTED);
+    cr_assert_eq(gpu_cu.cuMemCreate(&a, g, &prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemCreate(&b, 2 * g, &prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemCreate(&c, g, &plain, 0), CUDA_SUCCESS);
+    /* Export only to a type the allocation was made for. */
+    cr_assert_eq(gpu_cu.cuMemExportToShareableHandle(&fd, c,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuMemExportToShareableHandle(&fd, a,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1),
+                 CUDA_ERROR_INVALID_VALUE, "flags");
+    cr_assert_eq(gpu_cu.cuMemExportToShareableHandle(&fd, a,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 CUDA_SUCCESS);
+    close(fd);
+    /* Mappings: inside a reservation, from the allocation's byte 0, not over another. */
+    cr_assert_eq(gpu_cu.cuMemAddressReserve(&va, 4 * g, 0, 0, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemMap(va, g, g, b, 0), CUDA_ERROR_INVALID_VALUE,
+                 "the offset must be zero");
+    cr_assert_eq(gpu_cu.cuMemMap(va + 3 * g, 2 * g, 0, b, 0), CUDA_ERROR_INVALID_VALUE,
+                 "past the reservation");
+    cr_assert_eq(gpu_cu.cuMemMap(va, g, 0, a, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemMap(va, g, 0, c, 0), CUDA_ERROR_INVALID_VALUE, "mapped already");
+    /* b's first granule only: a mapping may be shorter than its allocation. */
+    cr_assert_eq(gpu_cu.cuMemMap(va + g, g, 0, b, 0), CUDA_SUCCESS);
+    /* The mapped region, and the reservation. */
+    cr_assert_eq(gpu_cu.cuMemGetAddressRange(&base, &size, va + g + 100), CUDA_SUCCESS);
+    cr_assert_eq(base, va + g);
+    cr_assert_eq(size, g);
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                   CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                                   CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    void *data[] = {&start, &length, &types, &id_b};
+    cr_assert_eq(gpu_cu.cuPointerGetAttributes(4, attrs, data, va + g + 100), CUDA_SUCCESS);
+    cr_assert_eq(start, va);
+    cr_assert_eq(length, 4 * g);
+    cr_assert_eq(types, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    cr_assert_eq(gpu_cu.cuPointerGetAttribute(&id_a, CU_POINTER_ATTRIBUTE_BUFFER_ID, va),
+                 CUDA_SUCCESS);
+    cr_assert_neq(id_a, id_b, "two allocations");
+    cr_assert_eq(gpu_cu.cuMemRetainAllocationHandle(&retained, (void *)(uintptr_t)(va + g + 5)),
+                 CUDA_SUCCESS);
+    cr_assert_eq(retained, b);
+    gpu_cu.cuMemRelease(retained);
+    /* What the library makes of it: one allocation's mapping, whole, or nothing. */
+    uintptr_t got_base;
+    size_t got_size;
+    uint64_t got_id;
+    cr_assert(gpu_mem_mapping_holds((void *)(uintptr_t)(va + g + 100), 4096, &got_base,
+                                    &got_size, &got_id));
+    cr_assert_eq(got_base, va + g);
+    cr_assert_eq(got_size, g);
+    cr_assert_eq(got_id, id_b);
+    cr_assert(!gpu_mem_mapping_holds((void *)(uintptr_t)(va + g - 100), 200, &got_base,
+                                     &got_size, &got_id),
+              "a buffer across two allocations is one allocation's");
+    cr_assert(!gpu_mem_mapping_holds((void *)(uintptr_t)(va + 2 * g), 16, &got_base, &got_size,
+                                     &got_id),
+              "reserved but not mapped");
+    /* Freeing a reservation still mapped is the program's mistake. */
+    cr_assert_eq(gpu_cu.cuMemAddressFree(va, 4 * g), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(gpu_cu.cuMemUnmap(va, g), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemUnmap(va + g, g), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAddressFree(va, 2 * g), CUDA_ERROR_INVALID_VALUE, "its size");
+    cr_assert_eq(gpu_cu.cuMemAddressFree(va, 4 * g), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAddressReserve(&other, g, 0, 0, 1), CUDA_ERROR_INVALID_VALUE,
+                 "flags");
+    gpu_cu.cuMemRelease(a);
+    gpu_cu.cuMemRelease(b);
+    gpu_cu.cuMemRelease(c);
+}
+
+/* A memory pool's allocation shares as the pool's handle types say, but no cuMemMap made it:
+ * cuMemRetainAllocationHandle does not name it. */
+Test(fake_cuda, a_pools_allocation_is_no_mapping)
+{
+    CUresult (*pool_create)(CUmemoryPool *, const CUmemPoolProps *) = fake_fn("cuMemPoolCreate");
+    CUresult (*pool_destroy)(CUmemoryPool) = fake_fn("cuMemPoolDestroy");
+    CUresult (*alloc)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
+        fake_fn("cuMemAllocFromPoolAsync");
+    CUresult (*free_async)(CUdeviceptr, CUstream) = fake_fn("cuMemFreeAsync");
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                            .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle handle;
+    CUmemoryPool pool;
+    CUdeviceptr p;
+    struct gpu_mem_info info;
+
+    need_double();
+    cr_assert_eq(pool_create(&pool, &props), CUDA_SUCCESS);
+    cr_assert_eq(alloc(&p, 1000, pool, NULL), CUDA_SUCCESS);
+    gpu_mem_query((void *)(uintptr_t)p, &info);
+    cr_assert_eq(info.kind, GPU_MEM_DEVICE);
+    cr_assert(info.fd_ipc && !info.legacy_ipc);
+    cr_assert_eq(gpu_cu.cuMemRetainAllocationHandle(&handle, (void *)(uintptr_t)p),
+                 CUDA_ERROR_INVALID_VALUE);
+    uintptr_t base;
+    size_t size;
+    uint64_t id;
+    cr_assert(!gpu_mem_mapping_holds((void *)(uintptr_t)p, 16, &base, &size, &id));
+    cr_assert_eq(free_async(p, NULL), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    cr_assert_eq(free_async(p, NULL), CUDA_ERROR_INVALID_VALUE, "freed twice");
+    cr_assert_eq(pool_destroy(pool), CUDA_SUCCESS);
+}
+
+/* A kernel or copy that touches what its device may not faults its context for good: every
+ * later call in it answers the error, and a wait on its streams ends. */
+Test(fake_cuda, a_fault_is_sticky_to_its_context)
+{
+    CUmemAllocationProp prop = prop_of(0);
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va, dev, word;
+    uint32_t *gate = registered(CU_MEMHOSTREGISTER_DEVICEMAP, &word);
+    CUstream s, t;
+    CUevent e;
+    const size_t g = (size_t)2 << 20;
+
+    need_double();
+    setenv("FAKE_CUDA_EXPECT_FAULTS", "1", 1);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 4096), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&t, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemCreate(&h, g, &prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAddressReserve(&va, g, 0, 0, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemMap(va, g, 0, h, 0), CUDA_SUCCESS);
+    /* s held by a gate; then a copy cuMemSetAccess never allowed: taken, it faults when it
+     * runs; then an event that t waits for, which s never reaches: the fault ends that wait
+     * too. */
+    cr_assert_eq(gpu_cu.cuStreamWaitValue32(s, word, 1, CU_STREAM_WAIT_VALUE_GEQ),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemcpyAsync(dev, va, 64, s), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventRecord(e, s), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWaitEvent(t, e, 0), CUDA_SUCCESS);
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cr_assert_eq(gpu_cu.cuStreamQuery(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(t), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cr_assert_eq(gpu_cu.cuEventSynchronize(e), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cr_assert_eq(gpu_cu.cuEventQuery(e), CUDA_ERROR_ILLEGAL_ADDRESS);
+    CUdeviceptr more;
+    cr_assert_eq(gpu_cu.cuMemAlloc(&more, 64), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cr_assert_eq(gpu_cu.cuEventCreate(&e, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cr_assert_eq(gpu_cu.cuMemcpyAsync(dev, dev + 64, 64, t), CUDA_ERROR_ILLEGAL_ADDRESS);
+    CUcontext ctx;
+    cr_assert_eq(gpu_cu.cuStreamGetCtx(t, &ctx), CUDA_ERROR_ILLEGAL_ADDRESS);
+    /* The library takes a pointer the driver cannot classify for no host memory. */
+    struct gpu_mem_info info;
+    gpu_mem_query((void *)(uintptr_t)dev, &info);
+    cr_assert_eq(info.error, CUDA_ERROR_ILLEGAL_ADDRESS);
+    /* The device itself still answers. */
+    int v;
+    cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0),
+                 CUDA_SUCCESS);
+}
