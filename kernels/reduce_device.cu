@@ -327,8 +327,20 @@ kr_dev_from(const kr_dev_from_args args)
     }
 }
 
+/* A 32-bit word that another agent (the host, a peer GPU) reads: a volatile store, which
+ * reaches it in no promised order with the thread's other stores unless a
+ * __threadfence_system() lies between them. */
+static __device__ __forceinline__ void
+kr_dev_store_word(uint64_t addr, uint32_t value)
+{
+    *(volatile uint32_t *)addr = value;
+}
+
 /* One thread: everything before it on the stream is done (the kernels before it completed);
- * the fence makes their writes visible to every GPU and the host before any word says so. */
+ * the first fence makes their writes visible to every GPU and the host before any word says
+ * so. words[0] goes last, after a fence of its own (kr_dev_signals' contract): whoever sees
+ * it sees every other word of the list written, so may write a newer value of one of them
+ * without this kernel's older one landing after it. */
 extern "C" __global__ void
 kr_dev_signal(const kr_dev_signals *signals)
 {
@@ -337,8 +349,12 @@ kr_dev_signal(const kr_dev_signals *signals)
     }
     __threadfence_system();
     const uint32_t n = signals->n < KR_DEV_MAX_SIGNALS ? signals->n : KR_DEV_MAX_SIGNALS;
-    for (uint32_t i = 0; i < n; i++) {
-        *(volatile uint32_t *)signals->words[i].addr = signals->words[i].value;
+    for (uint32_t i = 1; i < n; i++) {
+        kr_dev_store_word(signals->words[i].addr, signals->words[i].value);
+    }
+    __threadfence_system();
+    if (n > 0) {
+        kr_dev_store_word(signals->words[0].addr, signals->words[0].value);
     }
     __threadfence_system();
 }
