@@ -285,12 +285,9 @@ kr_dev_copy(const kr_dev_batch batch)
     kr_copy_batch(batch, batch.tasks[blockIdx.y]);
 }
 
-#if defined(__CUDACC__)
 /* kr_dev_from (device_abi.h): the batch is read from device memory when the kernel runs, once
  * per block into shared memory, so the loops read their operands' addresses as fast as from a
- * parameter; then the kernel its `kernel` names runs it. (The driver's test double runs the
- * by-value kernel over the batch it reads at run time instead: its emulation runs threads one
- * at a time, which __syncthreads cannot be.) */
+ * parameter; then the kernel its `kernel` names runs it. */
 extern "C" __global__ void __launch_bounds__(512)
 kr_dev_from(const kr_dev_from_args args)
 {
@@ -329,11 +326,16 @@ kr_dev_from(const kr_dev_from_args args)
 
 /* A 32-bit word that another agent (the host, a peer GPU) reads: a volatile store, which
  * reaches it in no promised order with the thread's other stores unless a
- * __threadfence_system() lies between them. */
+ * __threadfence_system() lies between them. (On the CPU, the driver's double holds it and
+ * applies it at the next fence, cuda_on_cpu.h: CUDA_ON_CPU_STORE_WORD.) */
 static __device__ __forceinline__ void
 kr_dev_store_word(uint64_t addr, uint32_t value)
 {
+#if defined(CUDA_ON_CPU_STORE_WORD)
+    CUDA_ON_CPU_STORE_WORD(addr, value);
+#else
     *(volatile uint32_t *)addr = value;
+#endif
 }
 
 /* One thread: everything before it on the stream is done (the kernels before it completed);
@@ -358,4 +360,3 @@ kr_dev_signal(const kr_dev_signals *signals)
     }
     __threadfence_system();
 }
-#endif

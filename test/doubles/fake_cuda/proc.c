@@ -39,6 +39,10 @@ fake_setup(void)
     fake_cfg.one_queue = fake_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8) == 1;
     fake_cfg.host_visible = fake_env_int("FAKE_CUDA_HOST_VISIBLE", 0) != 0;
     fake_cfg.no_peer = fake_env_int("FAKE_CUDA_NO_PEER", 0) != 0;
+    fake_cfg.store_delay_us = fake_env_int("FAKE_CUDA_STORE_DELAY_US", 20);
+    if (fake_cfg.store_delay_us < 0) {
+        fake_cfg.store_delay_us = 0;
+    }
     for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
         fake_devices[d].ordinal = d;
         fake_devices[d].ctx.device = d;
