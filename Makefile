@@ -188,7 +188,7 @@ $(FAKE_CUDA_KERNELS): test/doubles/fake_cuda/kernels_cpu.cpp kernels/reduce_devi
 $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(FAKE_CUDA_KERNELS) $(wildcard test/doubles/fake_cuda/*.h) \
               | check-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 \
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(TLS_DIALECT) -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 \
 	    -Wl,--no-undefined -o $@ $(FAKE_CUDA_SRCS) $(FAKE_CUDA_KERNELS) -lpthread
 
 # --- tests ----------------------------------------------------------------------------------

@@ -39,7 +39,11 @@
  * nothing else: it goes into that operation's signals if its area is not open yet, else it is
  * written from the host once the stream signalled that operation done (leader_done, which
  * every operation's signals set to its number), only ever forward. Waiting for any newer
- * operation could wait for a rank that waits for this word.
+ * operation could wait for a rank that waits for this word. leader_done is its signals'
+ * words[0], which kr_dev_signal writes last, after a fence (device_abi.h): once the thread
+ * sees it, every done word of that operation (and of every older one) is written, so the
+ * host's newer value is never overwritten by the kernel's older one, which would move the
+ * word backwards and leave its rank's stream waiting for good.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,6 +363,8 @@ cipc_own_follow(struct cipc_team *team, CUstream stream, uint32_t seq, bool flag
 
 /* --- the leader's thread ------------------------------------------------------------------ */
 
+/* The newest place the stream signalled done. Seen, every other word of its signals (and of
+ * every older place's) is written too: kr_dev_signal writes words[0] last, after a fence. */
 static uint32_t
 cipc_own_leader_done(const struct cipc_team *team)
 {
@@ -416,7 +422,9 @@ cipc_own_begin(struct cipc_team *team, const struct cipc_desc *d, uint32_t group
         own->newest = pos;
         own->any_built = true;
     }
-    /* The stream says it ran this place: the word deferred writes and mappings wait for. */
+    /* The stream says it ran this place: the word deferred writes and mappings wait for. It
+     * must be words[0], which kr_dev_signal writes after every other word of the list and a
+     * fence: seeing it, the thread may write the done words of that list from the host. */
     struct kr_dev_signals *s = &own->pool->host[at->area].work.signals;
     s->words[0] = (struct kr_dev_signal_word){.addr = own->leader_done.dev, .value = pos};
     s->n = 1;
@@ -516,6 +524,7 @@ cipc_own_done(struct cipc_team *team, int rank, const struct gpu_flag *done, uin
         cipc_own_add_signal(&own->pool->host[p->area].work.signals, done->dev, value);
         return ncclSuccess;
     }
+    /* The stream signalled need: no word of its signals is still to land (words[0] last). */
     if (!own->has_last[rank] || (int32_t)(cipc_own_leader_done(team) - need) >= 0) {
         gpu_flag_release(done, value);
         return ncclSuccess;

@@ -29,7 +29,8 @@
  * names its level, and block y runs the y-th task of that level; blocks past them do nothing.
  * kr_dev_signal then writes a list of 32-bit words,
  * also read when it runs, after everything before it on its stream: the done words of the
- * ranks whose operations the batch completed.
+ * ranks whose operations the batch completed, and last, after a fence, the first word of the
+ * list (struct kr_dev_signals).
  */
 #ifndef KR_DEVICE_ABI_H
 #define KR_DEVICE_ABI_H
@@ -78,6 +79,12 @@ struct kr_dev_from_args {
 
 /* A word per rank of a device team, and one more. */
 #define KR_DEV_MAX_SIGNALS 65
+
+/* kr_dev_signal's list. Its contract: once everything before it on its stream is done, it
+ * writes words[1 .. n) in no promised order, then, after a fence (__threadfence_system),
+ * words[0]. So a reader that sees words[0]'s value (with acquire order) also sees every other
+ * word of the list written, and may then write a newer value into one of them: no store of
+ * this list lands after it. A reader of any other word learns nothing of the rest. */
 
 struct kr_dev_signal_word {
     uint64_t addr;       /* device address of a 32-bit word in page-locked host memory */

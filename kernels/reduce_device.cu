@@ -285,12 +285,9 @@ kr_dev_copy(const kr_dev_batch batch)
     kr_copy_batch(batch, batch.tasks[blockIdx.y]);
 }
 
-#if defined(__CUDACC__)
 /* kr_dev_from (device_abi.h): the batch is read from device memory when the kernel runs, once
  * per block into shared memory, so the loops read their operands' addresses as fast as from a
- * parameter; then the kernel its `kernel` names runs it. (The driver's test double runs the
- * by-value kernel over the batch it reads at run time instead: its emulation runs threads one
- * at a time, which __syncthreads cannot be.) */
+ * parameter; then the kernel its `kernel` names runs it. */
 extern "C" __global__ void __launch_bounds__(512)
 kr_dev_from(const kr_dev_from_args args)
 {
@@ -327,8 +324,25 @@ kr_dev_from(const kr_dev_from_args args)
     }
 }
 
+/* A 32-bit word that another agent (the host, a peer GPU) reads: a volatile store, which
+ * reaches it in no promised order with the thread's other stores unless a
+ * __threadfence_system() lies between them. (On the CPU, the driver's double holds it and
+ * applies it at the next fence, cuda_on_cpu.h: CUDA_ON_CPU_STORE_WORD.) */
+static __device__ __forceinline__ void
+kr_dev_store_word(uint64_t addr, uint32_t value)
+{
+#if defined(CUDA_ON_CPU_STORE_WORD)
+    CUDA_ON_CPU_STORE_WORD(addr, value);
+#else
+    *(volatile uint32_t *)addr = value;
+#endif
+}
+
 /* One thread: everything before it on the stream is done (the kernels before it completed);
- * the fence makes their writes visible to every GPU and the host before any word says so. */
+ * the first fence makes their writes visible to every GPU and the host before any word says
+ * so. words[0] goes last, after a fence of its own (kr_dev_signals' contract): whoever sees
+ * it sees every other word of the list written, so may write a newer value of one of them
+ * without this kernel's older one landing after it. */
 extern "C" __global__ void
 kr_dev_signal(const kr_dev_signals *signals)
 {
@@ -337,9 +351,12 @@ kr_dev_signal(const kr_dev_signals *signals)
     }
     __threadfence_system();
     const uint32_t n = signals->n < KR_DEV_MAX_SIGNALS ? signals->n : KR_DEV_MAX_SIGNALS;
-    for (uint32_t i = 0; i < n; i++) {
-        *(volatile uint32_t *)signals->words[i].addr = signals->words[i].value;
+    for (uint32_t i = 1; i < n; i++) {
+        kr_dev_store_word(signals->words[i].addr, signals->words[i].value);
+    }
+    __threadfence_system();
+    if (n > 0) {
+        kr_dev_store_word(signals->words[0].addr, signals->words[0].value);
     }
     __threadfence_system();
 }
-#endif

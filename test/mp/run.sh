@@ -236,6 +236,14 @@ device_cases() {
         # run in the order its operations match, whatever the order in which the rank gave them.
         run_case device-streams-grouporder-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
             "$bindir/streams" -p grouporder
+        # Pipeline parallelism: a send between two GPUs, which the third GPU's leader takes with
+        # no work of its own while its stream's signal kernel of the all-reduce before may still
+        # be writing done words, its stores reaching the host in any order between fences (the
+        # double's): the leader must not write a done word the kernel then moves back.
+        run_case device-streams-ppsend-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
+            "$bindir/streams" -p ppsend
+        run_case device-streams-ppsend-n3-3gpu-onequeue 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
+            CUDA_DEVICE_MAX_CONNECTIONS=1 -- "$bindir/streams" -p ppsend
         run_case device-streams-graphfree-n2-2gpu 2 60 "${dev[@]}" FAKE_CUDA_DEVICES=2 -- \
             "$bindir/streams" -p graphfree
         for part in graph onequeuegraph returns order; do

@@ -11,6 +11,13 @@
  *             ncclGroupEnd, the second stream sees the first's result (NCCL's join);
  *   grouporder  ranks group the same operations differently (a receive and an all-reduce in
  *             one group on rank 0, the all-reduce and then the send on rank 1);
+ *   ppsend    pipeline parallelism's pattern: an all-reduce on every rank, then a send from
+ *             rank 1 to rank 2 that the others take no part in, each rank synchronising its
+ *             stream and checking, many times, with short sleeps of varying length between
+ *             steps; with a GPU per rank, a GPU's leader takes the send with no work of its
+ *             own while its stream's signal kernel of the all-reduce may still be writing the
+ *             ranks' done words (a done word the host wrote newer that the kernel's older
+ *             store moved back would leave a stream waiting for good);
  *   devices   one process, ncclCommInitAll on devices 0 and 1, one thread: a group with a
  *             call on each communicator's stream and a send/receive between them, the device
  *             never set between calls (FAKE_CUDA_DEVICES=2 with the double); then both ranks
@@ -262,6 +269,57 @@ part_grouporder(const struct mp_world *w)
         MP_EXPECT(st_check(x, ST_COUNT, want, 0, s, "all-reduce grouped differently") == 0,
                   "an all-reduce the ranks grouped differently is wrong");
     }
+}
+
+/* Pipeline parallelism's step, ST_PP_ROUNDS times: every rank all-reduces, then rank 1 sends
+ * the result's successor to rank 2 alone. The sleeps, of lengths that vary by round and rank,
+ * move each leader's view of the send against its stream's signal kernel of the all-reduce. */
+#define ST_PP_ROUNDS 300
+#define ST_PP_COUNT 1031
+
+static void
+part_ppsend(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x = st_buffer(ST_PP_COUNT, 1, 0, s);
+    float *msg = st_buffer(ST_PP_COUNT, -1, 0, s);
+    float *host = malloc(ST_PP_COUNT * sizeof(float));
+    const float n = (float)w->nranks;
+
+    MP_ASSERT(w->nranks >= 3, "ppsend needs 3 ranks or more, not %d", w->nranks);
+    MP_ASSERT(host != NULL, "out of memory");
+    for (int i = 0; i < ST_PP_ROUNDS && mp_failures == 0; i++) {
+        /* x = 1 + i on every rank, which the all-reduce makes n (1 + i); rank 1's message,
+         * i + e, is ready before. */
+        for (size_t e = 0; e < ST_PP_COUNT; e++) {
+            host[e] = (float)(1 + i);
+        }
+        mp_cuda_copy(&st_cu, x, host, ST_PP_COUNT * sizeof(float), s);
+        if (w->rank == 1) {
+            for (size_t e = 0; e < ST_PP_COUNT; e++) {
+                host[e] = (float)i + (float)e;
+            }
+            mp_cuda_copy(&st_cu, msg, host, ST_PP_COUNT * sizeof(float), s);
+        }
+        usleep((useconds_t)((i * 37 + w->rank * 53) % 150));
+        MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_PP_COUNT, ncclFloat, ncclSum, w->comm, s));
+        usleep((useconds_t)((i * 71 + w->rank * 29) % 120));
+        if (w->rank == 1) {
+            MP_CHECK_COMM(w->comm, ncclSend(msg, ST_PP_COUNT, ncclFloat, 2, w->comm, s));
+        } else if (w->rank == 2) {
+            MP_CHECK_COMM(w->comm, ncclRecv(msg, ST_PP_COUNT, ncclFloat, 1, w->comm, s));
+        }
+        MP_CU(&st_cu, stream_synchronize(s));
+        MP_EXPECT(st_check(x, ST_PP_COUNT, n * (float)(1 + i), 0, s, "all-reduce") == 0,
+                  "round %d: the all-reduce is wrong", i);
+        if (w->rank == 2) {
+            MP_EXPECT(st_check(msg, ST_PP_COUNT, (float)i, 1, s, "received") == 0,
+                      "round %d: the message from rank 1 is wrong", i);
+        }
+    }
+    free(host);
+    mp_cuda_free(&st_cu, st_kind, x);
+    mp_cuda_free(&st_cu, st_kind, msg);
 }
 
 static void
@@ -1436,10 +1494,10 @@ main(int argc, char **argv)
         } else if (opt == 'X') {
             st_across = true;
         } else {
-            fprintf(stderr, "usage: streams -p returns|order|group|grouporder|devices|refuse|memapi|"
-                            "churn|graph|graphfree|twographs|globalcapture|abort|abortblocked|"
-                            "onequeuegraph|fp8|unsupported|hostonly|nodevice|suspend|grow|window|"
-                            "windowgroup fault "
+            fprintf(stderr, "usage: streams -p returns|order|group|grouporder|ppsend|devices|"
+                            "refuse|memapi|churn|graph|graphfree|twographs|globalcapture|abort|"
+                            "abortblocked|onequeuegraph|fp8|unsupported|hostonly|nodevice|"
+                            "suspend|grow|window|windowgroup|fault "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
             return 2;
         }
@@ -1467,6 +1525,8 @@ main(int argc, char **argv)
         part_group(&world);
     } else if (strcmp(part, "grouporder") == 0) {
         part_grouporder(&world);
+    } else if (strcmp(part, "ppsend") == 0) {
+        part_ppsend(&world);
     } else if (strcmp(part, "refuse") == 0) {
         part_refuse(&world);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)

@@ -16,7 +16,10 @@
  * is compared whole: a stray write anywhere fails as a wrong result does.
  */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,6 +512,113 @@ Test(device_kernels, signal_writes_its_words)
     free(words);
 }
 
+/* The stores the driver's double applied, in its order (fake_cuda_set_store_hook). */
+#define ORDER_MAX 256
+struct store_order {
+    pthread_mutex_t lock;
+    const uint32_t *base; /* words[16 i]: word i */
+    int n;
+    int word[ORDER_MAX];
+};
+
+static void
+store_order_hook(void *arg, const uint32_t *word, uint32_t value)
+{
+    struct store_order *o = arg;
+
+    (void)value;
+    pthread_mutex_lock(&o->lock);
+    if (o->n < ORDER_MAX) {
+        o->word[o->n++] = (int)((word - o->base) / 16);
+    }
+    pthread_mutex_unlock(&o->lock);
+}
+
+/* kr_dev_signal's contract (device_abi.h): words[0] after every other word of its list, a
+ * fence between, so whoever sees words[0] sees the rest. Checked on any driver by watching
+ * words[0] from the host while the kernel runs. The driver's double holds a kernel's stores
+ * and applies those no fence orders in a random order (stores.c); it tells this test each
+ * store it applies, so the order is checked, not guessed from timing: words[0] last in every
+ * launch, and the other words, which no fence orders, not in the list's order every time
+ * (the double does reorder unfenced stores). */
+Test(device_kernels, signal_writes_the_first_word_last)
+{
+    enum { WORDS = 16, LAUNCHES = 24 };
+    struct kr_dev_signals signals = {.n = WORDS};
+    static struct store_order order = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    uint32_t *words = aligned_alloc(4096, 4096);
+    CUdeviceptr words_dev = 0, signals_dev = 0;
+    CUfunction f;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void (*set_hook)(void (*)(void *, const uint32_t *, uint32_t), void *) =
+        lib != NULL ? (void (*)(void (*)(void *, const uint32_t *, uint32_t), void *))dlsym(
+                          lib, "fake_cuda_set_store_hook")
+                    : NULL;
+    int reordered = 0;
+
+    if (!kernels_built()) {
+        cr_skip_test("built without nvcc: no kernels to launch");
+    }
+    cr_assert(words != NULL);
+    cr_assert_eq(gpu_cu.cuMemHostRegister(words, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(&words_dev, words, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&signals_dev, sizeof(signals)), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuModuleGetFunction(&f, module, "kr_dev_signal"), CUDA_SUCCESS);
+    order.base = words;
+    if (set_hook != NULL) {
+        set_hook(store_order_hook, &order);
+    }
+    for (uint32_t l = 0; l < LAUNCHES; l++) {
+        memset(words, 0, 4096);
+        for (uint32_t i = 0; i < WORDS; i++) {
+            signals.words[i] = (struct kr_dev_signal_word){.addr = words_dev + 64 * i,
+                                                           .value = 1000 * (l + 1) + i};
+        }
+        cr_assert_eq(gpu_cu.cuMemcpyAsync(signals_dev, (CUdeviceptr)(uintptr_t)&signals,
+                                          sizeof(signals), stream), CUDA_SUCCESS);
+        cr_assert_eq(gpu_cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
+        order.n = 0;
+        void *params[] = {&signals_dev};
+        cr_assert_eq(gpu_cu.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL),
+                     CUDA_SUCCESS);
+        /* Until words[0] is seen (the stream done without it is a failure too) ... */
+        while (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != 1000 * (l + 1)) {
+            if (gpu_cu.cuStreamQuery(stream) == CUDA_SUCCESS) {
+                cr_assert_eq(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE), 1000 * (l + 1),
+                             "launch %u: words[0] not written", l);
+            }
+        }
+        /* ... then every other word is there. */
+        for (uint32_t i = 1; i < WORDS; i++) {
+            cr_assert_eq(__atomic_load_n(&words[16 * i], __ATOMIC_ACQUIRE), 1000 * (l + 1) + i,
+                         "launch %u: words[0] seen before word %u", l, i);
+        }
+        cr_assert_eq(gpu_cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
+        if (set_hook == NULL) {
+            continue;
+        }
+        cr_assert_eq(order.n, WORDS, "launch %u: %d stores applied", l, order.n);
+        cr_assert_eq(order.word[WORDS - 1], 0, "launch %u: word %d applied last, not words[0]",
+                     l, order.word[WORDS - 1]);
+        for (int i = 1; i < WORDS - 1; i++) {
+            if (order.word[i] < order.word[i - 1]) {
+                reordered++;
+                break;
+            }
+        }
+    }
+    if (set_hook != NULL) {
+        set_hook(NULL, NULL);
+        cr_expect_gt(reordered, 0, "in %d launches the double applied %d unfenced stores in "
+                                   "their order every time: it does not reorder them",
+                     LAUNCHES, WORDS - 1);
+    }
+    gpu_cu.cuMemFree(signals_dev);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
 /* Copies choose the widest word all of a task's pointers are aligned to (16, 8, 4 bytes, or
  * bytes): each of those placements, at every count, with one to three destinations, in
  * place too (a copy onto itself), on grids with blocks and threads in y and z as well. */
@@ -602,6 +712,105 @@ Test(device_kernels, subnormals_kept_whatever_the_callers_mode)
     stream = plain;
 }
 #endif
+
+/* kr_dev_from over a batch its builder got wrong in a way a GPU would run wrongly, at its
+ * level 1, on a grid of blocks_y blocks in y: the driver's double says so and ends the process
+ * (SIGABRT), as an illegal address ends the context on a GPU. A valid batch before spoil: two
+ * tasks of one element, at levels 0 and 1. Only on the double (a GPU runs it, wrongly). */
+static void
+from_refused(void (*spoil)(struct kr_dev_batch *b), unsigned int blocks_y)
+{
+    static struct kr_dev_batch batch;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CUfunction f;
+
+    if (!kernels_built() || lib == NULL || dlsym(lib, "fake_cuda_get_stats") == NULL) {
+        cr_skip_test("the driver's double's refusals: not this driver");
+    }
+    memset(&batch, 0, sizeof(batch));
+    batch.kernel = KR_DEV_ID_f32;
+    batch.kind = KR_SUM;
+    batch.ntasks = 2;
+    for (uint32_t t = 0; t < 2; t++) {
+        batch.tasks[t] = (struct kr_dev_task){.count = 1, .first_src = (uint16_t)t,
+                                              .first_dst = (uint16_t)t, .nsrc = 1, .ndst = 1,
+                                              .level = (uint8_t)t};
+        batch.srcs[t] = (struct kr_dev_src){.ptr = arena.dev + 64 * t};
+        batch.dsts[t] = arena.dev + 256 + 64 * t;
+    }
+    spoil(&batch);
+    cr_assert_eq(gpu_cu.cuModuleGetFunction(&f, module, "kr_dev_from"), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemcpyAsync(batch_dev, (CUdeviceptr)(uintptr_t)&batch, sizeof(batch),
+                                      stream), CUDA_SUCCESS);
+    struct kr_dev_from_args args = {.batch = batch_dev, .level = 1};
+    void *params[] = {&args};
+    cr_assert_eq(gpu_cu.cuLaunchKernel(f, 1, blocks_y, 1, 32, 1, 1, 0, stream, params, NULL),
+                 CUDA_SUCCESS);
+    gpu_cu.cuStreamSynchronize(stream);
+    cr_assert_fail("the double ran kr_dev_from over a batch a GPU would run wrongly");
+}
+
+static void
+spoil_levels_descend(struct kr_dev_batch *b)
+{
+    b->tasks[0].level = 1;
+    b->tasks[1].level = 0;
+}
+
+static void
+spoil_too_many_tasks(struct kr_dev_batch *b)
+{
+    b->ntasks = KR_DEV_MAX_TASKS + 1;
+}
+
+static void
+spoil_unknown_kernel(struct kr_dev_batch *b)
+{
+    b->kernel = KR_DEV_IDS;
+}
+
+static void
+spoil_both_at_level_1(struct kr_dev_batch *b)
+{
+    b->tasks[0].level = 1;
+}
+
+static void
+spoil_operands_past_the_batch(struct kr_dev_batch *b)
+{
+    b->tasks[1].first_src = KR_DEV_MAX_SRCS - 1;
+    b->tasks[1].nsrc = 2;
+}
+
+/* Levels that do not ascend: the kernel's scan for its level's first task assumes they do. */
+Test(device_kernels, from_refuses_levels_that_descend, .signal = SIGABRT)
+{
+    from_refused(spoil_levels_descend, 2);
+}
+
+/* More tasks than a batch holds: the scan would read past them. */
+Test(device_kernels, from_refuses_more_tasks_than_a_batch_holds, .signal = SIGABRT)
+{
+    from_refused(spoil_too_many_tasks, 2);
+}
+
+/* A kernel no id names: the kernel would run nothing, and its ranks would wait for results. */
+Test(device_kernels, from_refuses_an_unknown_kernel, .signal = SIGABRT)
+{
+    from_refused(spoil_unknown_kernel, 2);
+}
+
+/* A level with more tasks than the launch has blocks in y: the rest would never run. */
+Test(device_kernels, from_refuses_a_level_wider_than_its_grid, .signal = SIGABRT)
+{
+    from_refused(spoil_both_at_level_1, 1);
+}
+
+/* A task whose operands lie past the batch's arrays: the kernel would read garbage. */
+Test(device_kernels, from_refuses_operands_past_the_batch, .signal = SIGABRT)
+{
+    from_refused(spoil_operands_past_the_batch, 2);
+}
 
 /* The driver's answers to launches no device runs, and to more threads than the kernels'
  * __launch_bounds__(512): CUDA_ERROR_INVALID_VALUE. */

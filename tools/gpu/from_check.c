@@ -5,7 +5,8 @@
  * built by kr_dev_begin_collect and kr_dev_add, copied into device memory, run by a launch
  * enqueued through kr_dev_launch_from for more tasks and bigger ones than the batch holds, and
  * for one level of it (a decoy task at another level must not run); then
- * kr_dev_signal writing words into page-locked host memory. Every result is compared bit for
+ * kr_dev_signal writing words into page-locked host memory, the first of its list last (the
+ * host, watching, must see the rest once it sees that one). Every result is compared bit for
  * bit with the host reductions. A GPU machine has no Criterion, where test_device_kernels
  * checks the same in CI, so tools/gpu-check runs this instead; make test runs it through the
  * driver's double too.
@@ -116,14 +117,20 @@ out:
     free(want);
 }
 
-/* kr_dev_signal: three words, a cache line apart, in page-locked host memory. */
+/* kr_dev_signal: FROM_WORDS words, a cache line apart, in page-locked host memory, each
+ * launch watched from the host while it runs: once words[0] is seen, every other word of the
+ * list must be there (device_abi.h: words[0] goes last, after a fence), and after the stream,
+ * every word and nothing past them. */
+#define FROM_WORDS 16
+#define FROM_SIGNAL_LAUNCHES 8
+
 static void
 from_signal(const struct gpu_device *dev, CUstream stream, CUdeviceptr batch_dev)
 {
-    struct kr_dev_signals signals = {.n = 3};
+    struct kr_dev_signals signals = {.n = FROM_WORDS};
     uint32_t *words = aligned_alloc(4096, 4096);
     CUdeviceptr words_dev = 0;
-    bool ok = words != NULL;
+    bool ok = words != NULL, ordered = true;
 
     if (ok) {
         memset(words, 0, 4096);
@@ -132,18 +139,31 @@ from_signal(const struct gpu_device *dev, CUstream stream, CUdeviceptr batch_dev
              from_cu(gpu_cu.cuMemHostGetDevicePointer(&words_dev, words, 0),
                      "cuMemHostGetDevicePointer");
     }
-    for (unsigned i = 0; ok && i < signals.n; i++) {
-        signals.words[i] = (struct kr_dev_signal_word){.addr = words_dev + 64 * i,
-                                                       .value = 1000 + i};
+    for (uint32_t l = 0; ok && l < FROM_SIGNAL_LAUNCHES; l++) {
+        const uint32_t first = 1000 * (l + 1);
+        for (uint32_t i = 0; i < signals.n; i++) {
+            signals.words[i] = (struct kr_dev_signal_word){.addr = words_dev + 64 * i,
+                                                           .value = first + i};
+        }
+        ok = from_cu(gpu_cu.cuMemcpyAsync(batch_dev, (CUdeviceptr)(uintptr_t)&signals,
+                                          sizeof(signals), stream), "the signals") &&
+             from_cu(gpu_cu.cuStreamSynchronize(stream), "cuStreamSynchronize") &&
+             kr_dev_signal_from(stream, dev, batch_dev) == ncclSuccess;
+        while (ok && __atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != first &&
+               gpu_cu.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY) {
+        }
+        for (uint32_t i = 1; ok && i < signals.n; i++) {
+            ordered &= __atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != first ||
+                       __atomic_load_n(&words[16 * i], __ATOMIC_ACQUIRE) == first + i;
+        }
+        ok = ok && from_cu(gpu_cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
+        for (uint32_t i = 0; ok && i < signals.n; i++) {
+            ok = __atomic_load_n(&words[16 * i], __ATOMIC_ACQUIRE) == first + i;
+        }
+        ok = ok && words[16 * signals.n] == 0;
     }
-    ok = ok && from_cu(gpu_cu.cuMemcpyAsync(batch_dev, (CUdeviceptr)(uintptr_t)&signals,
-                                            sizeof(signals), stream), "the signals");
-    ok = ok && kr_dev_signal_from(stream, dev, batch_dev) == ncclSuccess;
-    ok = ok && from_cu(gpu_cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
-    for (unsigned i = 0; ok && i < signals.n; i++) {
-        ok = __atomic_load_n(&words[16 * i], __ATOMIC_ACQUIRE) == 1000 + i;
-    }
-    from_expect(ok && words[16 * signals.n] == 0, "kr_dev_signal's three words");
+    from_expect(ok, "kr_dev_signal's words");
+    from_expect(ok && ordered, "kr_dev_signal's words[0] seen before the rest of its list");
     if (words_dev != 0) {
         gpu_cu.cuMemHostUnregister(words);
     }

@@ -40,11 +40,17 @@
  *     context runs through one worker in submission order, so a stream waiting on a word
  *     that later work of another stream of the context would write never gets it;
  *   - kernels: ncclshim's own (kernels/reduce_device.cu), compiled by the host C++ compiler
- *     over cuda_on_cpu.h; the worker runs a launch's every thread of every block one after
- *     another, each seeing its blockIdx and threadIdx and the launch's parameters, which is
- *     exact for kernels that neither share memory nor synchronize (the build refuses any that
- *     do). Launches outside the driver's limits or the kernels' __launch_bounds__ are refused
- *     as the driver refuses them; any other kernel name fails at cuModuleGetFunction;
+ *     over cuda_on_cpu.h; the worker runs a launch's blocks one after another, each thread
+ *     seeing its blockIdx and threadIdx and the launch's parameters: one thread after another
+ *     where they neither share memory nor synchronize, else (kr_dev_from: __shared__ and
+ *     __syncthreads) as coroutines of the block that switch at each barrier, its shared memory
+ *     poisoned at each block's start, a divergent barrier aborting (block.c). A kernel's stores
+ *     to words others read (kr_dev_signal's) are held and reach the host at the storing
+ *     thread's next __threadfence_system or the kernel's end, in a random order, a random
+ *     delay before each (FAKE_CUDA_STORE_DELAY_US, default 20 us; stores.c), as no more than
+ *     CUDA promises. Launches outside the driver's limits or the kernels' __launch_bounds__
+ *     are refused as the driver refuses them; any other kernel name fails at
+ *     cuModuleGetFunction;
  *   - graph capture: only its state, set by fake_cuda_set_capturing for a test;
  *   - sticky errors: a by-value kernel, copy or memory operation touching cuMem memory its
  *     device may not is taken and faults when it runs: its context answers every later call
@@ -52,14 +58,15 @@
  *     (FAKE_CUDA_EXPECT_FAULTS=1: a test that faults on purpose, whose fault is then said
  *     without the complaint's prefix). kr_dev_from and kr_dev_signal still end the process.
  * Not modelled: the legacy default stream's implicit synchronisation with other streams (each
- * context's NULL stream is one more stream), timing, and every function ncclshim never calls
- * (cuGetProcAddress answers those as names the driver lacks: CUDA_SUCCESS, no pointer,
- * SYMBOL_NOT_FOUND).
+ * context's NULL stream is one more stream), timing (but for the delays of kernels' stores),
+ * and every function ncclshim never calls (cuGetProcAddress answers those as names the driver
+ * lacks: CUDA_SUCCESS, no pointer, SYMBOL_NOT_FOUND).
  *
  * Files: proc.c (entry points, errors, devices, contexts), memory.c (allocations, pointer
  * attributes, registration, IPC, cuMem), stream.c (streams, events, copies, launches),
  * kernels_cpu.cpp (the kernels and the grid emulator; cuda_on_cpu.h, what CUDA gives device
- * code), test.c (what tests ask of the double).
+ * code), block.c (a block's threads as coroutines), stores.c (kernels' stores reaching the
+ * host late and out of order), test.c (what tests ask of the double).
  */
 #ifndef FAKE_CUDA_H
 #define FAKE_CUDA_H
@@ -104,6 +111,7 @@ struct fake_config {
      * for every allocation mapped into it (cuda.h's "unique ID for an allocated memory
      * region" allows either reading); by default each allocation (cuMemCreate) has its own. */
     bool reservation_ids;
+    int store_delay_us; /* FAKE_CUDA_STORE_DELAY_US: the mean delay of a kernel's store */
 };
 const struct fake_config *fake_config(void);
 struct fake_device *fake_device(int ordinal);
@@ -149,6 +157,10 @@ enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
  * host code cannot touch) in the double's own mapping of it; registered host memory's device
  * address (cuMemHostGetDevicePointer) translated back; any other address as it is. */
 uintptr_t fake_mem_host_of(uintptr_t addr);
+/* Stream memory operations and kernels' stores reach device memory or registered host
+ * memory, by either of its addresses (fake_mem_host_of translates a device address): the
+ * word the double touches, or 0 where addr is none of those or not 4-byte aligned. */
+uintptr_t fake_mem_op_target(uint64_t addr);
 /* Whether work on `device` may touch the host address: false only inside a cuMem mapping
  * that cuMemSetAccess did not open to that device (an illegal address on a GPU). */
 bool fake_mem_device_reaches(uintptr_t host, int device);
@@ -212,11 +224,30 @@ const struct fake_kernel *fake_kernel_by_id(uint32_t id);
 size_t fake_kernel_elem_bytes(const struct fake_kernel *kernel);
 /* The most threads per block it may be launched with (its __launch_bounds__). */
 unsigned int fake_kernel_max_threads(const struct fake_kernel *kernel);
-/* Runs it on the calling thread (the stream's worker), once for every thread of every block
- * of the grid, each call seeing params as cuLaunchKernel got them. The dimensions are valid
- * (cuLaunchKernel checked them). */
+/* Runs it on the calling thread (the stream's worker): every thread of every block of the
+ * grid, block after block, each thread seeing params as its one parameter (for kr_dev_from
+ * and kr_dev_signal, with the addresses they read already the double's: stream.c). A kernel
+ * with barriers runs a block's threads together (block.c); its stores to words others read
+ * are applied by its end (stores.c). The dimensions are valid (cuLaunchKernel checked them). */
 void fake_kernel_run(const struct fake_kernel *kernel, const void *params,
                      const struct fake_dim3 *grid, const struct fake_dim3 *block);
+
+/* A block's threads as coroutines (block.c): runs main(arg) once per thread of a block of
+ * nthreads on the calling thread, enter(arg, t) before thread t runs or resumes (it sets
+ * threadIdx); __syncthreads (fake_block_sync) suspends a thread until all of them reached it.
+ * A divergent barrier complains and aborts. fake_block_free: the worker's stacks, at its end. */
+void fake_block_run(unsigned nthreads, void (*enter)(void *arg, unsigned thread),
+                    void (*main)(void *arg), void *arg);
+void fake_block_free(void);
+
+/* Kernels' stores to words others read (stores.c): fake_store_word and fake_store_fence
+ * (cuda_on_cpu.h) hold and apply them; the kernel's end applies what is left; the worker's
+ * end frees what it held them in. */
+void fake_store_kernel_end(void);
+void fake_store_free(void);
+/* For tests: hook(arg, word, value) on the worker after each store applied (NULL: none). */
+void fake_store_set_hook(void (*hook)(void *arg, const uint32_t *word, uint32_t value),
+                         void *arg);
 
 /* What tests can ask (test.c): counts of what is still alive, to check that nothing stays
  * behind after a communicator is destroyed or aborted. */

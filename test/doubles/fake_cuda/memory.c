@@ -182,6 +182,16 @@ fake_mem_host_of(uintptr_t addr)
     return host;
 }
 
+uintptr_t
+fake_mem_op_target(uint64_t addr)
+{
+    enum fake_mem_kind kind;
+    int device;
+    uintptr_t host = fake_mem_host_of((uintptr_t)addr);
+    bool known = host != (uintptr_t)addr || fake_mem_lookup((uintptr_t)addr, &kind, &device);
+    return addr % 4 == 0 && known ? host : 0;
+}
+
 /* Device memory as a GPU has it: the program's address (returned, *app_out) is an
  * inaccessible reservation, so host code that touches device memory faults at once; the
  * double's streams, copies and kernels reach the pages through a mapping of their own

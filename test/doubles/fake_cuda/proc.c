@@ -42,6 +42,10 @@ fake_setup(void)
     fake_cfg.can_flush = fake_env_int("FAKE_CUDA_FLUSH_REMOTE_WRITES", 0) != 0;
     const char *ids = getenv("FAKE_CUDA_BUFFER_ID");
     fake_cfg.reservation_ids = ids != NULL && strcmp(ids, "reservation") == 0;
+    fake_cfg.store_delay_us = fake_env_int("FAKE_CUDA_STORE_DELAY_US", 20);
+    if (fake_cfg.store_delay_us < 0) {
+        fake_cfg.store_delay_us = 0;
+    }
     for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
         fake_devices[d].ordinal = d;
         fake_devices[d].ctx.device = d;

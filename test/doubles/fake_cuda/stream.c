@@ -320,6 +320,8 @@ fake_stream_worker(void *arg)
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     free(s);
+    fake_block_free();
+    fake_store_free();
     return NULL;
 }
 
@@ -619,12 +621,23 @@ fake_traffic(int from, int to, unsigned long long bytes)
     pthread_mutex_unlock(&fake_stats_lock);
 }
 
-/* A kernel batch's reads and writes (untranslated addresses), launched on device `by`. */
+/* The tasks of a batch that a launch runs: every one (level -1), or kr_dev_from's of a level. */
+static bool
+fake_task_runs(const struct kr_dev_task *task, int level)
+{
+    return level < 0 || task->level == level;
+}
+
+/* A kernel batch's reads and writes (untranslated addresses) of the tasks a launch on device
+ * `by` runs. */
 static void
-fake_traffic_kernel(const struct kr_dev_batch *b, size_t elem_bytes, int by)
+fake_traffic_kernel(const struct kr_dev_batch *b, size_t elem_bytes, int by, int level)
 {
     for (uint32_t t = 0; t < b->ntasks && t < KR_DEV_MAX_TASKS; t++) {
         const struct kr_dev_task *task = &b->tasks[t];
+        if (!fake_task_runs(task, level)) {
+            continue;
+        }
         unsigned long long bytes = task->count * elem_bytes;
         for (uint32_t i = 0; i < task->nsrc && task->first_src + i < KR_DEV_MAX_SRCS; i++) {
             fake_traffic(fake_owner(b->srcs[task->first_src + i].ptr), by, bytes);
@@ -636,20 +649,6 @@ fake_traffic_kernel(const struct kr_dev_batch *b, size_t elem_bytes, int by)
 }
 
 /* --- memory operations ---------------------------------------------------------------------- */
-
-/* Stream memory operations reach device memory or registered host memory, by either of its
- * addresses (fake_mem_host_of translates a device address): the word the double touches, or 0
- * where addr is none of those or not 4-byte aligned. (kr_dev_signal's words; the memop calls
- * themselves are checked as cuda.h has them, fake_mem_op_check.) */
-static uintptr_t
-fake_mem_op_target(CUdeviceptr addr)
-{
-    enum fake_mem_kind kind;
-    int device;
-    uintptr_t host = fake_mem_host_of((uintptr_t)addr);
-    bool known = host != (uintptr_t)addr || fake_mem_lookup((uintptr_t)addr, &kind, &device);
-    return addr % 4 == 0 && known ? host : 0;
-}
 
 /* A stream memory operation of `kind` on the 32-bit word at addr, whose flags were checked. */
 static CUresult
@@ -958,52 +957,82 @@ cuFuncLoad(CUfunction function)
                                                         : CUDA_ERROR_INVALID_HANDLE;
 }
 
-/* Our kernels' one parameter (kernels/device_abi.h) with every address translated, as
- * fake_device_address does; false where one may not be touched. */
+/* Our kernels' one parameter (kernels/device_abi.h) with every address of the tasks a launch
+ * runs (level: as fake_task_runs) translated, as fake_device_address does; false where one may
+ * not be touched. A task whose operands or destinations lie past the batch's arrays (a bug in
+ * its builder, which the GPU would run over garbage) is refused. */
 static bool
-fake_batch_translate(struct kr_dev_batch *b, int device)
+fake_batch_translate(struct kr_dev_batch *b, int device, int level)
 {
+    uint64_t srcs_done = 0, dsts_done = 0; /* each translated once, though tasks share it */
     bool ok = true;
 
     for (uint32_t t = 0; t < b->ntasks && t < KR_DEV_MAX_TASKS; t++) {
         const struct kr_dev_task *task = &b->tasks[t];
-        for (uint32_t i = task->first_src; i < (uint32_t)task->first_src + task->nsrc &&
-                                            i < KR_DEV_MAX_SRCS; i++) {
+        if (!fake_task_runs(task, level)) {
+            continue;
+        }
+        if (task->first_src + task->nsrc > KR_DEV_MAX_SRCS ||
+            task->first_dst + task->ndst > KR_DEV_MAX_DSTS) {
+            fake_complain("a kernel's task %u reads operands %u..%u and writes destinations "
+                          "%u..%u: past the batch's %d and %d", t, task->first_src,
+                          task->first_src + task->nsrc, task->first_dst,
+                          task->first_dst + task->ndst, KR_DEV_MAX_SRCS, KR_DEV_MAX_DSTS);
+            return false;
+        }
+        for (uint32_t i = task->first_src; i < (uint32_t)task->first_src + task->nsrc; i++) {
+            if (srcs_done & (1ull << i)) {
+                continue;
+            }
+            srcs_done |= 1ull << i;
             ok &= fake_device_address(&b->srcs[i].ptr, device, "a kernel");
             if (b->srcs[i].scalar_ptr != 0) {
                 ok &= fake_device_address(&b->srcs[i].scalar_ptr, device, "a kernel");
             }
         }
-        for (uint32_t i = task->first_dst; i < (uint32_t)task->first_dst + task->ndst &&
-                                            i < KR_DEV_MAX_DSTS; i++) {
-            ok &= fake_device_address(&b->dsts[i], device, "a kernel");
+        for (uint32_t i = task->first_dst; i < (uint32_t)task->first_dst + task->ndst; i++) {
+            if (!(dsts_done & (1ull << i))) {
+                dsts_done |= 1ull << i;
+                ok &= fake_device_address(&b->dsts[i], device, "a kernel");
+            }
         }
     }
     return ok;
 }
 
-/* The struct at device address `at`, as work on `device` reads it when it runs, copied into
- * out; false (having complained) where it may not be read. */
-static bool
-fake_read_at(uint64_t at, int device, void *out, size_t bytes, const char *what)
+/* The struct of `bytes` at device address `at`, as work on `device` reads it when it runs: the
+ * double's address of it; 0 (having complained) where it may not be read. */
+static uintptr_t
+fake_read_at(uint64_t at, int device, size_t bytes, const char *what)
 {
-    if (at == 0 || !fake_device_address(&at, device, what)) {
-        fake_complain("%s reads its parameter block at 0x%llx, which device %d cannot read",
-                      what, (unsigned long long)at, device);
-        return false;
+    uint64_t first = at, last = at + bytes - 1;
+    if (at == 0 || !fake_device_address(&first, device, what) ||
+        !fake_device_address(&last, device, what) || last - first != bytes - 1) {
+        fake_complain("%s reads its parameter block of %zu bytes at 0x%llx, which device %d "
+                      "cannot read", what, bytes, (unsigned long long)at, device);
+        return 0;
     }
-    memcpy(out, (const void *)(uintptr_t)at, bytes);
-    return true;
+    return (uintptr_t)first;
 }
 
-/* The tasks of one level of a batch, as kr_dev_from's prologue picks them (block y runs the
- * level's y-th task): moved to the front, the others dropped. A batch whose levels do not
- * ascend is a bug in its builder, which the GPU would run wrongly: refused. */
+/* kr_dev_from's batch as the launch reads it: checked, counted, and its level's addresses
+ * translated (the kernel itself copies it into shared memory, finds the level's tasks and
+ * runs them). What the GPU would run wrongly, being a bug of the batch's builder, is refused:
+ * an unknown kernel, more tasks than a batch holds, levels that do not ascend (the kernel's
+ * scan assumes they do), a level with more tasks than the launch has blocks in y (the rest
+ * would never run). */
 static void
-fake_batch_level(struct kr_dev_batch *batch, uint32_t level)
+fake_from_prepare(struct kr_dev_batch *batch, const struct kr_dev_from_args *args,
+                  const struct fake_op *op)
 {
-    uint32_t n = 0;
+    uint32_t in_level = 0;
+    const struct fake_kernel *kernel = fake_kernel_by_id(batch->kernel);
 
+    if (batch->ntasks > KR_DEV_MAX_TASKS || kernel == NULL) {
+        fake_complain("kr_dev_from: a batch of %u tasks naming kernel %u", batch->ntasks,
+                      batch->kernel);
+        abort();
+    }
     for (uint32_t t = 0; t < batch->ntasks; t++) {
         if (t > 0 && batch->tasks[t].level < batch->tasks[t - 1].level) {
             fake_complain("kr_dev_from: task %u's level %u after level %u: the levels of a "
@@ -1011,17 +1040,24 @@ fake_batch_level(struct kr_dev_batch *batch, uint32_t level)
                           batch->tasks[t - 1].level);
             abort();
         }
-        if (batch->tasks[t].level == level) {
-            batch->tasks[n++] = batch->tasks[t];
-        }
+        in_level += batch->tasks[t].level == args->level;
     }
-    batch->ntasks = n;
+    if (in_level > op->grid.y) {
+        fake_complain("kr_dev_from: level %u of the batch has %u tasks, the launch %u blocks "
+                      "in y: the rest would never run", args->level, in_level, op->grid.y);
+        abort();
+    }
+    fake_traffic_kernel(batch, fake_kernel_elem_bytes(kernel), op->device, (int)args->level);
+    if (!fake_batch_translate(batch, op->device, (int)args->level)) {
+        abort();
+    }
 }
 
-/* A launch, when it runs. kr_dev_from reads its batch now (what it reads and writes is
- * counted and checked then); kr_dev_signal writes its words, each with release order after
- * everything before it on the stream. An address the kernel may not touch is an illegal
- * address on a GPU, which ends the context's every later call: the process ends here. */
+/* A launch, when it runs: its kernel's own code (kernels_cpu.cpp). kr_dev_from reads its batch
+ * now (what it reads and writes is counted and checked then), from a copy whose addresses are
+ * the double's; kr_dev_signal reads its list of words where it lies, and its stores reach the
+ * host as stores.c has them. An address the kernel may not touch is an illegal address on a
+ * GPU, which ends the context's every later call: the process ends here. */
 static void
 fake_kernel_execute(const struct fake_op *op)
 {
@@ -1030,53 +1066,35 @@ fake_kernel_execute(const struct fake_op *op)
         fake_kernel_run(op->kernel, op->params, &op->grid, &op->block);
         return;
     case FAKE_PARAM_BATCH_AT: {
-        struct kr_dev_batch batch;
+        struct kr_dev_batch batch; /* on the worker's stack while the kernel runs */
         struct kr_dev_from_args args;
         memcpy(&args, op->params, sizeof(args));
-        if (!fake_read_at(args.batch, op->device, &batch, sizeof(batch), "kr_dev_from")) {
+        uintptr_t at = fake_read_at(args.batch, op->device, sizeof(batch), "kr_dev_from");
+        if (at == 0) {
             abort();
         }
-        const struct fake_kernel *kernel = fake_kernel_by_id(batch.kernel);
-        if (batch.ntasks > KR_DEV_MAX_TASKS || kernel == NULL) {
-            fake_complain("kr_dev_from: a batch of %u tasks naming kernel %u", batch.ntasks,
-                          batch.kernel);
-            abort();
-        }
-        fake_batch_level(&batch, args.level);
-        fake_traffic_kernel(&batch, fake_kernel_elem_bytes(kernel), op->device);
-        if (!fake_batch_translate(&batch, op->device)) {
-            abort();
-        }
-        /* Blocks past the batch's tasks return at once (the kernel's prologue). */
-        struct fake_dim3 grid = op->grid;
-        grid.y = grid.y < batch.ntasks ? grid.y : batch.ntasks;
-        if (grid.y > 0) {
-            fake_kernel_run(kernel, &batch, &grid, &op->block);
-        }
+        memcpy(&batch, (const void *)at, sizeof(batch));
+        fake_from_prepare(&batch, &args, op);
+        args.batch = (uint64_t)(uintptr_t)&batch;
+        fake_kernel_run(op->kernel, &args, &op->grid, &op->block);
         return;
     }
     case FAKE_PARAM_SIGNALS_AT: {
-        struct kr_dev_signals signals;
         uint64_t at;
         memcpy(&at, op->params, sizeof(at));
-        if (!fake_read_at(at, op->device, &signals, sizeof(signals), "kr_dev_signal")) {
+        uintptr_t signals = fake_read_at(at, op->device, sizeof(struct kr_dev_signals),
+                                         "kr_dev_signal");
+        if (signals == 0) {
             abort();
         }
-        if (signals.n > KR_DEV_MAX_SIGNALS) {
-            fake_complain("kr_dev_signal: a list of %u words (at most %d)", signals.n,
+        uint32_t n = ((const struct kr_dev_signals *)signals)->n;
+        if (n > KR_DEV_MAX_SIGNALS) {
+            fake_complain("kr_dev_signal: a list of %u words (at most %d)", n,
                           KR_DEV_MAX_SIGNALS);
             abort();
         }
-        for (uint32_t i = 0; i < signals.n; i++) {
-            uintptr_t word = fake_mem_op_target(signals.words[i].addr);
-            if (word == 0) {
-                fake_complain("kr_dev_signal writes a word at 0x%llx, which is not device "
-                              "memory or registered host memory",
-                              (unsigned long long)signals.words[i].addr);
-                abort();
-            }
-            __atomic_store_n((uint32_t *)word, signals.words[i].value, __ATOMIC_RELEASE);
-        }
+        uint64_t param = signals;
+        fake_kernel_run(op->kernel, &param, &op->grid, &op->block);
         return;
     }
     }
@@ -1103,10 +1121,10 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
     /* A batch by value is looked at now; one read at run time, when the launch runs. */
     bool by_value = fake_kernel_param_of(f->kernel) == FAKE_PARAM_BATCH;
     if (s != NULL && by_value) {
-        fake_traffic_kernel(op->params, fake_kernel_elem_bytes(f->kernel), s->ctx->device);
+        fake_traffic_kernel(op->params, fake_kernel_elem_bytes(f->kernel), s->ctx->device, -1);
     }
     /* The launch is taken; it faults when it runs (its context's sticky error), as on a GPU. */
-    if (s != NULL && by_value && !fake_batch_translate(op->params, s->ctx->device)) {
+    if (s != NULL && by_value && !fake_batch_translate(op->params, s->ctx->device, -1)) {
         op->fault = "a kernel touched cuMem memory its device may not";
     }
     op->params_bytes = bytes;
