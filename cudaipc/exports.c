@@ -87,7 +87,8 @@ cipc_forgets_wait(struct cipc_team *team)
     const uint32_t *closed = team->ctrls[team->rank]->forgets_closed;
 
     for (int k = 0; k < team->nleaders; k++) {
-        while (__atomic_load_n(&closed[k], __ATOMIC_ACQUIRE) != team->forgets_sent) {
+        while (__atomic_load_n(&closed[k], __ATOMIC_ACQUIRE) != team->forgets_sent &&
+               !cipc_leader_unmapped(team, k)) {
             SHIM_CHECK(cipc_team_error(team));
             if (__atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
                 return ncclInvalidUsage;

@@ -16,6 +16,7 @@
  *   consumed[k]  leader k's host: this rank's descriptors taken, up to this number
  *   forgets_closed[k]  leader k closed what this rank's first forgets_closed[k] forgets named
  *   left         the rank destroyed or aborted its side: a rank still needed will not come
+ *   unmapped     a leader that left closed every mapping it held (exports.c waits for it)
  *   ring         CIPC_RING descriptors: operation n is in slot n % CIPC_RING
  * and, in a leader's block: doorbell (a rank posted; the leader sleeps on it), leader_done
  * (its stream's operations done, for its mapping cache and deferred done words), level (the
@@ -108,6 +109,7 @@ struct cipc_ctrl {
     struct shm_flag doorbell;
     _Alignas(64) int32_t error;
     int32_t left;
+    int32_t unmapped;  /* a leader that left: every mapping of other ranks' memory is closed */
     uint32_t forgets;
     uint32_t forgets_closed[CIPC_MAX_LEADERS]; /* exports.c */
     char channel[CIPC_CHANNEL_NAME_MAX];
@@ -246,9 +248,13 @@ void cipc_done_stand_in(struct cipc_team *team);
 void cipc_done_release(struct cipc_team *team, uint32_t seq);
 /* The connection to leader k's socket, opened on first need. */
 ncclResult_t cipc_channel_open(struct cipc_team *team, int k);
-/* Sends msg (and fd, unless -1) to every leader; remote_only: to those in other processes. */
+/* Sends msg (and fd, unless -1) to every leader that has not left; remote_only: to those in
+ * other processes. */
 ncclResult_t cipc_channel_send_all(struct cipc_team *team, const struct cipc_channel_msg *msg,
                                    int fd, bool remote_only);
+/* Whether leader k holds no mapping of this rank's memory any more: it left and closed them
+ * (or its process died with them). */
+bool cipc_leader_unmapped(const struct cipc_team *team, int k);
 /* Rings every leader's doorbell. */
 void cipc_leaders_ring(struct cipc_team *team);
 /* Posts the descriptors of this rank's ring up to last (a whole group) and rings the leaders. */

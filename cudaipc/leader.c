@@ -138,6 +138,8 @@ cipc_leader_destroy(struct cipc_team *team, bool abort)
     free(L->conns);
     cipc_leader_free(L);
     team->leader = NULL;
+    /* A rank deregistering memory this leader mapped may let its owner free it now. */
+    __atomic_store_n(&team->ctrls[team->rank]->unmapped, 1, __ATOMIC_RELEASE);
 }
 
 /* A rank of this very process on another device the leader's reaches: its addresses serve

@@ -203,6 +203,13 @@ cipc_done_stand_in(struct cipc_team *team)
     }
 }
 
+/* Whether leader k destroyed or aborted its side (or its process died). */
+static bool
+cipc_leader_left(const struct cipc_team *team, int k)
+{
+    return cipc_rank_gone(team, team->leaders[k]);
+}
+
 /* A leader opens its socket as it forms its side of the team, right after the exchange that
  * ends init; a rank that posts at once may come first, so refusals are retried until
  * NCCLSHIM_BOOTSTRAP_TIMEOUT (or the leader's death). */
@@ -239,13 +246,29 @@ cipc_channel_send_all(struct cipc_team *team, const struct cipc_channel_msg *msg
                       bool remote_only)
 {
     for (int k = 0; k < team->nleaders; k++) {
-        if (remote_only && cipc_leader_here(team, k)) {
+        /* A leader that left takes no more operations and closes what it mapped: nothing to
+         * tell it, and its socket may be gone already (a failed send tells the same). */
+        if ((remote_only && cipc_leader_here(team, k)) || cipc_leader_left(team, k)) {
             continue;
         }
-        SHIM_CHECK(cipc_channel_open(team, k));
-        SHIM_CHECK(cipc_channel_send(team->channel_fds[k], msg, fd));
+        ncclResult_t res = cipc_channel_open(team, k);
+        if (res == ncclSuccess) {
+            res = cipc_channel_send(team->channel_fds[k], msg, fd);
+        }
+        if (res != ncclSuccess && !cipc_leader_left(team, k)) {
+            return res;
+        }
     }
     return ncclSuccess;
+}
+
+bool
+cipc_leader_unmapped(const struct cipc_team *team, int k)
+{
+    const int lr = team->leaders[k];
+    return lr != team->rank &&
+           (__atomic_load_n(&team->ctrls[lr]->unmapped, __ATOMIC_ACQUIRE) != 0 ||
+            !shm_team_peer_alive(team->shm, lr));
 }
 
 void

@@ -333,6 +333,7 @@ device_cases() {
         -- "$bindir/streams" -p window
     run_case device-streams-group-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p group
     run_case device-streams-grouporder-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p grouporder
+    run_case device-streams-leaderleft-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p leaderleft
     # Captures with ranks on one GPU: every rank leads its own share (NCCLSHIM_RANK_LEADERS=1),
     # since a leader that shares its GPU refuses a capture in its process (onequeuegraph).
     local lead=("${dev[@]}" NCCLSHIM_RANK_LEADERS=1)

@@ -113,7 +113,10 @@
  *             its kernel faults and its context is unusable for good (a sticky error): every
  *             rank learns the failure from ncclCommGetAsyncError, none hangs; rank 0's next call
  *             is ncclUnhandledCudaError naming the driver's error; abort returns everywhere and
- *             releases the others' streams (FAKE_CUDA_EXPECT_FAULTS=1 with the double).
+ *             releases the others' streams (FAKE_CUDA_EXPECT_FAULTS=1 with the double);
+ *   leaderleft  every rank registers cudaMalloc memory and all-reduces on it; rank 0, the
+ *             leader, destroys its communicator first; the others' ncclCommDeregister then
+ *             returns at once, and their memory may be freed.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -671,6 +674,37 @@ part_register(const struct mp_world *w, bool graph)
     MP_CHECK_COMM(w->comm, ncclAllReduce(init, init, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
     MP_EXPECT(st_check(init, ST_COUNT, sum, 2 * (float)n, s, "after deregistration") == 0,
               "wrong all-reduce after deregistration");
+}
+
+/* A leader that destroyed its communicator first: the others' later ncclCommDeregister (a
+ * local call, as in NCCL) still returns at once, and their memory may be freed after it, since
+ * the leader's mappings went with its side of the team. */
+static void
+part_leaderleft(const struct mp_world *w)
+{
+    const size_t bytes = ST_COUNT * sizeof(float);
+    CUstream s = st_stream();
+    void *handle = NULL;
+
+    float *y = mp_cuda_alloc(&st_cu, MP_MEM_DEVICE, bytes);
+    MP_CHECK_COMM(w->comm, ncclCommRegister(w->comm, y, bytes, &handle));
+    float *init = st_buffer(ST_COUNT, (float)w->rank, 2, s);
+    mp_cuda_copy(&st_cu, y, init, bytes, s);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, ncclSum, w->comm, s));
+    MP_CU(&st_cu, stream_synchronize(s));
+    mp_barrier(w->comm, w->nranks);
+    if (w->rank == 0) {
+        MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+        MP_CHECK(ncclCommDestroy(w->comm));
+    } else {
+        usleep(500 * 1000); /* rank 0, the leader, has gone by now */
+        double started = mp_now();
+        MP_CHECK_COMM(w->comm, ncclCommDeregister(w->comm, handle));
+        MP_EXPECT(mp_now() - started < 5.0, "ncclCommDeregister took %.1f s after the leader "
+                  "left", mp_now() - started);
+        MP_CHECK(ncclCommDestroy(w->comm));
+    }
+    mp_cuda_free(&st_cu, MP_MEM_DEVICE, y); /* nothing maps it any more */
 }
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0)
@@ -1497,7 +1531,7 @@ main(int argc, char **argv)
             fprintf(stderr, "usage: streams -p returns|order|group|grouporder|ppsend|devices|"
                             "refuse|memapi|churn|graph|graphfree|twographs|globalcapture|abort|"
                             "abortblocked|onequeuegraph|fp8|unsupported|hostonly|nodevice|"
-                            "suspend|grow|window|windowgroup|fault "
+                            "suspend|grow|window|windowgroup|fault|leaderleft "
                             "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
             return 2;
         }
@@ -1563,6 +1597,9 @@ main(int argc, char **argv)
         part_onequeuegraph(&world);
     } else if (strcmp(part, "fault") == 0) {
         part_fault(&world);
+        world.comm = NULL;
+    } else if (strcmp(part, "leaderleft") == 0) {
+        part_leaderleft(&world);
         world.comm = NULL;
     } else if (strcmp(part, "fp8") == 0) {
         part_fp8(&world);
