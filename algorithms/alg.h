@@ -144,6 +144,32 @@ alg_range_make(enum alg_buf buf, size_t off, size_t len)
     return r;
 }
 
+/*
+ * Scratch for pipelined reductions: `count` slots of `bytes`, taken in turn by the receives
+ * of alg_recv_reduce, so that scratch stays bounded however many pieces a schedule has. A
+ * receive into a slot waits for the reduction that last read it.
+ */
+struct alg_slots {
+    int count;
+    size_t bytes;        /* of one slot */
+    int *user;           /* per slot: the reduction that last read it, -1 for none */
+    unsigned long taken; /* receives so far: the next one takes slot taken % count */
+};
+
+/* count slots (one if count < 1) of `bytes` each, none read yet; the builder sets
+ * sched->scratch_bytes. false, the schedule marked out of memory, if the bookkeeping cannot
+ * be allocated. alg_slots_free frees it. */
+bool alg_slots_init(struct alg_slots *slots, struct alg_sched *sched, int count, size_t bytes);
+void alg_slots_free(struct alg_slots *slots);
+/* Receives dst.len bytes from peer into the next slot, then dst = a op slot with `flags`,
+ * waiting for the receive, dep0 and dep1. Returns the reduction. */
+int alg_recv_reduce(struct alg_sched *sched, struct alg_slots *slots, int peer,
+                    struct alg_range dst, struct alg_range a, unsigned flags, int dep0, int dep1);
+
+/* The whole schedule of a reduction on a single rank: RECV = SEND over args->count elements
+ * (> 0), pre-multiplied and post-divided as the op asks. */
+ncclResult_t alg_reduce_alone(const struct alg_args *args, struct alg_sched *sched);
+
 /* Splits `count` elements into n blocks as evenly as possible: the first count % n blocks
  * hold one extra element. Block i starts at element *first_out and holds *len_out. */
 static inline void
@@ -152,6 +178,17 @@ alg_block(size_t count, int n, int i, size_t *first_out, size_t *len_out)
     size_t base = count / (size_t)n, extra = count % (size_t)n, idx = (size_t)i;
     *first_out = idx * base + (idx < extra ? idx : extra);
     *len_out = base + (idx < extra ? 1 : 0);
+}
+
+/* The chunks that `elems` elements cut into so that each holds at most args->chunk_bytes and
+ * at least one element. */
+static inline int
+alg_nchunks(const struct alg_args *args, size_t elems)
+{
+    size_t chunk_elems = args->chunk_bytes / args->elem_size;
+
+    chunk_elems = chunk_elems > 0 ? chunk_elems : 1;
+    return (int)((elems + chunk_elems - 1) / chunk_elems);
 }
 
 /* Non-negative modulo, for rank arithmetic around a ring. */

@@ -31,16 +31,6 @@
 
 #include <stdlib.h>
 
-/* Chunks in the buffer: enough that each is at most chunk_bytes, at least one element. */
-static int
-chain_nchunks(const struct alg_args *args)
-{
-    size_t chunk_elems = args->chunk_bytes / args->elem_size;
-
-    chunk_elems = chunk_elems > 0 ? chunk_elems : 1;
-    return (int)((args->count + chunk_elems - 1) / chunk_elems);
-}
-
 static struct alg_range
 chain_chunk(const struct alg_args *args, enum alg_buf buf, int chunk, int nchunks)
 {
@@ -60,7 +50,7 @@ alg_chain_broadcast(const struct alg_args *args, struct alg_sched *sched)
     if (args->count == 0) {
         return alg_sched_finish(sched);
     }
-    const int nchunks = chain_nchunks(args);
+    const int nchunks = alg_nchunks(args, args->count);
     if (pos == 0) {
         const size_t bytes = alg_bytes(args, args->count);
         alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
@@ -93,7 +83,7 @@ static void
 chain_cost(const struct alg_args *args, struct alg_cost *cost_out, bool reduces)
 {
     const double n = args->nranks, bytes = (double)alg_bytes(args, args->count);
-    const double nchunks = args->count > 0 ? chain_nchunks(args) : 0;
+    const double nchunks = args->count > 0 ? alg_nchunks(args, args->count) : 0;
     const double times = n > 1 && nchunks > 0 ? nchunks + n - 2 : 0;
 
     cost_out->steps = times;
@@ -118,13 +108,10 @@ alg_chain_reduce(const struct alg_args *args, struct alg_sched *sched)
         return alg_sched_finish(sched);
     }
     if (n == 1) {
-        const size_t bytes = alg_bytes(args, args->count);
-        alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
-                 alg_range_make(ALG_BUF_SEND, 0, bytes), ALG_PRE_A | ALG_POST, -1, -1);
-        return alg_sched_finish(sched);
+        return alg_reduce_alone(args, sched);
     }
 
-    const int nchunks = chain_nchunks(args);
+    const int nchunks = alg_nchunks(args, args->count);
     const size_t slot_bytes =
         alg_bytes(args, (args->count + (size_t)nchunks - 1) / (size_t)nchunks);
     const int slots = args->slots > 1 ? args->slots : 1;

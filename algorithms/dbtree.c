@@ -71,10 +71,7 @@ alg_dbtree_allreduce(const struct alg_args *args, struct alg_sched *sched)
         return alg_sched_finish(sched);
     }
     if (args->nranks == 1) {
-        size_t bytes = alg_bytes(args, count);
-        alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
-                 alg_range_make(ALG_BUF_SEND, 0, bytes), ALG_PRE_A | ALG_POST, -1, -1);
-        return alg_sched_finish(sched);
+        return alg_reduce_alone(args, sched);
     }
     for (int t = 0; t < 2; t++) {
         alg_dbtree_links(t, args->rank, args->nranks, &parent[t], child[t], &nchild[t]);

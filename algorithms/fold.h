@@ -46,22 +46,31 @@ alg_fold_real(const struct alg_fold *f, int i)
     return i < f->rem ? 2 * i : i + f->rem;
 }
 
-/* A folded-away rank's whole part for one piece: hand the piece to the even neighbour (scaled
- * first when the op pre-multiplies: raw input never leaves a rank) and take the finished piece
- * back into recv once the send is done. */
-static inline void
-alg_fold_hand_off(struct alg_sched *sched, const struct alg_args *args, struct alg_range send,
-                  struct alg_range recv)
-{
-    int sent;
+/* One piece of an all-reduce's vector, as alg_fold_allreduce hands it to the core. */
+struct alg_fold_piece {
+    size_t base, len;            /* elements */
+    struct alg_range send, recv; /* the piece in SEND and in RECV */
+    bool raw;                    /* RECV does not hold our values yet: they are SEND, unscaled */
+    int last;                    /* if !raw, the step after which RECV holds them */
+};
 
-    if (args->prescale) {
-        int scaled = alg_copy(sched, recv, send, ALG_PRE_A, -1, -1);
-        sent = alg_send(sched, args->rank - 1, recv, scaled, -1);
-    } else {
-        sent = alg_send(sched, args->rank - 1, send, -1, -1);
-    }
-    alg_recv(sched, args->rank - 1, recv, sent, -1);
-}
+/* The power-of-two part of an all-reduce on one piece, on a rank that takes part in it
+ * (fold->newrank >= 0), its receives in `slots`: returns the step after which the piece is
+ * final in RECV. */
+typedef int (*alg_fold_core_fn)(const struct alg_args *args, struct alg_sched *sched,
+                                const struct alg_fold *fold, struct alg_slots *slots,
+                                const struct alg_fold_piece *piece);
+
+/*
+ * An all-reduce over the fold, for recursive doubling and Rabenseifner: the vector is cut
+ * into pieces of at most piece_elems elements (> 0), and the whole schedule runs once per
+ * piece, piece-major. Per piece, an odd fold rank hands its piece to its even neighbour
+ * (scaled first when the op pre-multiplies: raw input never leaves a rank) and takes the
+ * result back; the even one receives it into a slot and reduces it with its own scaled input,
+ * runs `core` and sends the result back; the others run `core` alone. Scratch: args->slots
+ * slots of a piece each, on every rank that takes part.
+ */
+ncclResult_t alg_fold_allreduce(const struct alg_args *args, struct alg_sched *sched,
+                                size_t piece_elems, alg_fold_core_fn core);
 
 #endif

@@ -31,8 +31,6 @@
 #include "alg.h"
 #include "fold.h"
 
-#include <stdlib.h>
-
 /* First element of block `b` of a piece of `len` elements cut into p2 blocks; b may be p2. */
 static size_t
 rab_first(size_t len, int p2, int b)
@@ -63,113 +61,76 @@ rab_piece_elems(size_t len, int p2, int levels, int i)
     return elems;
 }
 
+/* Elements per piece: p2 chunks (0: the whole vector), at least one element per block. */
+static size_t
+rab_piece_size(const struct alg_args *args, int p2)
+{
+    size_t elems = args->chunk_bytes ? args->chunk_bytes / args->elem_size * (size_t)p2
+                                     : args->count;
+    return elems > 0 ? elems : (size_t)p2;
+}
+
+/* Halving, then doubling, on one piece. */
+static int
+rab_allreduce_core(const struct alg_args *args, struct alg_sched *sched,
+                   const struct alg_fold *sh, struct alg_slots *slots,
+                   const struct alg_fold_piece *piece)
+{
+    const int p2 = sh->p2, me = sh->newrank;
+    const size_t base = piece->base, len = piece->len;
+    int halving[32]; /* each halving round's send; levels <= 30, p2 being an int */
+    bool raw = piece->raw; /* RECV does not hold our values yet: they are SEND, unscaled */
+    int last = piece->last;
+    int lo = 0, hi = p2;
+
+    for (int k = 0; k < sh->levels; k++) {
+        const int d = p2 >> (k + 1), mid = lo + d;
+        const int peer = alg_fold_real(sh, me ^ d);
+        const bool upper = (me & d) != 0;
+        const int klo = upper ? mid : lo, khi = upper ? hi : mid;
+        const int glo = upper ? lo : mid, ghi = upper ? mid : hi;
+        const enum alg_buf cur = raw ? ALG_BUF_SEND : ALG_BUF_RECV;
+        struct alg_range give = rab_blocks(args, cur, base, len, p2, glo, ghi);
+        struct alg_range keep = rab_blocks(args, ALG_BUF_RECV, base, len, p2, klo, khi);
+        struct alg_range keep_cur = rab_blocks(args, cur, base, len, p2, klo, khi);
+        int dep = last;
+
+        if (raw && args->prescale) {
+            struct alg_range scaled = rab_blocks(args, ALG_BUF_RECV, base, len, p2, glo, ghi);
+            dep = alg_copy(sched, scaled, give, ALG_PRE_A, -1, -1);
+            give = scaled;
+        }
+        halving[k] = alg_send(sched, peer, give, dep, -1);
+        last = alg_recv_reduce(sched, slots, peer, keep, keep_cur,
+                               (raw ? ALG_PRE_A : 0) | (k == sh->levels - 1 ? ALG_POST : 0),
+                               last, -1);
+        raw = false;
+        lo = klo;
+        hi = khi;
+    }
+    for (int k = sh->levels - 1; k >= 0; k--) {
+        const int d = p2 >> (k + 1), plo = lo ^ d;
+        const int peer = alg_fold_real(sh, me ^ d);
+        alg_send(sched, peer, rab_blocks(args, ALG_BUF_RECV, base, len, p2, lo, lo + d), last,
+                 -1);
+        last = alg_recv(sched, peer, rab_blocks(args, ALG_BUF_RECV, base, len, p2, plo, plo + d),
+                        halving[k], last);
+        lo = lo < plo ? lo : plo;
+    }
+    return last;
+}
+
 ncclResult_t
 alg_rabenseifner_allreduce(const struct alg_args *args, struct alg_sched *sched)
 {
-    const int n = args->nranks, rank = args->rank;
-    const struct alg_fold sh = alg_fold_make(rank, n);
-    const bool odd = sh.newrank < 0, even = !odd && rank < 2 * sh.rem;
-    const int p2 = sh.p2, me = sh.newrank;
-    const size_t E = args->elem_size;
-
     if (args->count == 0) {
         return alg_sched_finish(sched);
     }
-    if (n == 1) {
-        const size_t bytes = alg_bytes(args, args->count);
-        alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
-                 alg_range_make(ALG_BUF_SEND, 0, bytes), ALG_PRE_A | ALG_POST, -1, -1);
-        return alg_sched_finish(sched);
+    if (args->nranks == 1) {
+        return alg_reduce_alone(args, sched);
     }
-    size_t piece_elems = args->chunk_bytes ? args->chunk_bytes / E * (size_t)p2 : args->count;
-    piece_elems = piece_elems > 0 ? piece_elems : (size_t)p2;
-    const size_t npieces = (args->count + piece_elems - 1) / piece_elems;
-    const size_t slot_bytes = (args->count + npieces - 1) / npieces * E;
-    const int slots = args->slots > 0 ? args->slots : 1;
-    /* slot_user: the reduction that last read each slot; halving: that round's send. */
-    int *slot_user = malloc(((size_t)slots + (size_t)sh.levels + 1) * sizeof(int));
-    if (slot_user == NULL) {
-        sched->out_of_memory = true;
-        return alg_sched_finish(sched);
-    }
-    int *halving = slot_user + slots;
-    for (int i = 0; i < slots; i++) {
-        slot_user[i] = -1;
-    }
-    if (!odd) {
-        sched->scratch_bytes = slot_bytes * (size_t)slots;
-    }
-    unsigned long nrecv = 0;
-
-    for (size_t c = 0; c < npieces; c++) {
-        size_t base, len;
-        alg_block(args->count, (int)npieces, (int)c, &base, &len);
-        const struct alg_range send = alg_range_make(ALG_BUF_SEND, base * E, len * E);
-        const struct alg_range recv = alg_range_make(ALG_BUF_RECV, base * E, len * E);
-
-        if (odd) {
-            alg_fold_hand_off(sched, args, send, recv);
-            continue;
-        }
-        bool raw = true; /* RECV does not hold our values yet: they are SEND, unscaled */
-        int last = -1;
-        if (even) {
-            const int slot = (int)(nrecv++ % (unsigned long)slots);
-            struct alg_range scratch =
-                alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, len * E);
-            int rx = alg_recv(sched, rank + 1, scratch, slot_user[slot], -1);
-            last = alg_reduce(sched, recv, send, scratch, ALG_PRE_A, rx, -1, -1);
-            slot_user[slot] = last;
-            raw = false;
-        }
-        int lo = 0, hi = p2;
-        for (int k = 0; k < sh.levels; k++) {
-            const int d = p2 >> (k + 1), mid = lo + d;
-            const int peer = alg_fold_real(&sh, me ^ d);
-            const bool upper = (me & d) != 0;
-            const int klo = upper ? mid : lo, khi = upper ? hi : mid;
-            const int glo = upper ? lo : mid, ghi = upper ? mid : hi;
-            const enum alg_buf cur = raw ? ALG_BUF_SEND : ALG_BUF_RECV;
-            struct alg_range give = rab_blocks(args, cur, base, len, p2, glo, ghi);
-            struct alg_range keep = rab_blocks(args, ALG_BUF_RECV, base, len, p2, klo, khi);
-            struct alg_range keep_cur = rab_blocks(args, cur, base, len, p2, klo, khi);
-            const int slot = (int)(nrecv++ % (unsigned long)slots);
-            struct alg_range scratch =
-                alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, keep.len);
-            int dep = last;
-
-            if (raw && args->prescale) {
-                struct alg_range scaled = rab_blocks(args, ALG_BUF_RECV, base, len, p2, glo,
-                                                     ghi);
-                dep = alg_copy(sched, scaled, give, ALG_PRE_A, -1, -1);
-                give = scaled;
-            }
-            halving[k] = alg_send(sched, peer, give, dep, -1);
-            int rx = alg_recv(sched, peer, scratch, slot_user[slot], -1);
-            last = alg_reduce(sched, keep, keep_cur, scratch,
-                              (raw ? ALG_PRE_A : 0) | (k == sh.levels - 1 ? ALG_POST : 0), rx,
-                              last, -1);
-            slot_user[slot] = last;
-            raw = false;
-            lo = klo;
-            hi = khi;
-        }
-        for (int k = sh.levels - 1; k >= 0; k--) {
-            const int d = p2 >> (k + 1), plo = lo ^ d;
-            const int peer = alg_fold_real(&sh, me ^ d);
-            alg_send(sched, peer, rab_blocks(args, ALG_BUF_RECV, base, len, p2, lo, lo + d),
-                     last, -1);
-            last = alg_recv(sched, peer,
-                            rab_blocks(args, ALG_BUF_RECV, base, len, p2, plo, plo + d),
-                            halving[k], last);
-            lo = lo < plo ? lo : plo;
-        }
-        if (even) {
-            alg_send(sched, rank + 1, recv, last, -1);
-        }
-    }
-    free(slot_user);
-    return alg_sched_finish(sched);
+    const struct alg_fold sh = alg_fold_make(args->rank, args->nranks);
+    return alg_fold_allreduce(args, sched, rab_piece_size(args, sh.p2), rab_allreduce_core);
 }
 
 size_t
@@ -184,10 +145,7 @@ alg_rabenseifner_allreduce_bytes(const struct alg_args *args)
     if (sh.newrank < 0) {
         return alg_bytes(args, count);
     }
-    size_t piece_elems = args->chunk_bytes ? args->chunk_bytes / args->elem_size *
-                                                 (size_t)sh.p2
-                                           : count;
-    piece_elems = piece_elems > 0 ? piece_elems : (size_t)sh.p2;
+    const size_t piece_elems = rab_piece_size(args, sh.p2);
     const size_t npieces = (count + piece_elems - 1) / piece_elems;
     const size_t small = count / npieces, big_pieces = count % npieces;
     size_t elems = big_pieces * rab_piece_elems(small + 1, sh.p2, sh.levels, sh.newrank) +

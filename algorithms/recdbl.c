@@ -37,84 +37,42 @@
 #include "alg.h"
 #include "fold.h"
 
-#include <stdlib.h>
+/* The rounds of one piece: swap the whole current vector with new rank i ^ 2^k, reduce. */
+static int
+recdbl_allreduce_core(const struct alg_args *args, struct alg_sched *sched,
+                      const struct alg_fold *sh, struct alg_slots *slots,
+                      const struct alg_fold_piece *piece)
+{
+    bool raw = piece->raw; /* our current value is still SEND, unscaled */
+    int last = piece->last;
+
+    if (raw && (args->prescale || sh->levels == 0)) {
+        last = alg_copy(sched, piece->recv, piece->send,
+                        ALG_PRE_A | (sh->levels == 0 ? ALG_POST : 0), -1, -1);
+        raw = false;
+    }
+    for (int k = 0; k < sh->levels; k++) {
+        const int peer = alg_fold_real(sh, sh->newrank ^ (1 << k));
+        const struct alg_range cur = raw ? piece->send : piece->recv;
+        unsigned flags = (raw ? ALG_PRE_A : 0) | (k == sh->levels - 1 ? ALG_POST : 0);
+
+        int sd = alg_send(sched, peer, cur, last, -1);
+        /* The reduction overwrites what the send reads (always in RECV, or SEND in place):
+         * it waits for the send. */
+        last = alg_recv_reduce(sched, slots, peer, piece->recv, cur, flags, sd, -1);
+        raw = false;
+    }
+    return last;
+}
 
 ncclResult_t
 alg_recdbl_allreduce(const struct alg_args *args, struct alg_sched *sched)
 {
-    const int n = args->nranks, rank = args->rank;
-    const struct alg_fold sh = alg_fold_make(rank, n);
-    const bool odd = sh.newrank < 0, even = !odd && rank < 2 * sh.rem;
-    const size_t E = args->elem_size;
+    const size_t chunk_elems = args->chunk_bytes ? args->chunk_bytes / args->elem_size
+                                                 : args->count;
 
-    if (args->count == 0) {
-        return alg_sched_finish(sched);
-    }
-    size_t chunk_elems = args->chunk_bytes ? args->chunk_bytes / E : args->count;
-    chunk_elems = chunk_elems > 0 ? chunk_elems : 1;
-    const size_t nchunks = (args->count + chunk_elems - 1) / chunk_elems;
-    const size_t slot_bytes = (args->count + nchunks - 1) / nchunks * E;
-    const int slots = args->slots > 0 ? args->slots : 1;
-    int *slot_user = malloc((size_t)slots * sizeof(int));
-    if (slot_user == NULL) {
-        sched->out_of_memory = true;
-        return alg_sched_finish(sched);
-    }
-    for (int i = 0; i < slots; i++) {
-        slot_user[i] = -1;
-    }
-    if (!odd && n > 1) {
-        sched->scratch_bytes = slot_bytes * (size_t)slots;
-    }
-    unsigned long nrecv = 0;
-
-    for (size_t c = 0; c < nchunks; c++) {
-        size_t first, len;
-        alg_block(args->count, (int)nchunks, (int)c, &first, &len);
-        const struct alg_range send = alg_range_make(ALG_BUF_SEND, first * E, len * E);
-        const struct alg_range recv = alg_range_make(ALG_BUF_RECV, first * E, len * E);
-
-        if (odd) {
-            alg_fold_hand_off(sched, args, send, recv);
-            continue;
-        }
-        bool raw = true; /* our current value is still SEND, unscaled */
-        int last = -1;
-        if (even) {
-            const int slot = (int)(nrecv++ % (unsigned long)slots);
-            struct alg_range scratch =
-                alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, len * E);
-            int rx = alg_recv(sched, rank + 1, scratch, slot_user[slot], -1);
-            last = alg_reduce(sched, recv, send, scratch, ALG_PRE_A, rx, -1, -1);
-            slot_user[slot] = last;
-            raw = false;
-        } else if (args->prescale || sh.levels == 0) {
-            last = alg_copy(sched, recv, send, ALG_PRE_A | (sh.levels == 0 ? ALG_POST : 0), -1,
-                            -1);
-            raw = false;
-        }
-        for (int k = 0; k < sh.levels; k++) {
-            const int peer = alg_fold_real(&sh, sh.newrank ^ (1 << k));
-            const int slot = (int)(nrecv++ % (unsigned long)slots);
-            struct alg_range scratch =
-                alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, len * E);
-            const struct alg_range cur = raw ? send : recv;
-            unsigned flags = (raw ? ALG_PRE_A : 0) | (k == sh.levels - 1 ? ALG_POST : 0);
-
-            int sd = alg_send(sched, peer, cur, last, -1);
-            int rx = alg_recv(sched, peer, scratch, slot_user[slot], -1);
-            /* The reduction overwrites what the send reads (always in RECV, or SEND in place):
-             * it waits for the send. */
-            last = alg_reduce(sched, recv, cur, scratch, flags, sd, rx, -1);
-            slot_user[slot] = last;
-            raw = false;
-        }
-        if (even) {
-            alg_send(sched, rank + 1, recv, last, -1);
-        }
-    }
-    free(slot_user);
-    return alg_sched_finish(sched);
+    return alg_fold_allreduce(args, sched, chunk_elems > 0 ? chunk_elems : 1,
+                              recdbl_allreduce_core);
 }
 
 size_t

@@ -51,33 +51,25 @@ alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched)
         return alg_sched_finish(sched);
     }
     if (n == 1) {
-        size_t bytes = args->count * args->elem_size;
-        alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
-                 alg_range_make(ALG_BUF_SEND, 0, bytes), ALG_PRE_A | ALG_POST, -1, -1);
-        return alg_sched_finish(sched);
+        return alg_reduce_alone(args, sched);
     }
 
     /* Chunks: enough that the largest block's chunks fit chunk_bytes. */
     const size_t max_block = (args->count + (size_t)n - 1) / (size_t)n;
-    size_t chunk_elems = args->chunk_bytes / args->elem_size;
-    chunk_elems = chunk_elems > 0 ? chunk_elems : 1;
-    const int nchunks = (int)((max_block + chunk_elems - 1) / chunk_elems);
+    const int nchunks = alg_nchunks(args, max_block);
     const size_t slot_bytes = ((max_block + (size_t)nchunks - 1) / (size_t)nchunks) *
                               args->elem_size;
-    const int slots = args->slots > 0 ? args->slots : 1;
-    sched->scratch_bytes = slot_bytes * (size_t)slots;
-
-    /* slot_user: the reduction that last read each slot; rs_send: this chunk's sends. */
-    int *slot_user = malloc(((size_t)slots + (size_t)n) * sizeof(int));
-    if (slot_user == NULL) {
+    struct alg_slots slots;
+    int *rs_send = malloc((size_t)n * sizeof(int)); /* this chunk's reduce-scatter sends */
+    if (rs_send == NULL) {
         sched->out_of_memory = true;
         return alg_sched_finish(sched);
     }
-    int *rs_send = slot_user + slots;
-    for (int i = 0; i < slots; i++) {
-        slot_user[i] = -1;
+    if (!alg_slots_init(&slots, sched, args->slots, slot_bytes)) {
+        free(rs_send);
+        return alg_sched_finish(sched);
     }
-    unsigned long nrecv = 0;
+    sched->scratch_bytes = slot_bytes * (size_t)slots.count;
 
     for (int c = 0; c < nchunks; c++) {
         int last = -1; /* the step that produced what the next send carries */
@@ -85,9 +77,6 @@ alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched)
             const int send_block = alg_mod(rank - s, n), recv_block = alg_mod(rank - s - 1, n);
             struct alg_range own = ring_chunk(args, ALG_BUF_SEND, recv_block, c, nchunks);
             struct alg_range out = ring_chunk(args, ALG_BUF_RECV, recv_block, c, nchunks);
-            const int slot = (int)(nrecv++ % (unsigned long)slots);
-            struct alg_range scratch =
-                alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slot_bytes, own.len);
             unsigned flags = ALG_PRE_A | (s == n - 2 ? ALG_POST : 0);
             struct alg_range outgoing = ring_chunk(args, ALG_BUF_RECV, send_block, c, nchunks);
 
@@ -99,9 +88,7 @@ alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched)
                 outgoing = ring_chunk(args, ALG_BUF_SEND, send_block, c, nchunks);
             }
             rs_send[s] = alg_send(sched, next, outgoing, last, -1);
-            int rx = alg_recv(sched, prev, scratch, slot_user[slot], -1);
-            last = alg_reduce(sched, out, own, scratch, flags, rx, -1, -1);
-            slot_user[slot] = last;
+            last = alg_recv_reduce(sched, &slots, prev, out, own, flags, -1, -1);
         }
         for (int t = 0; t < n - 1; t++) {
             const int send_block = alg_mod(rank + 1 - t, n), recv_block = alg_mod(rank - t, n);
@@ -111,7 +98,8 @@ alg_ring_allreduce(const struct alg_args *args, struct alg_sched *sched)
                             rs_send[t], -1);
         }
     }
-    free(slot_user);
+    alg_slots_free(&slots);
+    free(rs_send);
     return alg_sched_finish(sched);
 }
 

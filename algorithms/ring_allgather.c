@@ -20,16 +20,6 @@
  */
 #include "alg.h"
 
-/* Chunks per block: enough that each is at most chunk_bytes, at least one element. */
-static int
-ring_allgather_nchunks(const struct alg_args *args)
-{
-    size_t chunk_elems = args->chunk_bytes / args->elem_size;
-
-    chunk_elems = chunk_elems > 0 ? chunk_elems : 1;
-    return (int)((args->count + chunk_elems - 1) / chunk_elems);
-}
-
 /* Chunk `chunk` of block `block` of recvbuff (block -1: of sendbuff), as a byte range. */
 static struct alg_range
 ring_allgather_chunk(const struct alg_args *args, int block, int chunk, int nchunks)
@@ -57,7 +47,7 @@ alg_ring_allgather(const struct alg_args *args, struct alg_sched *sched)
     alg_copy(sched, alg_range_make(ALG_BUF_RECV, (size_t)rank * bytes, bytes),
              alg_range_make(ALG_BUF_SEND, 0, bytes), 0, -1, -1);
 
-    const int nchunks = ring_allgather_nchunks(args);
+    const int nchunks = alg_nchunks(args, args->count);
     for (int c = 0; c < nchunks && n > 1; c++) {
         int last = -1; /* the receive whose chunk the next send forwards */
         for (int s = 0; s < n - 1; s++) {

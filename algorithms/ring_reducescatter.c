@@ -30,16 +30,6 @@
 
 #include <stdlib.h>
 
-/* Chunks per block: enough that each is at most chunk_bytes, at least one element. */
-static int
-ring_rs_nchunks(const struct alg_args *args)
-{
-    size_t chunk_elems = args->chunk_bytes / args->elem_size;
-
-    chunk_elems = chunk_elems > 0 ? chunk_elems : 1;
-    return (int)((args->count + chunk_elems - 1) / chunk_elems);
-}
-
 /* Chunk `chunk` of block `block` of sendbuff, or of recvbuff when block < 0. */
 static struct alg_range
 ring_rs_chunk(const struct alg_args *args, int block, int chunk, int nchunks)
@@ -64,12 +54,10 @@ alg_ring_reducescatter(const struct alg_args *args, struct alg_sched *sched)
         return alg_sched_finish(sched);
     }
     if (n == 1) {
-        alg_copy(sched, ring_rs_chunk(args, -1, 0, 1), ring_rs_chunk(args, 0, 0, 1),
-                 ALG_PRE_A | ALG_POST, -1, -1);
-        return alg_sched_finish(sched);
+        return alg_reduce_alone(args, sched);
     }
 
-    const int nchunks = ring_rs_nchunks(args);
+    const int nchunks = alg_nchunks(args, args->count);
     const size_t slot_bytes =
         alg_bytes(args, (args->count + (size_t)nchunks - 1) / (size_t)nchunks);
     const int slots = args->slots > 2 ? args->slots : 2;

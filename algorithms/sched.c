@@ -106,3 +106,51 @@ alg_copy(struct alg_sched *sched, struct alg_range dst, struct alg_range src, un
     }
     return index;
 }
+
+bool
+alg_slots_init(struct alg_slots *slots, struct alg_sched *sched, int count, size_t bytes)
+{
+    slots->count = count > 0 ? count : 1;
+    slots->bytes = bytes;
+    slots->taken = 0;
+    slots->user = malloc((size_t)slots->count * sizeof(int));
+    if (slots->user == NULL) {
+        sched->out_of_memory = true;
+        return false;
+    }
+    for (int i = 0; i < slots->count; i++) {
+        slots->user[i] = -1;
+    }
+    return true;
+}
+
+void
+alg_slots_free(struct alg_slots *slots)
+{
+    free(slots->user);
+    slots->user = NULL;
+}
+
+int
+alg_recv_reduce(struct alg_sched *sched, struct alg_slots *slots, int peer,
+                struct alg_range dst, struct alg_range a, unsigned flags, int dep0, int dep1)
+{
+    const int slot = (int)(slots->taken++ % (unsigned long)slots->count);
+    const struct alg_range scratch =
+        alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slots->bytes, dst.len);
+    int rx = alg_recv(sched, peer, scratch, slots->user[slot], -1);
+    int reduced = alg_reduce(sched, dst, a, scratch, flags, rx, dep0, dep1);
+
+    slots->user[slot] = reduced;
+    return reduced;
+}
+
+ncclResult_t
+alg_reduce_alone(const struct alg_args *args, struct alg_sched *sched)
+{
+    const size_t bytes = alg_bytes(args, args->count);
+
+    alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
+             alg_range_make(ALG_BUF_SEND, 0, bytes), ALG_PRE_A | ALG_POST, -1, -1);
+    return alg_sched_finish(sched);
+}

@@ -194,10 +194,7 @@ alg_tree_reduce(const struct alg_args *args, struct alg_sched *sched)
         return alg_sched_finish(sched);
     }
     if (args->nranks == 1) {
-        size_t bytes = alg_bytes(args, count);
-        alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, bytes),
-                 alg_range_make(ALG_BUF_SEND, 0, bytes), ALG_PRE_A | ALG_POST, -1, -1);
-        return alg_sched_finish(sched);
+        return alg_reduce_alone(args, sched);
     }
     alg_tree_links(args->rank, args->nranks, args->root, &parent, child, &nchild);
 

@@ -43,16 +43,31 @@ tree_span_get(const struct alg_args *args, struct tree_span *span)
     }
 }
 
-/* Blocks [first, first + size) of positions in the root's buffer: real rank of the first one,
- * and how many of them come before the wrap past n - 1 (all of them if none). */
-static void
-tree_real_split(const struct alg_args *args, int first, int size, int *start_out,
-                int *head_out)
+/* The blocks of child k's subtree in the root's buffer `buf`: one range, or, when they wrap
+ * past rank n - 1, the range up to the end of the buffer and *wrap_out from its start (of
+ * length 0 when nothing wraps). */
+static struct alg_range
+tree_child_blocks(const struct alg_args *args, const struct tree_span *span, int k,
+                  enum alg_buf buf, struct alg_range *wrap_out)
 {
-    const int start = alg_mod(first + args->root, args->nranks);
+    const size_t block = alg_bytes(args, args->count);
+    const int n = args->nranks, size = span->child_size[k];
+    const int start = alg_mod(span->child_first[k] + args->root, n);
+    const int head = start + size <= n ? size : n - start;
 
-    *start_out = start;
-    *head_out = start + size <= args->nranks ? size : args->nranks - start;
+    *wrap_out = alg_range_make(buf, 0, (size_t)(size - head) * block);
+    return alg_range_make(buf, (size_t)start * block, (size_t)head * block);
+}
+
+/* Child k's blocks in the scratch of a rank that is not the root: its subtree's blocks, in
+ * position order. */
+static struct alg_range
+tree_child_scratch(const struct alg_args *args, const struct tree_span *span, int k)
+{
+    const size_t block = alg_bytes(args, args->count);
+
+    return alg_range_make(ALG_BUF_SCRATCH, (size_t)(span->child_first[k] - span->first) * block,
+                          (size_t)span->child_size[k] * block);
 }
 
 ncclResult_t
@@ -70,23 +85,19 @@ alg_tree_scatter(const struct alg_args *args, struct alg_sched *sched)
                  alg_range_make(ALG_BUF_SEND, (size_t)args->root * block, block), 0, -1, -1);
         size_t staged = 0;
         for (int k = 0; k < s.nchild; k++) {
-            int start, head;
-            tree_real_split(args, s.child_first[k], s.child_size[k], &start, &head);
-            size_t len = (size_t)s.child_size[k] * block;
-            if (head == s.child_size[k]) {
-                alg_send(sched, s.child[k],
-                         alg_range_make(ALG_BUF_SEND, (size_t)start * block, len), -1, -1);
+            struct alg_range wrap, head = tree_child_blocks(args, &s, k, ALG_BUF_SEND, &wrap);
+            if (wrap.len == 0) {
+                alg_send(sched, s.child[k], head, -1, -1);
                 continue;
             }
-            size_t head_len = (size_t)head * block;
-            int c0 = alg_copy(sched, alg_range_make(ALG_BUF_SCRATCH, staged, head_len),
-                              alg_range_make(ALG_BUF_SEND, (size_t)start * block, head_len),
-                              0, -1, -1);
-            int c1 = alg_copy(sched, alg_range_make(ALG_BUF_SCRATCH, staged + head_len,
-                                                    len - head_len),
-                              alg_range_make(ALG_BUF_SEND, 0, len - head_len), 0, -1, -1);
-            alg_send(sched, s.child[k], alg_range_make(ALG_BUF_SCRATCH, staged, len), c0, c1);
-            staged += len;
+            int c0 = alg_copy(sched, alg_range_make(ALG_BUF_SCRATCH, staged, head.len), head, 0,
+                              -1, -1);
+            int c1 = alg_copy(sched,
+                              alg_range_make(ALG_BUF_SCRATCH, staged + head.len, wrap.len),
+                              wrap, 0, -1, -1);
+            alg_send(sched, s.child[k],
+                     alg_range_make(ALG_BUF_SCRATCH, staged, head.len + wrap.len), c0, c1);
+            staged += head.len + wrap.len;
         }
         sched->scratch_bytes = staged;
         return alg_sched_finish(sched);
@@ -102,10 +113,7 @@ alg_tree_scatter(const struct alg_args *args, struct alg_sched *sched)
              alg_range_make(ALG_BUF_SCRATCH, (size_t)(s.v - s.first) * block, block), 0, rx,
              -1);
     for (int k = 0; k < s.nchild; k++) {
-        alg_send(sched, s.child[k],
-                 alg_range_make(ALG_BUF_SCRATCH, (size_t)(s.child_first[k] - s.first) * block,
-                                (size_t)s.child_size[k] * block),
-                 rx, -1);
+        alg_send(sched, s.child[k], tree_child_scratch(args, &s, k), rx, -1);
     }
     return alg_sched_finish(sched);
 }
@@ -144,23 +152,18 @@ alg_tree_gather(const struct alg_args *args, struct alg_sched *sched)
                  alg_range_make(ALG_BUF_SEND, 0, block), 0, -1, -1);
         size_t staged = 0;
         for (int k = 0; k < s.nchild; k++) {
-            int start, head;
-            tree_real_split(args, s.child_first[k], s.child_size[k], &start, &head);
-            size_t len = (size_t)s.child_size[k] * block;
-            if (head == s.child_size[k]) {
-                alg_recv(sched, s.child[k],
-                         alg_range_make(ALG_BUF_RECV, (size_t)start * block, len), -1, -1);
+            struct alg_range wrap, head = tree_child_blocks(args, &s, k, ALG_BUF_RECV, &wrap);
+            if (wrap.len == 0) {
+                alg_recv(sched, s.child[k], head, -1, -1);
                 continue;
             }
-            size_t head_len = (size_t)head * block;
-            int rx = alg_recv(sched, s.child[k], alg_range_make(ALG_BUF_SCRATCH, staged, len),
-                              -1, -1);
-            alg_copy(sched, alg_range_make(ALG_BUF_RECV, (size_t)start * block, head_len),
-                     alg_range_make(ALG_BUF_SCRATCH, staged, head_len), 0, rx, -1);
-            alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, len - head_len),
-                     alg_range_make(ALG_BUF_SCRATCH, staged + head_len, len - head_len), 0,
-                     rx, -1);
-            staged += len;
+            int rx = alg_recv(sched, s.child[k],
+                              alg_range_make(ALG_BUF_SCRATCH, staged, head.len + wrap.len), -1,
+                              -1);
+            alg_copy(sched, head, alg_range_make(ALG_BUF_SCRATCH, staged, head.len), 0, rx, -1);
+            alg_copy(sched, wrap, alg_range_make(ALG_BUF_SCRATCH, staged + head.len, wrap.len),
+                     0, rx, -1);
+            staged += head.len + wrap.len;
         }
         sched->scratch_bytes = staged;
         return alg_sched_finish(sched);
@@ -172,11 +175,7 @@ alg_tree_gather(const struct alg_args *args, struct alg_sched *sched)
     sched->scratch_bytes = (size_t)s.size * block;
     int rx[2] = {-1, -1};
     for (int k = 0; k < s.nchild; k++) {
-        rx[k] = alg_recv(sched, s.child[k],
-                         alg_range_make(ALG_BUF_SCRATCH,
-                                        (size_t)(s.child_first[k] - s.first) * block,
-                                        (size_t)s.child_size[k] * block),
-                         -1, -1);
+        rx[k] = alg_recv(sched, s.child[k], tree_child_scratch(args, &s, k), -1, -1);
     }
     /* A send waits on two steps: chain the own-block copy after the first receive. */
     int cp = alg_copy(sched,

@@ -17,10 +17,11 @@
  * flush-to-zero, round to nearest even), with no product fused into a sum. Every low-precision
  * type (float16, bfloat16, fp8) computes each operation in float and rounds to nearest-even
  * after it, which equals the correctly rounded result CUDA gives; a NaN result is CUDA's
- * canonical NaN (see the conversions below). Max and min are IEEE maximumNumber/minimumNumber
- * as CUDA's fmaxf and __hmax: a NaN loses to a number, and +0 > -0 so the result does not
- * depend on operand order. On floating types KR_SUMPOSTDIV divides in float (double for
- * double), correctly rounded for divisors below 2^13; NCCL itself never asks for that.
+ * canonical NaN (see the conversions in reduce_ops.h). Max and min are IEEE
+ * maximumNumber/minimumNumber as CUDA's fmaxf and __hmax: a NaN loses to a number, and +0 > -0
+ * so the result does not depend on operand order. On floating types KR_SUMPOSTDIV divides in
+ * float (double for double), correctly rounded for divisors below 2^13; NCCL itself never
+ * asks for that.
  * dst may alias a or b exactly (in-place); partial overlap is not allowed. Every pointer is
  * aligned to the element size (a block may start at any element).
  */
@@ -79,22 +80,9 @@ void kr_copy_host_stream(void *dst, const void *src, size_t bytes);
 #define KR_STREAM_MIN_BYTES ((size_t)1 << 20)
 #endif
 
-/* Element conversions with CUDA's rounding: round to nearest even (subnormals included);
- * float16 and bfloat16 overflow to infinity; fp8 saturates as __NV_SATFINITE does, infinities
- * included (e4m3 to +-448, e5m2 to +-57344). A NaN becomes CUDA's canonical NaN, sign
- * dropped: 0x7fff for float16 and bfloat16, 0x7f for both fp8 formats. Widening is exact.
- * Exposed for tests and tools. */
-float kr_half_to_float(uint16_t h);
-uint16_t kr_float_to_half(float f);
-float kr_bf16_to_float(uint16_t b);
-uint16_t kr_float_to_bf16(float f);
-float kr_e4m3_to_float(uint8_t v);
-uint8_t kr_float_to_e4m3(float f);
-float kr_e5m2_to_float(uint8_t v);
-uint8_t kr_float_to_e5m2(float f);
-
 /* Stores `value` as one element of `type` into out[0..7], the bytes past the element zeroed.
- * Floating types round once, from the double (as above); integers truncate toward zero and
+ * Floating types round once, from the double, as reduce_ops.h's conversions round (float16
+ * and bfloat16 overflow to infinity, fp8 saturates); integers truncate toward zero and
  * saturate to the type's range, NaN giving 0. Used to build PreMulSum scalars and by test
  * data generators. */
 void kr_scalar_from_double(ncclDataType_t type, double value, uint8_t out[8]);

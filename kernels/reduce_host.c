@@ -224,6 +224,12 @@ kr_v8_min(__m256 a, __m256 b)
     return _mm256_blendv_ps(r, _mm256_or_ps(a, b), _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
 }
 
+/* A case of kr_reduce_<type>_avx2's switch: kr_v8_loop_<type> inlined with shape S. */
+#define KR_V8_CASE(N, S)                                                                        \
+    case S:                                                                                     \
+        kr_v8_loop_##N(dst, a, b, n, s, d, S);                                                  \
+        break
+
 /*
  * kr_reduce_<type>_avx2: each shape's loop is kr_v8_loop_<type> inlined with a constant shape,
  * so the switch inside folds away. The last n % 8 elements go through the same code on copies
@@ -299,33 +305,15 @@ kr_v8_min(__m256 a, __m256 b)
         __m256 s = _mm256_set1_ps(kr_premul_scalar_##N(scalar));                                \
         __m256 d = _mm256_set1_ps((float)op->divisor);                                          \
         switch (shape) {                                                                        \
-        case KR_SHAPE_SUM:                                                                      \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_SUM);                                   \
-            break;                                                                              \
-        case KR_SHAPE_PROD:                                                                     \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_PROD);                                  \
-            break;                                                                              \
-        case KR_SHAPE_MAX:                                                                      \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_MAX);                                   \
-            break;                                                                              \
-        case KR_SHAPE_MIN:                                                                      \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_MIN);                                   \
-            break;                                                                              \
-        case KR_SHAPE_SUM_PRE1:                                                                 \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_SUM_PRE1);                              \
-            break;                                                                              \
-        case KR_SHAPE_SUM_PRE2:                                                                 \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_SUM_PRE2);                              \
-            break;                                                                              \
-        case KR_SHAPE_SUM_POST:                                                                 \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_SUM_POST);                              \
-            break;                                                                              \
-        case KR_SHAPE_PRE:                                                                      \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_PRE);                                   \
-            break;                                                                              \
-        case KR_SHAPE_POST:                                                                     \
-            kr_v8_loop_##N(dst, a, b, n, s, d, KR_SHAPE_POST);                                  \
-            break;                                                                              \
+        KR_V8_CASE(N, KR_SHAPE_SUM);                                                            \
+        KR_V8_CASE(N, KR_SHAPE_PROD);                                                           \
+        KR_V8_CASE(N, KR_SHAPE_MAX);                                                            \
+        KR_V8_CASE(N, KR_SHAPE_MIN);                                                            \
+        KR_V8_CASE(N, KR_SHAPE_SUM_PRE1);                                                       \
+        KR_V8_CASE(N, KR_SHAPE_SUM_PRE2);                                                       \
+        KR_V8_CASE(N, KR_SHAPE_SUM_POST);                                                       \
+        KR_V8_CASE(N, KR_SHAPE_PRE);                                                            \
+        KR_V8_CASE(N, KR_SHAPE_POST);                                                           \
         case KR_SHAPE_COPY:                                                                     \
             break;                                                                              \
         }                                                                                       \
@@ -333,6 +321,7 @@ kr_v8_min(__m256 a, __m256 b)
 
 KR_DEFINE_REDUCE_AVX2(f16)
 #undef KR_DEFINE_REDUCE_AVX2
+#undef KR_V8_CASE
 
 /* The reduce of `type`, if it has a hand-written path that this CPU runs; else NULL. */
 static kr_reduce_fn
@@ -441,12 +430,12 @@ kr_copy_host(void *dst, const void *src, size_t bytes)
 }
 
 /*
- * KR_STREAM_MIN_BYTES (kernels.h), the destination size from which to stream. Non-temporal
- * stores skip the read of each destination line that a plain store makes (write-allocate) but send every line to memory, so they lose while
- * the destination still sits in L2 and win from about its size up. glibc's memcpy turns to
- * them only above 3/4 of the shared L3 (36 MiB here). Measured with tools/bench/kernel_perf
- * (GB/s, medians of 5; 2.8 GHz Xeon, Ice Lake, L2 1.25 MiB, L3 48 MiB; built with every size
- * streamed; the machine shared, figures within about 10%):
+ * KR_STREAM_MIN_BYTES (kernels.h), the destination size from which to stream. Non-temporal stores
+ * skip the read of each destination line that a plain store makes (write-allocate) but send every
+ * line to memory, so they lose while the destination still sits in L2 and win from about its size
+ * up. glibc's memcpy turns to them only above 3/4 of the shared L3 (36 MiB here). Measured with
+ * tools/bench/kernel_perf (GB/s, medians of 5; 2.8 GHz Xeon, Ice Lake, L2 1.25 MiB, L3 48 MiB;
+ * built with every size streamed; the machine shared, figures within about 10%):
  *
  *   bytes   hot: memcpy  stream   cold: memcpy  stream
  *   4 KiB         90.2    11.8           5.1     7.3
@@ -530,57 +519,20 @@ kr_copy_host_stream(void *dst, const void *src, size_t bytes)
     kr_copy_host(dst, src, bytes);
 }
 
-/* --- conversions ---------------------------------------------------------------------------- */
-
-float
-kr_half_to_float(uint16_t h)
-{
-    return kr_f16_to_f32(h);
-}
-
-uint16_t
-kr_float_to_half(float f)
-{
-    return kr_f32_to_f16(f);
-}
-
-float
-kr_bf16_to_float(uint16_t b)
-{
-    return kr_bf16_to_f32(b);
-}
-
-uint16_t
-kr_float_to_bf16(float f)
-{
-    return kr_f32_to_bf16(f);
-}
-
-float
-kr_e4m3_to_float(uint8_t v)
-{
-    return kr_e4m3_to_f32(v);
-}
-
-uint8_t
-kr_float_to_e4m3(float f)
-{
-    return kr_f32_to_e4m3(f);
-}
-
-float
-kr_e5m2_to_float(uint8_t v)
-{
-    return kr_e5m2_to_f32(v);
-}
-
-uint8_t
-kr_float_to_e5m2(float f)
-{
-    return kr_f32_to_e5m2(f);
-}
-
 /* --- scalars -------------------------------------------------------------------------------- */
+
+/* One element of any datatype, as the scalar helpers read and write it. */
+union kr_elem {
+    int8_t i8;
+    uint8_t u8;
+    int32_t i32;
+    uint32_t u32;
+    int64_t i64;
+    uint64_t u64;
+    uint16_t u16; /* float16, bfloat16 */
+    float f32;
+    double f64;
+};
 
 /*
  * A double rounded to float with round-to-odd: an inexact result gets an odd last bit. Rounding
@@ -619,17 +571,7 @@ kr_double_to_int(double v, double lo, double hi)
 void
 kr_scalar_from_double(ncclDataType_t type, double value, uint8_t out[8])
 {
-    union {
-        int8_t i8;
-        uint8_t u8;
-        int32_t i32;
-        uint32_t u32;
-        int64_t i64;
-        uint64_t u64;
-        uint16_t u16;
-        float f32;
-        double f64;
-    } v = {.u64 = 0};
+    union kr_elem v = {.u64 = 0};
     unsigned env = kr_fenv_enter();
 
     switch (type) {
@@ -680,17 +622,7 @@ kr_scalar_from_double(ncclDataType_t type, double value, uint8_t out[8])
 double
 kr_scalar_to_double(ncclDataType_t type, const void *elem)
 {
-    union {
-        int8_t i8;
-        uint8_t u8;
-        int32_t i32;
-        uint32_t u32;
-        int64_t i64;
-        uint64_t u64;
-        uint16_t u16;
-        float f32;
-        double f64;
-    } v;
+    union kr_elem v;
 
     memcpy(&v, elem, kr_type_size(type));
     switch (type) {

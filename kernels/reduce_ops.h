@@ -65,6 +65,15 @@ kr_f64_from_bits(uint64_t u)
 /* --- conversions ---------------------------------------------------------------------------- */
 
 /*
+ * The element conversions, one definition each for the loops, the kernels, the scalar helpers
+ * of reduce_host.c and test_kernels.c, with CUDA's rounding: round to nearest even
+ * (subnormals included); float16 and bfloat16 overflow to infinity; fp8 saturates as
+ * __NV_SATFINITE does, infinities included (e4m3 to +-448, e5m2 to +-57344). A NaN becomes
+ * CUDA's canonical NaN, sign dropped: 0x7fff for float16 and bfloat16, 0x7f for both fp8
+ * formats. Widening is exact.
+ */
+
+/*
  * Rounds the magnitude of a finite float, given as its bits `ax` (sign cleared), to nearest-even
  * in a binary format with `m` stored mantissa bits and exponent bias `bias`. Returns the
  * result's magnitude bits (exponent field << m | mantissa); a value past the format's range

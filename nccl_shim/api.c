@@ -1096,8 +1096,7 @@ shim_api_check_op(struct shim_op *op, const char *api)
     return op->device ? shim_devexec_check(op, api) : ncclSuccess;
 }
 
-/* Every collective: checks, the NCCL-style log line, then the group (or a group of one). */
-static ncclResult_t
+ncclResult_t
 shim_api_collective(struct shim_op *op, const char *api)
 {
     ncclResult_t res;
@@ -1119,126 +1118,40 @@ out:
     return res;
 }
 
-SHIM_API ncclResult_t
-ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-              ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_ALLREDUCE, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
-                           .user_op = op, .root = -1, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclAllReduce");
-}
-SHIM_ALIAS(ncclAllReduce)
+/* ncclX from its row of the table (api.h). */
+#define SHIM_API_DEFINE_COLLECTIVE(name, coll_id, count_name, mid, op_arg, root_arg)           \
+    SHIM_API ncclResult_t                                                                     \
+    nccl##name(const void *sendbuff, void *recvbuff, size_t count_name,                       \
+               ncclDataType_t datatype, SHIM_API_UNPAREN mid ncclComm_t comm,                 \
+               cudaStream_t stream)                                                           \
+    {                                                                                         \
+        struct shim_op desc = SHIM_API_OP(coll_id, count_name, op_arg, root_arg);             \
+        return shim_api_collective(&desc, "nccl" #name);                                      \
+    }                                                                                         \
+    SHIM_ALIAS(nccl##name)
 
-SHIM_API ncclResult_t
-ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-           ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_REDUCE, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
-                           .user_op = op, .root = root, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclReduce");
-}
-SHIM_ALIAS(ncclReduce)
+SHIM_API_COLLECTIVES(SHIM_API_DEFINE_COLLECTIVE)
+#undef SHIM_API_DEFINE_COLLECTIVE
 
-SHIM_API ncclResult_t
-ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-              int root, ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_BROADCAST, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
-                           .root = root, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclBroadcast");
-}
-SHIM_ALIAS(ncclBroadcast)
+/* ncclBcast, ncclSend and ncclRecv: one buffer, `buff`, serves as both, and `root` is the
+ * root or the peer, as nccl.h names it. */
+#define SHIM_API_DEFINE_ONE_BUFFER(name, coll_id, buff_decl, buff, root_name)                \
+    SHIM_API ncclResult_t                                                                     \
+    nccl##name(buff_decl, size_t count, ncclDataType_t datatype, int root_name,               \
+               ncclComm_t comm, cudaStream_t stream)                                          \
+    {                                                                                         \
+        struct shim_op desc = {.coll = SHIM_COLL_##coll_id, .sendbuff = buff,                 \
+                               .recvbuff = (void *)buff, .count = count,                      \
+                               .datatype = datatype, .root = root_name, .stream = stream,     \
+                               .comm = comm};                                                 \
+        return shim_api_collective(&desc, "nccl" #name);                                      \
+    }                                                                                         \
+    SHIM_ALIAS(nccl##name)
 
-SHIM_API ncclResult_t
-ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-          cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_BROADCAST, .sendbuff = buff, .recvbuff = buff,
-                           .count = count, .datatype = datatype, .root = root,
-                           .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclBcast");
-}
-SHIM_ALIAS(ncclBcast)
-
-SHIM_API ncclResult_t
-ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                  ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_REDUCESCATTER, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = recvcount, .datatype = datatype,
-                           .user_op = op, .root = -1, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclReduceScatter");
-}
-SHIM_ALIAS(ncclReduceScatter)
-
-SHIM_API ncclResult_t
-ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
-              ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_ALLGATHER, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = sendcount, .datatype = datatype,
-                           .root = -1, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclAllGather");
-}
-SHIM_ALIAS(ncclAllGather)
-
-SHIM_API ncclResult_t
-ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-             ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_ALLTOALL, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
-                           .root = -1, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclAlltoAll");
-}
-SHIM_ALIAS(ncclAlltoAll)
-
-SHIM_API ncclResult_t
-ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-           int root, ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_GATHER, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
-                           .root = root, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclGather");
-}
-SHIM_ALIAS(ncclGather)
-
-SHIM_API ncclResult_t
-ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-            int root, ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_SCATTER, .sendbuff = sendbuff,
-                           .recvbuff = recvbuff, .count = count, .datatype = datatype,
-                           .root = root, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclScatter");
-}
-SHIM_ALIAS(ncclScatter)
-
-SHIM_API ncclResult_t
-ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-         ncclComm_t comm, cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_SEND, .sendbuff = sendbuff,
-                           .recvbuff = (void *)sendbuff, .count = count, .datatype = datatype,
-                           .root = peer, .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclSend");
-}
-SHIM_ALIAS(ncclSend)
-
-SHIM_API ncclResult_t
-ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-         cudaStream_t stream)
-{
-    struct shim_op desc = {.coll = SHIM_COLL_RECV, .sendbuff = recvbuff, .recvbuff = recvbuff,
-                           .count = count, .datatype = datatype, .root = peer,
-                           .stream = stream, .comm = comm};
-    return shim_api_collective(&desc, "ncclRecv");
-}
-SHIM_ALIAS(ncclRecv)
+SHIM_API_DEFINE_ONE_BUFFER(Bcast, BROADCAST, void *buff, buff, root)
+SHIM_API_DEFINE_ONE_BUFFER(Send, SEND, const void *sendbuff, sendbuff, peer)
+SHIM_API_DEFINE_ONE_BUFFER(Recv, RECV, void *recvbuff, recvbuff, peer)
+#undef SHIM_API_DEFINE_ONE_BUFFER
 
 /* --- groups ---------------------------------------------------------------------------------*/
 

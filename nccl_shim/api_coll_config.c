@@ -20,6 +20,7 @@
 
 #include "api.h"
 #include "base/check.h"
+#include "engine/op.h"
 #include "gpu/driver.h"
 #include "group.h"
 
@@ -94,104 +95,35 @@ shim_coll_config_done(const ncclCollConfig_t *config, cudaStream_t stream)
     return ncclSuccess;
 }
 
-/* The body every variant shares: config checked, the plain call, the event. */
-#define SHIM_COLL_CONFIG_CALL(api, plain_call, stream)                                        \
-    do {                                                                                      \
-        shim_error_clear();                                                                   \
-        ncclResult_t config_res_ = config != NULL ? shim_coll_config_check(config, api)       \
-                                                  : ncclSuccess;                              \
-        if (config_res_ != ncclSuccess) {                                                     \
-            shim_group_fail(config_res_); /* as a refused plain call: the group fails */      \
-            return config_res_;                                                               \
-        }                                                                                     \
-        SHIM_CHECK(plain_call);                                                               \
-        return shim_coll_config_done(config, stream);                                         \
-    } while (0)
-
-SHIM_API ncclResult_t
-ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *config)
+/* Every variant: the config checked, the plain call (whose messages name it, `plain`), the
+ * event. */
+static ncclResult_t
+shim_coll_config_call(struct shim_op *op, const ncclCollConfig_t *config, const char *api,
+                      const char *plain)
 {
-    SHIM_COLL_CONFIG_CALL("ncclAllReduceConfig",
-                          ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream),
-                          stream);
-}
-SHIM_ALIAS(ncclAllReduceConfig)
+    const cudaStream_t stream = op->stream;
 
-SHIM_API ncclResult_t
-ncclBroadcastConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                    int root, ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *config)
-{
-    SHIM_COLL_CONFIG_CALL("ncclBroadcastConfig",
-                          ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream),
-                          stream);
+    shim_error_clear();
+    ncclResult_t res = config != NULL ? shim_coll_config_check(config, api) : ncclSuccess;
+    if (res != ncclSuccess) {
+        shim_group_fail(res); /* as a refused plain call: the group fails */
+        return res;
+    }
+    SHIM_CHECK(shim_api_collective(op, plain));
+    return shim_coll_config_done(config, stream);
 }
-SHIM_ALIAS(ncclBroadcastConfig)
 
-SHIM_API ncclResult_t
-ncclReduceConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
-                 const ncclCollConfig_t *config)
-{
-    SHIM_COLL_CONFIG_CALL("ncclReduceConfig",
-                          ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm,
-                                     stream),
-                          stream);
-}
-SHIM_ALIAS(ncclReduceConfig)
+/* ncclXConfig from its row of the table (api.h). */
+#define SHIM_API_DEFINE_COLL_CONFIG(name, coll_id, count_name, mid, op_arg, root_arg)         \
+    SHIM_API ncclResult_t                                                                     \
+    nccl##name##Config(const void *sendbuff, void *recvbuff, size_t count_name,               \
+                       ncclDataType_t datatype, SHIM_API_UNPAREN mid ncclComm_t comm,         \
+                       cudaStream_t stream, const ncclCollConfig_t *config)                   \
+    {                                                                                         \
+        struct shim_op desc = SHIM_API_OP(coll_id, count_name, op_arg, root_arg);             \
+        return shim_coll_config_call(&desc, config, "nccl" #name "Config", "nccl" #name);     \
+    }                                                                                         \
+    SHIM_ALIAS(nccl##name##Config)
 
-SHIM_API ncclResult_t
-ncclAllGatherConfig(const void *sendbuff, void *recvbuff, size_t sendcount,
-                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *config)
-{
-    SHIM_COLL_CONFIG_CALL("ncclAllGatherConfig",
-                          ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream),
-                          stream);
-}
-SHIM_ALIAS(ncclAllGatherConfig)
-
-SHIM_API ncclResult_t
-ncclReduceScatterConfig(const void *sendbuff, void *recvbuff, size_t recvcount,
-                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                        cudaStream_t stream, const ncclCollConfig_t *config)
-{
-    SHIM_COLL_CONFIG_CALL("ncclReduceScatterConfig",
-                          ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm,
-                                            stream),
-                          stream);
-}
-SHIM_ALIAS(ncclReduceScatterConfig)
-
-SHIM_API ncclResult_t
-ncclAlltoAllConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                   ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config)
-{
-    SHIM_COLL_CONFIG_CALL("ncclAlltoAllConfig",
-                          ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream),
-                          stream);
-}
-SHIM_ALIAS(ncclAlltoAllConfig)
-
-SHIM_API ncclResult_t
-ncclGatherConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                 int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config)
-{
-    SHIM_COLL_CONFIG_CALL("ncclGatherConfig",
-                          ncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream),
-                          stream);
-}
-SHIM_ALIAS(ncclGatherConfig)
-
-SHIM_API ncclResult_t
-ncclScatterConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                  int root, ncclComm_t comm, cudaStream_t stream,
-                  const ncclCollConfig_t *config)
-{
-    SHIM_COLL_CONFIG_CALL("ncclScatterConfig",
-                          ncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream),
-                          stream);
-}
-SHIM_ALIAS(ncclScatterConfig)
+SHIM_API_COLLECTIVES(SHIM_API_DEFINE_COLL_CONFIG)
+#undef SHIM_API_DEFINE_COLL_CONFIG

@@ -2,15 +2,16 @@
 /*
  * kernels/: the datatype table, the element conversions and kr_reduce_host.
  *
- * Nothing here includes reduce_ops.h: every expected value comes from a reference written
- * another way. Narrow formats are decoded from their definition with ldexp and rounded with
- * rint in double; that reference is itself checked against GCC's _Float16 (an independent
- * correctly rounded float16), against nearest-neighbour distances for bfloat16 and against a
- * brute-force search of all 256 codes for fp8. Conversions are checked on every code, every
- * halfway point between neighbours and one float unit either side of it, the specials, and a
- * sweep through the float bit patterns. kr_reduce_host is checked for every datatype x op x
- * flag set x b present or not x count x placement (aligned, off by one element, dst == a,
- * dst == b) against a scalar reference computed in double, with guard elements around dst.
+ * The conversions under test are reduce_ops.h's, the very functions the loops and kernels inline;
+ * every expected value comes from a reference written another way. Narrow formats are decoded from
+ * their definition with ldexp and rounded with rint in double; that reference is itself checked
+ * against GCC's _Float16 (an independent correctly rounded float16), against nearest-neighbour
+ * distances for bfloat16 and against a brute-force search of all 256 codes for fp8. Conversions
+ * are checked on every code, every halfway point between neighbours and one float unit either side
+ * of it, the specials, and a sweep through the float bit patterns. kr_reduce_host is checked for
+ * every datatype x op x flag set x b present or not x count x placement (aligned, off by one
+ * element, dst == a, dst == b) against a scalar reference computed in double, with guard elements
+ * around dst.
  */
 #include <criterion/criterion.h>
 #include <float.h>
@@ -21,6 +22,7 @@
 #include <xmmintrin.h>
 
 #include "kernels/kernels.h"
+#include "kernels/reduce_ops.h"
 
 /* --- helpers -------------------------------------------------------------------------------- */
 
@@ -277,49 +279,49 @@ typedef uint32_t (*encode_fn)(float f);
 static float
 dec_half(uint32_t c)
 {
-    return kr_half_to_float((uint16_t)c);
+    return kr_f16_to_f32((uint16_t)c);
 }
 
 static float
 dec_bf16(uint32_t c)
 {
-    return kr_bf16_to_float((uint16_t)c);
+    return kr_bf16_to_f32((uint16_t)c);
 }
 
 static float
 dec_e4m3(uint32_t c)
 {
-    return kr_e4m3_to_float((uint8_t)c);
+    return kr_e4m3_to_f32((uint8_t)c);
 }
 
 static float
 dec_e5m2(uint32_t c)
 {
-    return kr_e5m2_to_float((uint8_t)c);
+    return kr_e5m2_to_f32((uint8_t)c);
 }
 
 static uint32_t
 enc_half(float f)
 {
-    return kr_float_to_half(f);
+    return kr_f32_to_f16(f);
 }
 
 static uint32_t
 enc_bf16(float f)
 {
-    return kr_float_to_bf16(f);
+    return kr_f32_to_bf16(f);
 }
 
 static uint32_t
 enc_e4m3(float f)
 {
-    return kr_float_to_e4m3(f);
+    return kr_f32_to_e4m3(f);
 }
 
 static uint32_t
 enc_e5m2(float f)
 {
-    return kr_float_to_e5m2(f);
+    return kr_f32_to_e5m2(f);
 }
 
 /* Every code decodes to its defined value (sign of zero included) and converts back to itself,
@@ -364,7 +366,7 @@ Test(conversions, half_decodes_every_code_and_round_trips)
         uint16_t h = (uint16_t)code;
         _Float16 x;
         memcpy(&x, &h, sizeof(x));
-        float want = (float)x, got = kr_half_to_float(h);
+        float want = (float)x, got = kr_f16_to_f32(h);
         cr_assert(f32_bits(got) == f32_bits(want) || (isnan(got) && isnan(want)),
                   "half 0x%04x: %a, _Float16 says %a", code, got, want);
     }
@@ -378,7 +380,7 @@ Test(conversions, float_to_half_matches_float16_cast)
         _Float16 x = (_Float16)fs.v[i];
         uint16_t want;
         memcpy(&want, &x, sizeof(want));
-        uint16_t got = kr_float_to_half(fs.v[i]);
+        uint16_t got = kr_f32_to_f16(fs.v[i]);
         bool nan = isnan(fs.v[i]);
         if (nan ? got != 0x7fff : got != want) {
             cr_assert_fail("half: %a (0x%08x) converted to 0x%04x, _Float16 says 0x%04x",
@@ -408,7 +410,7 @@ Test(conversions, bf16_decodes_every_code_and_rounds_to_nearest_even)
     }
     for (size_t i = 0; i < fs.n; i++) {
         uint16_t want = neighbour_bf16(fs.v[i]);
-        uint16_t got = kr_float_to_bf16(fs.v[i]);
+        uint16_t got = kr_f32_to_bf16(fs.v[i]);
         if (got != want || ref_encode(&ref_bf16, fs.v[i]) != want) {
             cr_assert_fail("bfloat16: %a (0x%08x) converted to 0x%04x, reference 0x%04x, "
                            "neighbours say 0x%04x", fs.v[i], f32_bits(fs.v[i]), got,
@@ -450,42 +452,42 @@ Test(conversions, e5m2_matches_brute_force)
  * implementation agreeing on a wrong reading of the formats would still fail. */
 Test(conversions, known_values)
 {
-    cr_assert_eq(kr_float_to_half(1.0f), 0x3c00);
-    cr_assert_eq(kr_float_to_half(65504.0f), 0x7bff);
-    cr_assert_eq(kr_float_to_half(65519.996f), 0x7bff);
-    cr_assert_eq(kr_float_to_half(65520.0f), 0x7c00);
-    cr_assert_eq(kr_float_to_half(-INFINITY), 0xfc00);
-    cr_assert_eq(kr_float_to_half(0x1p-24f), 0x0001);
-    cr_assert_eq(kr_float_to_half(0x1p-25f), 0x0000);          /* tie to even: zero */
-    cr_assert_eq(kr_float_to_half(0x1.8p-24f), 0x0002);        /* tie to even: two */
-    cr_assert_eq(kr_float_to_half(-NAN), 0x7fff);
-    cr_assert_eq(kr_half_to_float(0x0001), 0x1p-24f);
-    cr_assert_eq(kr_float_to_bf16(1.0f), 0x3f80);
-    cr_assert_eq(kr_float_to_bf16(f32_from_bits(0x3f808000)), 0x3f80); /* tie to even */
-    cr_assert_eq(kr_float_to_bf16(f32_from_bits(0x3f818000)), 0x3f82); /* tie to even */
-    cr_assert_eq(kr_float_to_bf16(FLT_MAX), 0x7f80);
-    cr_assert_eq(kr_float_to_bf16(NAN), 0x7fff);
-    cr_assert_eq(kr_float_to_e4m3(1.0f), 0x38);
-    cr_assert_eq(kr_float_to_e4m3(448.0f), 0x7e);
-    cr_assert_eq(kr_float_to_e4m3(464.0f), 0x7e);
-    cr_assert_eq(kr_float_to_e4m3(1e6f), 0x7e);
-    cr_assert_eq(kr_float_to_e4m3(INFINITY), 0x7e);
-    cr_assert_eq(kr_float_to_e4m3(-INFINITY), 0xfe);
-    cr_assert_eq(kr_float_to_e4m3(NAN), 0x7f);
-    cr_assert_eq(kr_float_to_e4m3(0x1p-9f), 0x01);
-    cr_assert_eq(kr_float_to_e4m3(0x1p-10f), 0x00);
-    cr_assert_eq(kr_e4m3_to_float(0x7e), 448.0f);
-    cr_assert_eq(kr_e4m3_to_float(0x08), 0x1p-6f);
-    cr_assert(isnan(kr_e4m3_to_float(0xff)));
-    cr_assert_eq(kr_float_to_e5m2(1.0f), 0x3c);
-    cr_assert_eq(kr_float_to_e5m2(57344.0f), 0x7b);
-    cr_assert_eq(kr_float_to_e5m2(61440.0f), 0x7b);
-    cr_assert_eq(kr_float_to_e5m2(INFINITY), 0x7b);
-    cr_assert_eq(kr_float_to_e5m2(-INFINITY), 0xfb);
-    cr_assert_eq(kr_float_to_e5m2(NAN), 0x7f);
-    cr_assert_eq(kr_float_to_e5m2(0x1p-16f), 0x01);
-    cr_assert_eq(kr_e5m2_to_float(0x7c), INFINITY);
-    cr_assert(isnan(kr_e5m2_to_float(0x7e)));
+    cr_assert_eq(kr_f32_to_f16(1.0f), 0x3c00);
+    cr_assert_eq(kr_f32_to_f16(65504.0f), 0x7bff);
+    cr_assert_eq(kr_f32_to_f16(65519.996f), 0x7bff);
+    cr_assert_eq(kr_f32_to_f16(65520.0f), 0x7c00);
+    cr_assert_eq(kr_f32_to_f16(-INFINITY), 0xfc00);
+    cr_assert_eq(kr_f32_to_f16(0x1p-24f), 0x0001);
+    cr_assert_eq(kr_f32_to_f16(0x1p-25f), 0x0000);          /* tie to even: zero */
+    cr_assert_eq(kr_f32_to_f16(0x1.8p-24f), 0x0002);        /* tie to even: two */
+    cr_assert_eq(kr_f32_to_f16(-NAN), 0x7fff);
+    cr_assert_eq(kr_f16_to_f32(0x0001), 0x1p-24f);
+    cr_assert_eq(kr_f32_to_bf16(1.0f), 0x3f80);
+    cr_assert_eq(kr_f32_to_bf16(f32_from_bits(0x3f808000)), 0x3f80); /* tie to even */
+    cr_assert_eq(kr_f32_to_bf16(f32_from_bits(0x3f818000)), 0x3f82); /* tie to even */
+    cr_assert_eq(kr_f32_to_bf16(FLT_MAX), 0x7f80);
+    cr_assert_eq(kr_f32_to_bf16(NAN), 0x7fff);
+    cr_assert_eq(kr_f32_to_e4m3(1.0f), 0x38);
+    cr_assert_eq(kr_f32_to_e4m3(448.0f), 0x7e);
+    cr_assert_eq(kr_f32_to_e4m3(464.0f), 0x7e);
+    cr_assert_eq(kr_f32_to_e4m3(1e6f), 0x7e);
+    cr_assert_eq(kr_f32_to_e4m3(INFINITY), 0x7e);
+    cr_assert_eq(kr_f32_to_e4m3(-INFINITY), 0xfe);
+    cr_assert_eq(kr_f32_to_e4m3(NAN), 0x7f);
+    cr_assert_eq(kr_f32_to_e4m3(0x1p-9f), 0x01);
+    cr_assert_eq(kr_f32_to_e4m3(0x1p-10f), 0x00);
+    cr_assert_eq(kr_e4m3_to_f32(0x7e), 448.0f);
+    cr_assert_eq(kr_e4m3_to_f32(0x08), 0x1p-6f);
+    cr_assert(isnan(kr_e4m3_to_f32(0xff)));
+    cr_assert_eq(kr_f32_to_e5m2(1.0f), 0x3c);
+    cr_assert_eq(kr_f32_to_e5m2(57344.0f), 0x7b);
+    cr_assert_eq(kr_f32_to_e5m2(61440.0f), 0x7b);
+    cr_assert_eq(kr_f32_to_e5m2(INFINITY), 0x7b);
+    cr_assert_eq(kr_f32_to_e5m2(-INFINITY), 0xfb);
+    cr_assert_eq(kr_f32_to_e5m2(NAN), 0x7f);
+    cr_assert_eq(kr_f32_to_e5m2(0x1p-16f), 0x01);
+    cr_assert_eq(kr_e5m2_to_f32(0x7c), INFINITY);
+    cr_assert(isnan(kr_e5m2_to_f32(0x7e)));
 }
 
 /* --- datatypes and scalars ------------------------------------------------------------------ */
@@ -1107,18 +1109,6 @@ Test(copy, stream_copies_any_alignment_and_size)
  * random halves; every op kind and flag combination, binary and unary. kr_reduce_host takes
  * its F16C path on a CPU with AVX2, the clones elsewhere: either must give these bits.
  */
-static float
-ref_h2f(uint16_t h)
-{
-    return kr_half_to_float(h);
-}
-
-static uint16_t
-ref_f2h(float f)
-{
-    return kr_float_to_half(f);
-}
-
 /* maximumNumber/minimumNumber with +0 > -0, as kernels.h states. */
 static float
 ref_maxmin(float a, float b, bool max)
@@ -1138,26 +1128,28 @@ ref_maxmin(float a, float b, bool max)
 static uint16_t
 ref_half_op(const struct kr_redop *op, unsigned flags, uint16_t a, const uint16_t *b)
 {
-    float s = ref_h2f((uint16_t)(op->scalar[0] | op->scalar[1] << 8));
+    float s = kr_f16_to_f32((uint16_t)(op->scalar[0] | op->scalar[1] << 8));
     switch (op->kind) {
     case KR_SUM:
-        return b ? ref_f2h(ref_h2f(a) + ref_h2f(*b)) : a;
+        return b ? kr_f32_to_f16(kr_f16_to_f32(a) + kr_f16_to_f32(*b)) : a;
     case KR_PROD:
-        return b ? ref_f2h(ref_h2f(a) * ref_h2f(*b)) : a;
+        return b ? kr_f32_to_f16(kr_f16_to_f32(a) * kr_f16_to_f32(*b)) : a;
     case KR_MAX:
     case KR_MIN:
-        return b ? ref_f2h(ref_maxmin(ref_h2f(a), ref_h2f(*b), op->kind == KR_MAX)) : a;
+        return b ? kr_f32_to_f16(ref_maxmin(kr_f16_to_f32(a), kr_f16_to_f32(*b),
+                                            op->kind == KR_MAX))
+                 : a;
     case KR_PREMULSUM: {
-        uint16_t pa = flags & KR_PRE_A ? ref_f2h(ref_h2f(a) * s) : a;
+        uint16_t pa = flags & KR_PRE_A ? kr_f32_to_f16(kr_f16_to_f32(a) * s) : a;
         if (!b) {
             return pa;
         }
-        uint16_t pb = flags & KR_PRE_B ? ref_f2h(ref_h2f(*b) * s) : *b;
-        return ref_f2h(ref_h2f(pa) + ref_h2f(pb));
+        uint16_t pb = flags & KR_PRE_B ? kr_f32_to_f16(kr_f16_to_f32(*b) * s) : *b;
+        return kr_f32_to_f16(kr_f16_to_f32(pa) + kr_f16_to_f32(pb));
     }
     case KR_SUMPOSTDIV: {
-        uint16_t sum = b ? ref_f2h(ref_h2f(a) + ref_h2f(*b)) : a;
-        return flags & KR_POST ? ref_f2h(ref_h2f(sum) / (float)op->divisor) : sum;
+        uint16_t sum = b ? kr_f32_to_f16(kr_f16_to_f32(a) + kr_f16_to_f32(*b)) : a;
+        return flags & KR_POST ? kr_f32_to_f16(kr_f16_to_f32(sum) / (float)op->divisor) : sum;
     }
     }
     return 0;
