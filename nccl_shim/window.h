@@ -13,7 +13,7 @@
 #include <nccl.h>
 #include <stddef.h>
 
-#include "signal.h"
+#include "engine/signal.h"
 
 struct ncclComm;
 

@@ -13,12 +13,12 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "comm.h"
+#include "engine/signal.h"
 #include "engine/exchange.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
 #include "transports/transport.h"
-#include "signal.h"
 
 #define SHIM_RWIN_LOG 1024 /* records a source may have unread in its target's log */
 /* The proxy's sleep between looks when nothing moved: from this, doubling up to that. */
