@@ -13,11 +13,11 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "comm.h"
-#include "engine/signal.h"
-#include "engine/exchange.h"
+#include "exchange.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
+#include "signal.h"
 #include "transports/transport.h"
 
 #define SHIM_RWIN_LOG 1024 /* records a source may have unread in its target's log */
@@ -317,8 +317,7 @@ shim_rproxy_main(void *arg)
         }
     }
     if (res != ncclSuccess && !p->stop) {
-        WARN("rank %d: the device windows' proxy stopped: %s", p->rank,
-             ncclGetErrorString(res));
+        WARN("rank %d: the device windows' proxy stopped: %s", p->rank, shim_result_text(res));
         shim_comm_set_async_error(p->comm, res);
     }
     p->stop = true; /* whoever waits for it stops waiting */
@@ -368,8 +367,8 @@ shim_rproxy_create(struct ncclComm *comm, struct shim_rproxy **out)
                     res, err);
     p->acks = tp_mem_base(p->acks_mem);
     SHIM_CHECK_GOTO(gpu_ctx_push(p->gpu->ctx), res, err);
-    res = gpu_host_segment("ncclshim-signals", shim_signal_words(n) * sizeof(uint32_t), &p->words_fd,
-                           &p->words);
+    res = gpu_host_segment("ncclshim-signals", shim_signal_words(n) * sizeof(uint32_t),
+                           &p->words_fd, &p->words);
     if (res == ncclSuccess) {
         res = gpu_cu.cuStreamCreate(&p->copy_stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS
                   ? ncclSuccess
