@@ -36,10 +36,10 @@
 #include "base/env.h"
 #include "comm.h"
 #include "engine/exchange.h"
+#include "engine/window_device.h"
 #include "engine/window_remote.h"
 #include "gpu/memory.h"
 #include "transports/transport.h"
-#include "window_device.h"
 
 #define SHIM_WINDOW_MAGIC 0x77696e646f77ull /* "window" */
 /* A wait polls this long before it sleeps between looks (1 ms at a time): a signal that lands

@@ -13,10 +13,10 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "comm.h"
-#include "engine/signal.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
+#include "signal.h"
 
 /* How long teardown waits for the streams that used a window's memory. */
 #define SHIM_DWIN_TEARDOWN_MS 5000
