@@ -24,7 +24,7 @@
 #include "register.h"
 #include "split.h"
 #include "engine/tag.h"
-#include "window.h"
+#include "engine/window.h"
 
 #include "api.h"
 

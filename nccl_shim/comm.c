@@ -23,8 +23,8 @@
 #include "engine/connect.h"
 #include "engine/exec.h"
 #include "engine/exec_device.h"
+#include "engine/window.h"
 #include "group.h"
-#include "window.h"
 
 /* Live communicators, so a destroyed or made-up handle is an error and not a crash. */
 static pthread_mutex_t shim_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -13,7 +13,7 @@
 #include <nccl.h>
 #include <stddef.h>
 
-#include "engine/signal.h"
+#include "signal.h"
 
 struct ncclComm;
 

@@ -35,11 +35,11 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "comm.h"
-#include "engine/exchange.h"
-#include "engine/window_device.h"
-#include "engine/window_remote.h"
+#include "exchange.h"
 #include "gpu/memory.h"
 #include "transports/transport.h"
+#include "window_device.h"
+#include "window_remote.h"
 
 #define SHIM_WINDOW_MAGIC 0x77696e646f77ull /* "window" */
 /* A wait polls this long before it sleeps between looks (1 ms at a time): a signal that lands
