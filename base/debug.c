@@ -248,3 +248,30 @@ shim_error_last(const struct shim_log_scope *scope)
     const char *text = scope != NULL ? scope->last_error : NULL;
     return text != NULL && text[0] != '\0' ? text : shim_error_text;
 }
+
+const char *
+shim_result_text(ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the ncclshim developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    case ncclTimeout:
+        return "timeout";
+    default:
+        return "unknown result code";
+    }
+}

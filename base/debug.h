@@ -9,6 +9,7 @@
 #ifndef SHIM_DEBUG_H
 #define SHIM_DEBUG_H
 
+#include <nccl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -98,6 +99,9 @@ void shim_log_bind(struct shim_log_scope *scope);
 void shim_error_clear(void);
 /* scope's last error if it has one, else the calling thread's; scope may be NULL. */
 const char *shim_error_last(const struct shim_log_scope *scope);
+/* What a result code means, in NCCL's words (ncclGetErrorString's text, for any layer's
+ * messages). */
+const char *shim_result_text(ncclResult_t result);
 
 /* Prints the one banner line naming ncclshim, once per process, at NCCL_DEBUG=VERSION or more. */
 void shim_log_banner(void);

@@ -72,6 +72,7 @@
 
 #include "algorithms/alg.h"
 #include "gpu/memory.h"
+#include "gpu/pin.h"
 #include "kernels/kernels.h"
 
 struct shm_team;
@@ -141,13 +142,10 @@ ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops,
                               CUstream stream, bool capturing);
 ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);
 
-/* A registered buffer's export (ncclCommRegister): pinned, the leaders keep their mappings. */
-struct cipc_pin {
-    bool pinned;       /* false: nothing to pin (every leader in this process, or staged) */
-    uint32_t how;      /* enum cipc_buf_how */
-    uint64_t key;      /* the allocation's id */
-    uintptr_t base;    /* its first byte */
-};
+/* A registered buffer's export (ncclCommRegister): pinned, the leaders keep their mappings.
+ * The record is gpu/pin.h's, below the back-ends that hold it; this is the team's name for it
+ * (its `how` an enum cipc_buf_how). */
+#define cipc_pin gpu_pin
 
 /* Exports the allocation bytes at ptr lie in now (device memory, mem as gpu_mem_query told)
  * and keeps it exported until cipc_team_unpin; pin->pinned is false where the leaders reach

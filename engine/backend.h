@@ -4,16 +4,18 @@
  * of this table per way (exec_device.c runs a group through it; the communicator's lifecycle
  * asks it to drain, release and go):
  *
- *   solo    one rank alone: kernels and copies on the call's stream (backend_solo.c)
  *   team    ranks sharing a host: the device team, a leader per GPU running its share
  *           (cudaipc/, through backend_team.c)
+ *   solo    one rank alone: kernels and copies on the call's stream (backend_solo.c)
  *   staged  ranks without a team (several hosts, NCCL_SHM_DISABLE=1): the algorithms'
  *           schedules over UCX on the communicator's thread, staged through pinned memory
  *           (exec_staged.c)
  *
- * A row keeps its state in the communicator (comm->dev, comm->solo, comm->staged; made when
- * the row first needs it) and nothing else touches that state. The row is chosen once the
- * communicator knows its ranks and its team (shim_backend_choose).
+ * Once the communicator knows its ranks and its shared-memory team, each row in that order is
+ * asked whether it serves it (as NCCL asks its transports whether they can connect two
+ * ranks), and the first that does and makes its state is the communicator's (backend.c). A
+ * row keeps its state in comm->backend_state (made then, or when it first needs it) and
+ * nothing else touches that state.
  */
 #ifndef SHIM_BACKEND_H
 #define SHIM_BACKEND_H
@@ -23,15 +25,30 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cudaipc/cudaipc.h"
 #include "gpu/driver.h"
+#include "gpu/pin.h"
 #include "op.h"
 
 struct ncclComm;
 struct gpu_mem_info;
 
+/* What the ranks told each other as the communicator formed its shared-memory team
+ * (connect.c), which the device team needs to form: per rank (nranks of each). */
+struct shim_backend_peers {
+    const uint8_t *reach;         /* [a * nranks + b]: rank a's process maps b's device memory */
+    const int *first_on_device;   /* the lowest rank on its GPU (itself where every rank leads
+                                     its own share, NCCLSHIM_RANK_LEADERS=1); -1 without one */
+    const int *device_here;       /* its GPU as this process numbers it; -1 where it lacks it */
+};
+
 struct shim_backend {
     const char *name;
+    /* Whether it can carry out comm's operations, given what its ranks told each other (NULL:
+     * they formed no shared-memory team). Asked of each row in order; a question only. */
+    bool (*serves)(const struct ncclComm *comm, const struct shim_backend_peers *peers);
+    /* Makes its state in comm->backend_state once chosen (NULL: on first need). Failing, the
+     * row is passed over, and the next one that serves is asked. */
+    ncclResult_t (*create)(struct ncclComm *comm, const struct shim_backend_peers *peers);
     /* May a stream being captured into a CUDA graph carry its operations? */
     bool captures;
     /* Does it drive the communicator's UCX worker from a thread of its own (one-sided calls,
@@ -62,17 +79,21 @@ struct shim_backend {
     /* ncclCommRegister / Deregister of device memory: NULL where registering changes nothing.
      * pin->pinned says whether unpin is owed. */
     ncclResult_t (*pin)(struct ncclComm *comm, void *buff, size_t size,
-                        const struct gpu_mem_info *mem, struct cipc_pin *pin);
-    ncclResult_t (*unpin)(struct ncclComm *comm, const struct cipc_pin *pin);
+                        const struct gpu_mem_info *mem, struct gpu_pin *pin);
+    ncclResult_t (*unpin)(struct ncclComm *comm, const struct gpu_pin *pin);
     /* Frees the state; without abort, after the ops are done. */
     void (*destroy)(struct ncclComm *comm, bool abort);
 };
 
-extern const struct shim_backend shim_backend_solo;
 extern const struct shim_backend shim_backend_team;
+extern const struct shim_backend shim_backend_solo;
 extern const struct shim_backend shim_backend_staged;
 
-/* The row for comm: its team if it has one, else solo for one rank, else staged. */
+/* Once comm connected: the first row that serves it and makes its state becomes
+ * comm->backend. The staged and solo rows serve whatever the team row does not. */
+void shim_backend_connect(struct ncclComm *comm, const struct shim_backend_peers *peers);
+/* The first row that would serve comm, making nothing: a communicator that never connected
+ * has no state, and all its row can do is let it go. */
 const struct shim_backend *shim_backend_choose(const struct ncclComm *comm);
 
 #endif

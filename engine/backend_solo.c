@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The row of the back-end table (backend.h) for a communicator of one rank: its operations
- * are kernels or copies on the call's stream itself.
+ * are kernels or copies on the call's stream itself. A collective of one rank is a copy of its
+ * input, or, where the op scales (PreMulSum's multiply, an average's divide by one), one
+ * reduction task of one operand (kernels/device.h), as a kernel of the device team would
+ * compute it.
  */
 #include "backend.h"
 
@@ -10,7 +13,6 @@
 
 #include "base/check.h"
 #include "comm.h"
-#include "cudaipc/tasks.h"
 #include "kernels/device.h"
 
 /* A one-rank communicator's operations run on the call's stream; this keeps them in issue
@@ -21,6 +23,13 @@ struct shim_dev_solo {
     CUstream stream;       /* on this stream */
     bool recorded;
 };
+
+static bool
+shim_solo_serves(const struct ncclComm *comm, const struct shim_backend_peers *peers)
+{
+    (void)peers; /* alone, it has no team */
+    return comm->nranks == 1;
+}
 
 static bool
 shim_solo_is_copy(const struct shim_op *op)
@@ -52,21 +61,15 @@ shim_solo_coll(const struct shim_op *op, const struct gpu_device *gpu, CUstream 
     if (shim_solo_is_copy(op)) {
         return shim_solo_copy(op->sendbuff, op->recvbuff, bytes, stream);
     }
-    struct cipc_work *w;
-    SHIM_CHECK(shim_calloc(&w, 1));
-    w->coll = ALG_COLL_ALLREDUCE;
-    w->nranks = 1;
-    w->count = op->count;
-    w->redop = op->redop;
-    w->send[0] = (uintptr_t)op->sendbuff;
-    w->recv[0] = (uintptr_t)op->recvbuff;
-    w->pre[0] = op->redop.kind == KR_PREMULSUM;
-    memcpy(&w->scalar[0], op->redop.scalar, sizeof(w->scalar[0]));
-    w->scalar_ptr[0] = (uintptr_t)op->scalar_dev;
-    cipc_work_whole(w);
-    ncclResult_t res = cipc_tasks_launch(w, stream, gpu);
-    free(w);
-    return res;
+    struct kr_dev_src src = {.ptr = (uintptr_t)op->sendbuff,
+                             .scalar_ptr = (uintptr_t)op->scalar_dev,
+                             .pre = op->redop.kind == KR_PREMULSUM};
+    uint64_t dst = (uintptr_t)op->recvbuff;
+    struct kr_dev_launch l;
+    memcpy(&src.scalar, op->redop.scalar, sizeof(src.scalar));
+    kr_dev_begin(&l, stream, gpu, &op->redop);
+    SHIM_CHECK(kr_dev_add(&l, &src, 1, &dst, 1, op->count));
+    return kr_dev_end(&l);
 }
 
 /* Sends to self pair with receives from self in order, within the group. */
@@ -110,7 +113,7 @@ static ncclResult_t
 shim_solo_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
                  const struct gpu_device *gpu, CUstream stream, bool capturing)
 {
-    struct shim_dev_solo *solo = comm->solo;
+    struct shim_dev_solo *solo = comm->backend_state;
 
     if (solo == NULL) {
         SHIM_CHECK(shim_calloc(&solo, 1));
@@ -119,7 +122,7 @@ shim_solo_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
             free(solo);
             return gpu_cu_fail(cu, "cuEventCreate", __FILE__, __LINE__);
         }
-        comm->solo = solo;
+        comm->backend_state = solo;
     }
     /* A capture is ordered by where its graph is launched; an event of ours recorded outside
      * it may not be awaited in it, nor one recorded in it outside. */
@@ -151,8 +154,10 @@ shim_solo_wait(struct ncclComm *comm, CUstream stream)
 static ncclResult_t
 shim_solo_drain(struct ncclComm *comm)
 {
-    if (comm->solo != NULL && comm->solo->recorded) {
-        GPU_CU_CHECK(cuEventSynchronize(comm->solo->last));
+    const struct shim_dev_solo *solo = comm->backend_state;
+
+    if (solo != NULL && solo->recorded) {
+        GPU_CU_CHECK(cuEventSynchronize(solo->last));
     }
     return ncclSuccess;
 }
@@ -160,8 +165,10 @@ shim_solo_drain(struct ncclComm *comm)
 static bool
 shim_solo_busy(const struct ncclComm *comm)
 {
-    return comm->solo != NULL && comm->solo->recorded &&
-           gpu_cu.cuEventQuery(comm->solo->last) == CUDA_ERROR_NOT_READY;
+    const struct shim_dev_solo *solo = comm->backend_state;
+
+    return solo != NULL && solo->recorded &&
+           gpu_cu.cuEventQuery(solo->last) == CUDA_ERROR_NOT_READY;
 }
 
 static ncclResult_t
@@ -194,7 +201,7 @@ shim_solo_device_bytes(const struct ncclComm *comm, uint64_t *releasable, uint64
 static void
 shim_solo_destroy(struct ncclComm *comm, bool abort)
 {
-    struct shim_dev_solo *solo = comm->solo;
+    struct shim_dev_solo *solo = comm->backend_state;
 
     if (solo == NULL) {
         return;
@@ -204,11 +211,12 @@ shim_solo_destroy(struct ncclComm *comm, bool abort)
     }
     gpu_cu.cuEventDestroy(solo->last);
     free(solo);
-    comm->solo = NULL;
+    comm->backend_state = NULL;
 }
 
 const struct shim_backend shim_backend_solo = {
     .name = "one rank",
+    .serves = shim_solo_serves,
     .captures = true,
     .drives_worker = false,
     .arrive = shim_solo_arrive,

@@ -23,9 +23,7 @@
 
 struct shm_team;
 struct shim_exec;
-struct cipc_team;
 struct shim_reg;
-struct shim_dev_solo;
 struct shim_backend;
 
 #define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
@@ -70,11 +68,9 @@ struct ncclComm {
     struct alg_cost_params cost;   /* the cost model's alpha, beta, gamma */
     struct shm_team *shm;          /* every rank on this host: shared-memory collectives */
     /* Who carries out its operations on device memory (backend.h), chosen once it connected,
-     * and each row's state, touched by that row alone. */
+     * and that row's state, touched by the row alone. */
     const struct shim_backend *backend;
-    struct cipc_team *dev;         /* ... and their device team, for device buffers */
-    struct shim_dev_solo *solo;    /* one rank, device buffers: issue order (backend_solo.c) */
-    struct shim_staged *staged;    /* no device team, device buffers: over UCX (exec_staged.c) */
+    void *backend_state;
     uint32_t shm_colls;            /* collectives no NCCL_ALGO/NCCLSHIM_ALGO filter touched */
     uint64_t tuning_logged[ALG_COLL_COUNT]; /* size classes whose choice INFO(TUNING) told */
     void *scratch;           /* one cached scratch buffer, reused across ops */

@@ -764,7 +764,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     }
     for (int i = 0; i < nexecs; i++) {
         struct tp_worker *tp = execs[i]->op.comm->tp;
-        /* A communicator with windows serves its peers' emulated puts (window.c) while it
+        /* A communicator with windows serves its peers' emulated puts (window_host.c) while it
          * waits, whatever it waits for. */
         transport_ops |= !execs[i]->shm || execs[i]->op.comm->windows != NULL;
         int w = 0;

@@ -203,10 +203,12 @@ shim_staged_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
     struct shim_staged_batch *batch;
     ncclResult_t res;
 
-    if (comm->staged == NULL) {
-        SHIM_CHECK(shim_staged_create(comm, gpu, &comm->staged));
+    if (comm->backend_state == NULL) {
+        struct shim_staged *made;
+        SHIM_CHECK(shim_staged_create(comm, gpu, &made));
+        comm->backend_state = made;
     }
-    struct shim_staged *staged = comm->staged;
+    struct shim_staged *staged = comm->backend_state;
     SHIM_CHECK(shim_calloc_bytes((void **)&batch, 1,
                                  sizeof(*batch) + (size_t)nops * sizeof(batch->execs[0]),
                                  __FILE__, __LINE__));
@@ -242,7 +244,7 @@ err:
 static ncclResult_t
 shim_staged_wait(struct ncclComm *comm, CUstream stream)
 {
-    struct shim_staged *staged = comm->staged;
+    struct shim_staged *staged = comm->backend_state;
 
     /* The user's stream may wait for done only once the in lane has the batch's last work
      * (gpu/staging.h): until the thread finished the batch, which is the last one given out. */
@@ -264,7 +266,7 @@ shim_staged_wait(struct ncclComm *comm, CUstream stream)
 static void
 shim_staged_release(struct ncclComm *comm)
 {
-    struct shim_staged *staged = comm->staged;
+    struct shim_staged *staged = comm->backend_state;
 
     if (staged != NULL) {
         gpu_staging_release(staged->staging, __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE));
@@ -274,7 +276,7 @@ shim_staged_release(struct ncclComm *comm)
 static bool
 shim_staged_busy(const struct ncclComm *comm)
 {
-    const struct shim_staged *staged = comm->staged;
+    const struct shim_staged *staged = comm->backend_state;
 
     return staged != NULL && __atomic_load_n(&staged->finished, __ATOMIC_ACQUIRE) !=
                                  __atomic_load_n(&staged->gates, __ATOMIC_ACQUIRE);
@@ -283,7 +285,7 @@ shim_staged_busy(const struct ncclComm *comm)
 static ncclResult_t
 shim_staged_drain(struct ncclComm *comm)
 {
-    struct shim_staged *staged = comm->staged;
+    struct shim_staged *staged = comm->backend_state;
 
     if (staged == NULL) {
         return ncclSuccess;
@@ -300,7 +302,7 @@ shim_staged_drain(struct ncclComm *comm)
 static ncclResult_t
 shim_staged_error(const struct ncclComm *comm)
 {
-    const struct shim_staged *staged = comm->staged;
+    const struct shim_staged *staged = comm->backend_state;
 
     return staged != NULL ? __atomic_load_n(&staged->error, __ATOMIC_ACQUIRE) : ncclSuccess;
 }
@@ -308,7 +310,7 @@ shim_staged_error(const struct ncclComm *comm)
 static void
 shim_staged_destroy(struct ncclComm *comm, bool abort)
 {
-    struct shim_staged *staged = comm->staged;
+    struct shim_staged *staged = comm->backend_state;
 
     if (staged == NULL) {
         return;
@@ -337,7 +339,7 @@ shim_staged_destroy(struct ncclComm *comm, bool abort)
     pthread_mutex_destroy(&staged->lock);
     pthread_cond_destroy(&staged->cond);
     free(staged);
-    comm->staged = NULL;
+    comm->backend_state = NULL;
 }
 
 static void
@@ -349,7 +351,7 @@ shim_staged_interrupt(struct ncclComm *comm)
 static ncclResult_t
 shim_staged_release_memory(struct ncclComm *comm)
 {
-    struct shim_staged *staged = comm->staged;
+    struct shim_staged *staged = comm->backend_state;
     ncclResult_t res;
 
     if (staged == NULL) {
@@ -371,8 +373,17 @@ shim_staged_device_bytes(const struct ncclComm *comm, uint64_t *releasable,
     *releasable = *persistent = 0;
 }
 
+/* Every communicator of several ranks: whatever its ranks share, the network reaches them. */
+static bool
+shim_staged_serves(const struct ncclComm *comm, const struct shim_backend_peers *peers)
+{
+    (void)peers;
+    return comm->nranks > 1;
+}
+
 const struct shim_backend shim_backend_staged = {
     .name = "network path",
+    .serves = shim_staged_serves,
     .captures = false,      /* the thread runs what the call hands it: nothing to replay */
     .drives_worker = true,
     .arrive = shim_staged_arrive,

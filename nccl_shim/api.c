@@ -24,7 +24,7 @@
 #include "register.h"
 #include "split.h"
 #include "engine/tag.h"
-#include "window.h"
+#include "engine/window.h"
 
 #include "api.h"
 
@@ -61,28 +61,7 @@ SHIM_ALIAS(ncclGetUniqueId)
 SHIM_API const char *
 ncclGetErrorString(ncclResult_t result)
 {
-    switch (result) {
-    case ncclSuccess:
-        return "no error";
-    case ncclUnhandledCudaError:
-        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError:
-        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError:
-        return "internal error - please report this issue to the ncclshim developers";
-    case ncclInvalidArgument:
-        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage:
-        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError:
-        return "remote process exited or there was a network error";
-    case ncclInProgress:
-        return "NCCL operation in progress";
-    case ncclTimeout:
-        return "timeout";
-    default:
-        return "unknown result code";
-    }
+    return shim_result_text(result);
 }
 SHIM_ALIAS(ncclGetErrorString)
 

@@ -21,7 +21,7 @@
 #include "api.h"
 #include "base/check.h"
 #include "comm.h"
-#include "window.h"
+#include "engine/window.h"
 
 typedef struct ncclTeam {
     int nRanks, rank, stride;

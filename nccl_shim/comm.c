@@ -19,14 +19,12 @@
 #include "base/env.h"
 #include "base/report.h"
 #include "bootstrap/bootstrap.h"
-#include "cudaipc/cudaipc.h"
+#include "engine/backend.h"
+#include "engine/connect.h"
 #include "engine/exec.h"
 #include "engine/exec_device.h"
-#include "engine/backend.h"
+#include "engine/window.h"
 #include "group.h"
-#include "shm/shm.h"
-#include "transports/transport.h"
-#include "window.h"
 
 /* Live communicators, so a destroyed or made-up handle is an error and not a crash. */
 static pthread_mutex_t shim_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -140,7 +138,7 @@ shim_comm_check_ready(struct ncclComm *comm, const char *api)
         return ncclInvalidUsage;
     default:
         WARN("%s: communicator %p has failed (%s); only ncclCommAbort/Destroy remain", api,
-             (void *)comm, ncclGetErrorString(comm->async_error));
+             (void *)comm, shim_result_text(comm->async_error));
         return ncclInvalidUsage;
     }
 }
@@ -179,13 +177,7 @@ shim_comm_suspend(struct ncclComm *comm)
     free(comm->scratch);
     comm->scratch = NULL;
     comm->scratch_bytes = 0;
-    /* The shared-memory slots go once the peers read this rank's last chunk; a peer still in
-     * the last operation (or gone) leaves them in place, which costs only memory. */
-    if (comm->shm != NULL &&
-        !shm_team_release_slots(comm->shm, (int)shim_env_int(SHIM_ENV_WAIT_MS))) {
-        INFO(SHIM_INIT, "comm %p rank %d: the peers had not all read this rank's last "
-             "shared-memory chunk: its slots stay", (void *)comm, comm->rank);
-    }
+    shim_connect_suspend(comm);
     comm->suspended = true;
     INFO(SHIM_INIT, "comm %p rank %d nranks %d - Suspended", (void *)comm, comm->rank,
          comm->nranks);
@@ -247,8 +239,8 @@ shim_comm_connect(struct ncclComm *comm, const ncclUniqueId *id)
     size_t len;
     ncclResult_t res;
 
-    SHIM_CHECK(tp_worker_create(&comm->tp));
-    SHIM_CHECK(tp_worker_address(comm->tp, &addr, &len));
+    SHIM_CHECK(shim_connect_open(comm));
+    SHIM_CHECK(shim_connect_address(comm, &addr, &len));
     int timeout_ms = (int)shim_env_int(SHIM_ENV_BOOTSTRAP_TIMEOUT) * 1000;
     SHIM_CHECK(shim_bootstrap_exchange(id, comm->rank, comm->nranks, addr, len, timeout_ms,
                                        &table));
@@ -259,12 +251,8 @@ shim_comm_connect(struct ncclComm *comm, const ncclUniqueId *id)
     for (int r = 0; r < comm->nranks; r++) {
         addrs[r] = table->data + table->offsets[r];
     }
-    res = tp_worker_connect(comm->tp, comm->nranks, comm->rank, addrs, table->lens);
+    res = shim_connect_peers(comm, addrs, table->lens);
     free(addrs);
-    if (res == ncclSuccess) {
-        res = shim_comm_shm_setup(comm);
-    }
-    comm->backend = shim_backend_choose(comm);
 out_table:
     shim_bootstrap_table_free(table);
     return res;
@@ -373,11 +361,7 @@ shim_comm_free(struct ncclComm *comm, bool abort)
     shim_comm_unregister(comm);
     shim_reg_free_all(comm);
     shim_exec_free_spare(comm);
-    shim_devexec_comm_free(comm, abort); /* before the segments its control blocks are in */
-    shm_team_destroy(comm->shm);
-    if (comm->tp != NULL) {
-        tp_worker_destroy(comm->tp);
-    }
+    shim_connect_close(comm, abort);
     shim_windows_free(comm); /* after the worker: puts in flight may read their copies */
     free(comm->scratch);
     free(comm->p2p_sent);
@@ -435,7 +419,7 @@ shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks, uint
     SHIM_CHECK(shim_comm_alloc(&args, id_hash, &comm));
     comm->tag_base = (uint8_t)(id_hash >> 56);
     shim_comm_register(comm);
-    SHIM_CHECK_GOTO(tp_worker_create(&comm->tp), res, err_free);
+    SHIM_CHECK_GOTO(shim_connect_open(comm), res, err_free);
     *comm_out = comm;
     return ncclSuccess;
 
@@ -447,9 +431,7 @@ err_free:
 ncclResult_t
 shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs, const size_t *lens)
 {
-    SHIM_CHECK(tp_worker_connect(comm->tp, comm->nranks, comm->rank, addrs, lens));
-    SHIM_CHECK(shim_comm_shm_setup(comm));
-    comm->backend = shim_backend_choose(comm);
+    SHIM_CHECK(shim_connect_peers(comm, addrs, lens));
     __atomic_store_n(&comm->state, SHIM_COMM_READY, __ATOMIC_RELEASE);
     INFO(SHIM_INIT, "comm %p rank %d nranks %d cudaDev %d - Init COMPLETE (from a parent)",
          (void *)comm, comm->rank, comm->nranks, comm->cuda_dev);

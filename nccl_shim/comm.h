@@ -66,11 +66,6 @@ ncclResult_t shim_comm_child_connect(struct ncclComm *comm, const void *const *a
                                      const size_t *lens);
 void shim_comm_child_discard(struct ncclComm *comm);
 
-/* After connecting: if every rank runs on this host, maps each other's shared memory
- * (comm_shm.c). Collective over the communicator; a rank that cannot share makes them all go
- * without, which is not an error. */
-ncclResult_t shim_comm_shm_setup(struct ncclComm *comm);
-
 /* Creates a fresh unique id for ncclCommInitAll (never from NCCL_COMM_ID). */
 ncclResult_t shim_comm_init_all(struct ncclComm **comms, int ncomms, const int *devlist);
 

@@ -22,18 +22,18 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "engine/backend.h"
 #include "base/check.h"
-#include "cudaipc/cudaipc.h"
+#include "engine/backend.h"
 #include "engine/exec_device.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
+#include "gpu/pin.h"
 
 struct shim_reg {
     struct ncclComm *comm;
     void *ptr;
     size_t size;
-    struct cipc_pin pin;     /* what the device team pinned, if anything */
+    struct gpu_pin pin;      /* what the device back-end pinned, if anything */
     struct shim_reg *next;
 };
 

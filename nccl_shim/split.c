@@ -21,10 +21,10 @@
 #include "base/check.h"
 #include "bootstrap/bootstrap.h"
 #include "comm.h"
+#include "engine/connect.h"
 #include "engine/exec.h"
 #include "engine/exchange.h"
 #include "engine/exec_device.h"
-#include "transports/transport.h"
 
 
 /* splitmix64's finalizer: spreads a few changed bits over the whole identity. */
@@ -52,7 +52,7 @@ shim_split_build(struct ncclComm *parent, const int *members, int nmembers, int 
     uint64_t id_hash = shim_split_mix(parent->id_hash ^ shim_split_mix(parent->seq + salt));
     if (group != NULL) {
         SHIM_CHECK(shim_comm_child_create(parent, new_rank, ngroup, id_hash, blocking, &child));
-        SHIM_CHECK_GOTO(tp_worker_address(child->tp, &addr, &len), res, err_child);
+        SHIM_CHECK_GOTO(shim_connect_address(child, &addr, &len), res, err_child);
     }
     /* Everyone takes part in the exchange, those without a new communicator with nothing. */
     SHIM_CHECK_GOTO(shim_exchange_blobs(parent, members, nmembers, me, addr, len, &blobs), res,

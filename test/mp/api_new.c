@@ -266,6 +266,8 @@ an_test_windows(const struct mp_world *w)
     MP_ASSERT(part != NULL && large != NULL && landing != NULL && descs != NULL, "out of memory");
     /* Signals travel once the first window traded the signal words. */
     AN_EXPECT_REFUSED(w->comm, ncclInvalidUsage, ncclSignal(right, 0, 0, 0, w->comm, NULL));
+    /* A wait for no signal waits for nothing, windows or not. */
+    MP_CHECK_COMM(w->comm, ncclWaitSignal(0, NULL, w->comm, NULL));
     /* Registration is collective: one rank's bad part fails it on every rank, none hangs. */
     AN_EXPECT_REFUSED(w->comm, w->rank == 0 ? ncclInvalidArgument : ncclInvalidUsage,
                       ncclCommWindowRegister(w->comm, w->rank == 0 ? NULL : part, 64, &win,

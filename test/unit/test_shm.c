@@ -28,7 +28,7 @@ struct team_set {
     struct shm_team *teams[MAX_RANKS];
 };
 
-/* Forms a team of n ranks in this process, as comm_shm.c does across processes. */
+/* Forms a team of n ranks in this process, as engine/connect.c does across processes. */
 static void
 team_set_create(struct team_set *set, int n, size_t slot_bytes, size_t direct_bytes)
 {

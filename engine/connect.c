@@ -1,27 +1,34 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Forming a communicator's shared-memory team (shm/): every rank creates its segment, the
- * ranks trade (host, segment name, device) over the transport, and if all share one host they
- * map each other's segments. A second exchange confirms every rank succeeded, and says which
- * ranks' device memory each rank's process can map (its device, or one with peer access);
- * only then is the team used, and either way each rank removes its segment's name, so
- * /dev/shm keeps nothing once init returns. Any failure means "no team", never an error: the
- * UCX algorithms serve. With a CUDA driver, the team's ranks also form a device team
- * (cudaipc/) for device buffers; without one, or past its size, device buffers are refused.
+ * A communicator's connections (connect.h): its transport worker and its endpoints, then what
+ * its ranks share.
+ *
+ * The shared-memory team (shm/): every rank creates its segment, the ranks trade (host,
+ * segment name, device) over the transport, and if all share one host they map each other's
+ * segments. A second exchange confirms every rank succeeded, and says which ranks' device
+ * memory each rank's process can map (its device, or one with peer access); only then is the
+ * team used, and either way each rank removes its segment's name, so /dev/shm keeps nothing
+ * once init returns. Any failure means "no team", never an error: the UCX algorithms serve.
+ * Then the back-end table (backend.h) picks the row for device memory, handing the device team
+ * what the ranks told each other of their devices.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "connect.h"
+
+#include "backend.h"
 #include "base/check.h"
 #include "base/debug.h"
 #include "base/env.h"
 #include "comm.h"
-#include "cudaipc/cudaipc.h"
-#include "engine/exec.h"
+#include "exec.h"
+#include "exec_device.h"
 #include "gpu/driver.h"
 #include "shm/shm.h"
+#include "transports/transport.h"
 
 struct shim_shm_hello {
     uint64_t host;
@@ -33,7 +40,7 @@ struct shim_shm_hello {
 
 /* Every rank's `bytes` from send into recv (rank i's at i * bytes), over the transport. */
 static ncclResult_t
-shim_comm_allgather(struct ncclComm *comm, const void *send, void *recv, size_t bytes)
+shim_connect_allgather(struct ncclComm *comm, const void *send, void *recv, size_t bytes)
 {
     struct alg_sched sched;
 
@@ -50,7 +57,7 @@ shim_comm_allgather(struct ncclComm *comm, const void *send, void *recv, size_t 
 
 /* The collectives no filter restricted: the shared-memory path stands in for every row. */
 static uint32_t
-shim_comm_unfiltered_colls(const struct ncclComm *comm)
+shim_connect_unfiltered_colls(const struct ncclComm *comm)
 {
     struct alg_policy all;
     uint32_t colls = 0;
@@ -68,15 +75,16 @@ shim_comm_unfiltered_colls(const struct ncclComm *comm)
 
 /* This rank's device, for the hello. */
 static void
-shim_comm_hello_device(const struct ncclComm *comm, struct shim_shm_hello *me)
+shim_connect_hello_device(const struct ncclComm *comm, struct shim_shm_hello *me)
 {
-    me->has_device = comm->cuda_dev >= 0 && gpu_device_uuid(comm->cuda_dev, &me->device) ==
-                                                ncclSuccess;
+    me->has_device = comm->cuda_dev >= 0 &&
+                     gpu_device_uuid(comm->cuda_dev, &me->device) == ncclSuccess;
 }
 
 /* row[b]: whether this rank's process can map rank b's device memory. */
 static void
-shim_comm_reach_row(const struct ncclComm *comm, const struct shim_shm_hello *all, uint8_t *row)
+shim_connect_reach_row(const struct ncclComm *comm, const struct shim_shm_hello *all,
+                       uint8_t *row)
 {
     for (int b = 0; b < comm->nranks; b++) {
         int local = all[b].has_device ? gpu_device_by_uuid(&all[b].device) : -1;
@@ -90,7 +98,7 @@ shim_comm_reach_row(const struct ncclComm *comm, const struct shim_shm_hello *al
  * ranks, each GPU paying a context switch per operation for every rank on it. Every rank
  * decides from the same hellos: some ranks asking alone changes nothing, with a WARN. */
 static bool
-shim_comm_rank_leaders(const struct ncclComm *comm, const struct shim_shm_hello *all, int n)
+shim_connect_rank_leaders(const struct ncclComm *comm, const struct shim_shm_hello *all, int n)
 {
     int asked = 0;
 
@@ -108,8 +116,8 @@ shim_comm_rank_leaders(const struct ncclComm *comm, const struct shim_shm_hello 
  * where every rank leads its own share), and that GPU as this process numbers it (-1 where it
  * lacks it). */
 static void
-shim_comm_devices(const struct shim_shm_hello *all, int n, bool rank_leaders,
-                  int *first_on_device, int *device_here)
+shim_connect_gpu_ranks(const struct shim_shm_hello *all, int n, bool rank_leaders,
+                       int *first_on_device, int *device_here)
 {
     for (int r = 0; r < n; r++) {
         first_on_device[r] = rank_leaders && all[r].has_device ? r : -1;
@@ -122,44 +130,57 @@ shim_comm_devices(const struct shim_shm_hello *all, int n, bool rank_leaders,
     }
 }
 
-/* The device team, when a driver is present: verdicts holds every rank's reach row (after
- * its ok byte). Without one, device buffers are refused; never an error of init. */
+/* What the device team needs of the hellos (verdicts holds every rank's reach row, after its
+ * ok byte), into *peers_out (its arrays freed by shim_connect_peers_free); NULL where memory
+ * ran out, which leaves the ranks without a device team, never fails init. */
 static void
-shim_comm_device_team(struct ncclComm *comm, const struct shim_shm_hello *all,
-                      const uint8_t *verdicts)
+shim_connect_devices(const struct ncclComm *comm, const struct shim_shm_hello *all,
+                     const uint8_t *verdicts, struct shim_backend_peers **peers_out)
 {
     const int n = comm->nranks;
+    struct shim_backend_peers *peers = NULL;
     uint8_t *reach = NULL;
     int *first_on_device = NULL, *device_here = NULL;
 
-    if (gpu_device_count() == 0 || shim_calloc(&reach, (size_t)n * n) != ncclSuccess ||
+    if (gpu_device_count() == 0) {
+        return; /* no device to tell of */
+    }
+    if (shim_calloc(&peers, 1) != ncclSuccess ||
+        shim_calloc(&reach, (size_t)n * n) != ncclSuccess ||
         shim_calloc(&first_on_device, (size_t)n) != ncclSuccess ||
         shim_calloc(&device_here, (size_t)n) != ncclSuccess) {
-        goto out;
+        free(peers);
+        free(reach);
+        free(first_on_device);
+        free(device_here);
+        return;
     }
     for (int a = 0; a < n; a++) {
         memcpy(reach + (size_t)a * n, verdicts + (size_t)a * (n + 1) + 1, (size_t)n);
     }
-    shim_comm_devices(all, n, shim_comm_rank_leaders(comm, all, n), first_on_device,
-                      device_here);
-    struct cipc_team_args args = {.shm = comm->shm, .device = comm->cuda_dev, .reach = reach,
-                                  .first_on_device = first_on_device,
-                                  .device_here = device_here, .id = comm->id_hash,
-                                  .policy = &comm->policy,
-                                  .log = &comm->log, .ready_now = comm->cuda_dev_chosen};
-    if (cipc_team_create(&args, &comm->dev) != ncclSuccess) {
-        comm->dev = NULL;
-        INFO(SHIM_INIT, "comm %p rank %d: no device team: device buffers will be refused",
-             (void *)comm, comm->rank);
-    }
-out:
-    free(reach);
-    free(first_on_device);
-    free(device_here);
+    shim_connect_gpu_ranks(all, n, shim_connect_rank_leaders(comm, all, n), first_on_device,
+                           device_here);
+    *peers = (struct shim_backend_peers){.reach = reach, .first_on_device = first_on_device,
+                                         .device_here = device_here};
+    *peers_out = peers;
 }
 
-ncclResult_t
-shim_comm_shm_setup(struct ncclComm *comm)
+static void
+shim_connect_peers_free(struct shim_backend_peers *peers)
+{
+    if (peers != NULL) {
+        free((void *)peers->reach);
+        free((void *)peers->first_on_device);
+        free((void *)peers->device_here);
+        free(peers);
+    }
+}
+
+/* If every rank runs on this host, they map each other's shared memory: collective over the
+ * communicator; a rank that cannot share makes them all go without, which is not an error.
+ * *peers_out: what the device team needs, where they formed a team. */
+static ncclResult_t
+shim_connect_shm(struct ncclComm *comm, struct shim_backend_peers **peers_out)
 {
     const int n = comm->nranks;
     const size_t slot_bytes = ((size_t)shim_env_int(SHIM_ENV_SHM_SLOT_BYTES) + 4095) & ~4095ul;
@@ -175,13 +196,13 @@ shim_comm_shm_setup(struct ncclComm *comm)
         return ncclSuccess;
     }
     snprintf(tag, sizeof(tag), "%016" PRIx64 "-r%d", comm->id_hash, comm->rank);
-    shim_comm_hello_device(comm, &me);
+    shim_connect_hello_device(comm, &me);
     me.rank_leaders = shim_env_int(SHIM_ENV_RANK_LEADERS) != 0;
     if (shm_segment_create(tag, slot_bytes, &seg) == ncclSuccess) {
         snprintf(me.name, sizeof(me.name), "%s", seg.name);
     }
     SHIM_CHECK_GOTO(shim_calloc(&all, (size_t)n), res, out_seg);
-    SHIM_CHECK_GOTO(shim_comm_allgather(comm, &me, all, sizeof(me)), res, out_all);
+    SHIM_CHECK_GOTO(shim_connect_allgather(comm, &me, all, sizeof(me)), res, out_all);
 
     bool together = true;
     for (int r = 0; r < n; r++) {
@@ -205,8 +226,8 @@ shim_comm_shm_setup(struct ncclComm *comm)
     SHIM_CHECK_GOTO(shim_calloc(&mine, 2 * (size_t)n + 2 + (size_t)n * n), res, out_team);
     verdicts = mine + n + 1;
     mine[0] = team != NULL;
-    shim_comm_reach_row(comm, all, mine + 1);
-    SHIM_CHECK_GOTO(shim_comm_allgather(comm, mine, verdicts, (size_t)n + 1), res, out_mine);
+    shim_connect_reach_row(comm, all, mine + 1);
+    SHIM_CHECK_GOTO(shim_connect_allgather(comm, mine, verdicts, (size_t)n + 1), res, out_mine);
     uint8_t ok = 1;
     for (int r = 0; r < n; r++) {
         ok &= verdicts[(size_t)r * (n + 1)];
@@ -215,12 +236,12 @@ shim_comm_shm_setup(struct ncclComm *comm)
         team->direct_bytes = (size_t)shim_env_int(SHIM_ENV_SHM_DIRECT_BYTES);
         team->oversubscribed = n > shm_cpus_available();
         comm->shm = team;
-        comm->shm_colls = shim_comm_unfiltered_colls(comm);
+        comm->shm_colls = shim_connect_unfiltered_colls(comm);
         team = NULL;
         INFO(SHIM_INIT, "comm %p rank %d: all %d ranks on this host, collectives through "
              "shared memory (%zu-byte slots%s)", (void *)comm, comm->rank, n, slot_bytes,
              comm->shm->oversubscribed ? ", more ranks than CPUs" : "");
-        shim_comm_device_team(comm, all, verdicts);
+        shim_connect_devices(comm, all, verdicts, peers_out);
     } else {
         INFO(SHIM_INIT, "comm %p rank %d: ranks on more than one host (or no shared memory): "
              "UCX serves every collective", (void *)comm, comm->rank);
@@ -237,4 +258,54 @@ out_seg:
     /* Everyone has mapped or given up: the name can go. */
     shm_segment_destroy(&seg);
     return res;
+}
+
+ncclResult_t
+shim_connect_open(struct ncclComm *comm)
+{
+    return tp_worker_create(&comm->tp);
+}
+
+ncclResult_t
+shim_connect_address(const struct ncclComm *comm, const void **addr_out, size_t *len_out)
+{
+    return tp_worker_address(comm->tp, addr_out, len_out);
+}
+
+ncclResult_t
+shim_connect_peers(struct ncclComm *comm, const void *const *addrs, const size_t *lens)
+{
+    struct shim_backend_peers *peers = NULL;
+
+    SHIM_CHECK(tp_worker_connect(comm->tp, comm->nranks, comm->rank, addrs, lens));
+    ncclResult_t res = shim_connect_shm(comm, &peers);
+    if (res == ncclSuccess) {
+        shim_backend_connect(comm, peers);
+    }
+    shim_connect_peers_free(peers);
+    return res;
+}
+
+void
+shim_connect_suspend(struct ncclComm *comm)
+{
+    /* The shared-memory slots go once the peers read this rank's last chunk; a peer still in
+     * the last operation (or gone) leaves them in place, which costs only memory. */
+    if (comm->shm != NULL &&
+        !shm_team_release_slots(comm->shm, (int)shim_env_int(SHIM_ENV_WAIT_MS))) {
+        INFO(SHIM_INIT, "comm %p rank %d: the peers had not all read this rank's last "
+             "shared-memory chunk: its slots stay", (void *)comm, comm->rank);
+    }
+}
+
+void
+shim_connect_close(struct ncclComm *comm, bool abort)
+{
+    shim_devexec_comm_free(comm, abort); /* before the segments its control blocks are in */
+    shm_team_destroy(comm->shm);
+    comm->shm = NULL;
+    if (comm->tp != NULL) {
+        tp_worker_destroy(comm->tp);
+        comm->tp = NULL;
+    }
 }

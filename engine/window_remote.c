@@ -1,8 +1,30 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Windows on device memory across hosts (window_remote.h): mirrors, logs and the proxy.
+ * The remote row of the window table (window_row.h): windows on device memory for
+ * communicators whose ranks span hosts (no shared-memory team). No process maps another's
+ * memory, so each part has a landing zone in pinned host memory (its mirror), which peers
+ * write with UCX's remote memory access, and a proxy thread per communicator, with a UCX
+ * worker of its own, moves the bytes on the host side:
+ *
+ *   ncclPutSignal(stream):  the stream copies src into a pinned staging ring and records an
+ *                           event; the proxy, once the event passed, puts the bytes into the
+ *                           peer's mirror, then a record (window, offset, bytes, sigIdx, ctx)
+ *                           into the peer's log for this rank, flushes, and adds 1 to the
+ *                           peer's log head for this rank
+ *   the peer's proxy:       reads each new record in order, copies the bytes from its mirror
+ *                           into the part on a stream of its own, and once that copy is done
+ *                           counts the signal in a pinned word for (source, sigIdx, ctx)
+ *   ncclWaitSignal(stream): the stream waits for those words to reach the count
+ *
+ * So the calls stay stream ordered and return at once, and nothing waits in a host function.
+ * A log holds SHIM_RWIN_LOG records per pair; a source whose target has not read that many
+ * waits (its proxy does), learning what the target read from counts the target puts back.
+ * A put larger than the staging ring is refused with a message; the ring is as large as the
+ * largest part of the window's peers. The proxy polls (nothing it waits for wakes it: puts
+ * landing in hardware, streams reaching events), every 20 us while things move, backing off
+ * to every 1 ms while nothing does.
  */
-#include "window_remote.h"
+#include "window_row.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -13,12 +35,12 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "comm.h"
-#include "engine/exchange.h"
+#include "exchange.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
-#include "transports/transport.h"
 #include "signal.h"
+#include "transports/transport.h"
 
 #define SHIM_RWIN_LOG 1024 /* records a source may have unread in its target's log */
 /* The proxy's sleep between looks when nothing moved: from this, doubling up to that. */
@@ -105,6 +127,9 @@ struct shim_rhello {
     uint64_t recv_base, acks_base;
     uint32_t addr_len, recv_key_len, acks_key_len, pad;
 };
+
+static void shim_rproxy_free(struct shim_rproxy *p);
+static void shim_rwin_free(struct shim_rwin *w);
 
 /* --- the proxy's thread ------------------------------------------------------------------- */
 
@@ -317,8 +342,7 @@ shim_rproxy_main(void *arg)
         }
     }
     if (res != ncclSuccess && !p->stop) {
-        WARN("rank %d: the device windows' proxy stopped: %s", p->rank,
-             ncclGetErrorString(res));
+        WARN("rank %d: the device windows' proxy stopped: %s", p->rank, shim_result_text(res));
         shim_comm_set_async_error(p->comm, res);
     }
     p->stop = true; /* whoever waits for it stops waiting */
@@ -368,8 +392,8 @@ shim_rproxy_create(struct ncclComm *comm, struct shim_rproxy **out)
                     res, err);
     p->acks = tp_mem_base(p->acks_mem);
     SHIM_CHECK_GOTO(gpu_ctx_push(p->gpu->ctx), res, err);
-    res = gpu_host_segment("ncclshim-signals", shim_signal_words(n) * sizeof(uint32_t), &p->words_fd,
-                           &p->words);
+    res = gpu_host_segment("ncclshim-signals", shim_signal_words(n) * sizeof(uint32_t),
+                           &p->words_fd, &p->words);
     if (res == ncclSuccess) {
         res = gpu_cu.cuStreamCreate(&p->copy_stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS
                   ? ncclSuccess
@@ -385,7 +409,10 @@ err:
     return res;
 }
 
-void
+/* Teardown: stops the proxy's thread and its worker (puts not yet sent are dropped); windows
+ * freed afterwards wait for nothing. Then shim_rproxy_free: streams waiting for signals are
+ * let go. NULL ignored. */
+static void
 shim_rproxy_stop(struct shim_rproxy *p)
 {
     if (p == NULL || p->stopped) {
@@ -429,7 +456,7 @@ shim_rproxy_stop(struct shim_rproxy *p)
     }
 }
 
-void
+static void
 shim_rproxy_free(struct shim_rproxy *p)
 {
     if (p == NULL) {
@@ -475,7 +502,9 @@ shim_rproxy_free(struct shim_rproxy *p)
     free(p);
 }
 
-ncclResult_t
+/* This rank's part of a new window: its mirror registered, and (the communicator's first such
+ * window) the proxy made; *blob_out (freed by the caller) describes them for the exchange. */
+static ncclResult_t
 shim_rwin_prepare(struct ncclComm *comm, struct shim_rproxy **proxy, uint32_t id, void *buff,
                   size_t size, struct shim_rwin **rwin_out, void **blob_out, size_t *len_out)
 {
@@ -566,7 +595,9 @@ err:
     return res;
 }
 
-ncclResult_t
+/* With every rank's blob (blobs->data + offsets[r] + skip): the peers' keys taken, the proxy
+ * connected and started the first time. */
+static ncclResult_t
 shim_rwin_attach(struct ncclComm *comm, struct shim_rproxy *p, struct shim_rwin *w,
                  const struct shim_blobs *blobs, size_t skip)
 {
@@ -661,7 +692,9 @@ out:
     return res;
 }
 
-void
+/* Deregistering, before the exchange that tells the peers: waits until this rank's puts into
+ * the window left (the proxy sent and flushed them). */
+static void
 shim_rwin_drain(struct shim_rwin *w)
 {
     struct shim_rproxy *p = w->proxy;
@@ -686,7 +719,9 @@ shim_rproxy_caught_up(const struct shim_rproxy *p)
     return p->deliveries == NULL;
 }
 
-void
+/* After that exchange: once the proxy read what the peers put (bounded), unregisters and frees
+ * it. NULL ignored. */
+static void
 shim_rwin_free(struct shim_rwin *w)
 {
     if (w == NULL) {
@@ -735,7 +770,7 @@ shim_rwin_free(struct shim_rwin *w)
     free(w);
 }
 
-size_t
+static size_t
 shim_rwin_peer_size(const struct shim_rwin *w, int peer)
 {
     return w->peers[peer].size;
@@ -787,7 +822,10 @@ shim_rwin_reserve(struct shim_rproxy *p, struct shim_rwin *w, size_t bytes, uint
     return res;
 }
 
-ncclResult_t
+/* The one-sided operations, as window_device.c's, on stream (not captured): a put or signal
+ * to a peer queued for the proxy behind an event, one to itself on the stream; a wait on the
+ * stream for the word the proxy counts. */
+static ncclResult_t
 shim_rwin_put_signal(struct ncclComm *comm, struct shim_rproxy *p, struct shim_rwin *w,
                      const void *src, size_t bytes, int peer, size_t offset, int sig, int ctx,
                      cudaStream_t stream)
@@ -847,7 +885,7 @@ out:
     return res;
 }
 
-ncclResult_t
+static ncclResult_t
 shim_rwin_wait_signal(struct ncclComm *comm, struct shim_rproxy *p, int peer, int sig, int ctx,
                       uint32_t count, cudaStream_t stream)
 {
@@ -869,3 +907,104 @@ out:
     gpu_ctx_pop();
     return res;
 }
+
+/* --- the row ------------------------------------------------------------------------------ */
+
+/* Device memory of ranks whose processes cannot map each other's: no shared-memory team. */
+static bool
+shim_wrem_serves(const struct ncclComm *comm, enum gpu_mem_kind kind)
+{
+    return kind == GPU_MEM_DEVICE && comm->nranks > 1 && comm->shm == NULL;
+}
+
+static ncclResult_t
+shim_wrem_prepare(struct ncclComm *comm, void **state, struct ncclWindow_vidmem *win,
+                  void **blob_out, size_t *len_out)
+{
+    struct shim_rproxy *proxy = *state;
+    struct shim_rwin *w;
+
+    ncclResult_t res = shim_rwin_prepare(comm, &proxy, win->id, win->buff, win->size, &w,
+                                         blob_out, len_out);
+    *state = proxy; /* made even where the part was refused: the next window's */
+    SHIM_CHECK(res);
+    win->part = w;
+    return ncclSuccess;
+}
+
+static ncclResult_t
+shim_wrem_attach(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win,
+                 const struct shim_blobs *blobs, size_t skip)
+{
+    return shim_rwin_attach(comm, state, win->part, blobs, skip);
+}
+
+/* This rank's puts into the window left; the mirror goes after the exchange. */
+static ncclResult_t
+shim_wrem_drain(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win)
+{
+    (void)comm, (void)state;
+    shim_rwin_drain(win->part);
+    return ncclSuccess;
+}
+
+static void
+shim_wrem_release(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win)
+{
+    (void)comm, (void)state;
+    shim_rwin_free(win->part);
+    win->part = NULL;
+}
+
+static size_t
+shim_wrem_part_size(const struct ncclWindow_vidmem *win, int peer)
+{
+    return shim_rwin_peer_size(win->part, peer);
+}
+
+static ncclResult_t
+shim_wrem_put_signal(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win,
+                     const void *src, size_t bytes, int peer, size_t offset, int sig, int ctx,
+                     cudaStream_t stream)
+{
+    return shim_rwin_put_signal(comm, state, win != NULL ? win->part : NULL, src, bytes, peer,
+                                offset, sig, ctx, stream);
+}
+
+static ncclResult_t
+shim_wrem_wait_signal(struct ncclComm *comm, void *state, const ncclWaitSignalDesc_t *descs,
+                      int ndescs, cudaStream_t stream)
+{
+    for (int i = 0; i < ndescs; i++) {
+        SHIM_CHECK(shim_rwin_wait_signal(comm, state, descs[i].peer, descs[i].sigIdx,
+                                         descs[i].ctx, (uint32_t)descs[i].opCnt, stream));
+    }
+    return ncclSuccess;
+}
+
+static void
+shim_wrem_stop(void *state)
+{
+    shim_rproxy_stop(state);
+}
+
+static void
+shim_wrem_destroy(void *state)
+{
+    shim_rproxy_free(state);
+}
+
+const struct shim_window_row shim_window_remote = {
+    .name = "device memory across hosts",
+    .serves = shim_wrem_serves,
+    .prepare = shim_wrem_prepare,
+    .attach = shim_wrem_attach,
+    .drain = shim_wrem_drain,
+    .release = shim_wrem_release,
+    .part_size = shim_wrem_part_size,
+    .peer_ptr = NULL, /* nothing is mapped across hosts */
+    .put_signal = shim_wrem_put_signal,
+    .wait_signal = shim_wrem_wait_signal,
+    .stop = shim_wrem_stop,
+    .destroy = shim_wrem_destroy,
+};

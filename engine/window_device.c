@@ -1,8 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Windows on device memory on one host (window_device.h).
+ * The device row of the window table (window_row.h): windows on device memory, for
+ * communicators whose ranks share a host (or of one rank).
+ *
+ * Every rank's part is mapped in every rank's process, so a put is a copy on the caller's
+ * stream straight into the peer's memory, and a signal is a write on that stream into the
+ * peer's signal words; a wait is a wait on the waiter's stream. Nothing of ours runs on the
+ * host once a call returned, and the calls are stream ordered as NCCL's.
+ *
+ *   ncclPutSignal(stream):  copy src -> peer's part | write peer's word (this rank, sig, ctx)
+ *                           = the number of signals this rank sent on it
+ *   ncclSignal(stream):     the write alone
+ *   ncclWaitSignal(stream): wait until each own word reaches the waits' count
+ *
+ * Each word has one writer (its source rank's streams), and the values it writes only grow,
+ * so a stream wait for "at least" needs no atomics. Parts must be cuMem allocations that
+ * export as file descriptors (ncclMemAlloc's, as NCCL requires of windows): registration
+ * sends each peer the part's descriptor over a Unix socket, and the peer imports and maps it
+ * for its own device (an imported handle keeps the memory alive, so a peer that frees its
+ * part early does no harm). The signal words live in a shared memory segment of each rank,
+ * mapped and registered with the driver by every rank at the communicator's first device
+ * window.
  */
-#include "window_device.h"
+#include "window_row.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -13,6 +33,8 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "comm.h"
+#include "cudaipc/channel.h"
+#include "exchange.h"
 #include "gpu/driver.h"
 #include "gpu/memory.h"
 #include "gpu/stream.h"
@@ -21,9 +43,11 @@
 /* How long teardown waits for the streams that used a window's memory. */
 #define SHIM_DWIN_TEARDOWN_MS 5000
 
+/* The row's state: the communicator's signal words. */
 struct shim_dsignals {
     const struct gpu_device *gpu;
     int nranks, rank;
+    bool traded;                     /* every rank mapped every rank's words */
     size_t bytes;                    /* of each rank's segment */
     int fd;                          /* this rank's segment, a memory file */
     struct gpu_host_import *words;   /* every rank's segment as this process reaches it */
@@ -33,6 +57,17 @@ struct shim_dsignals {
     struct gpu_stream_marks waited;  /* streams that wait on this rank's words */
 };
 
+/* What a rank tells the others of its part of a new device window. */
+struct shim_dwin_hello {
+    uint64_t map_size;    /* the cuMem mapping the part lies in */
+    uint64_t offset;      /* the part's first byte within it */
+    uint64_t size;        /* the part's bytes (0: an empty part, nothing to map) */
+    uint32_t brings_signals; /* its signal segment's descriptor follows the part's */
+    uint32_t pad;
+    char socket[CIPC_CHANNEL_NAME_MAX]; /* where it takes the peers' descriptors */
+};
+
+/* A window's parts: every rank's, mapped. */
 struct shim_dwin {
     const struct gpu_device *gpu;
     int nranks, rank;
@@ -46,6 +81,9 @@ struct shim_dwin {
     void **ptrs;                     /* every rank's part as this process reaches it */
     size_t *sizes;
 };
+
+static void shim_dsignals_free(struct shim_dsignals *s);
+static void shim_dwin_free(struct shim_dwin *dw, const struct shim_dsignals *signals);
 
 /* --- signal words ------------------------------------------------------------------------- */
 
@@ -77,7 +115,8 @@ err:
     return res;
 }
 
-void
+/* At teardown: unmaps the peers' signal words and frees this rank's. NULL is ignored. */
+static void
 shim_dsignals_free(struct shim_dsignals *s)
 {
     if (s == NULL) {
@@ -141,7 +180,12 @@ shim_dwin_export(struct shim_dwin *dw, uintptr_t *base_out, size_t *map_size_out
     return ncclSuccess;
 }
 
-ncclResult_t
+/* Checks this rank's part (cuMem memory of the communicator's device, exportable as a file
+ * descriptor), exports it and starts listening for the peers' descriptors; makes the
+ * communicator's signal words if *signals is NULL (kept by the caller), and with
+ * bring_signals (until a registration traded them) sends them with the part. A WARN and an
+ * error if the part cannot be a device window part. */
+static ncclResult_t
 shim_dwin_prepare(struct ncclComm *comm, struct shim_dsignals **signals, bool bring_signals,
                   void *buff, size_t size, struct shim_dwin **dwin_out,
                   struct shim_dwin_hello *hello_out)
@@ -247,7 +291,9 @@ shim_dwin_take(struct shim_dwin *dw, struct shim_dsignals *signals,
     return res;
 }
 
-ncclResult_t
+/* With every rank's hello (each rank called prepare): sends this rank's descriptors to every
+ * peer, takes theirs, and maps every peer's part (and, the first time, signal words). */
+static ncclResult_t
 shim_dwin_attach(struct ncclComm *comm, struct shim_dsignals *signals, struct shim_dwin *dw,
                  const struct shim_dwin_hello *hellos)
 {
@@ -322,7 +368,10 @@ out:
     return res;
 }
 
-void
+/* Waits for this rank's puts (every stream that signalled through signals, which follow the
+ * puts; NULL: none were made), then unmaps the peers' parts (the caller then tells the
+ * peers). NULL dwin is ignored. */
+static void
 shim_dwin_free(struct shim_dwin *dw, const struct shim_dsignals *signals)
 {
     if (dw == NULL) {
@@ -354,13 +403,15 @@ shim_dwin_free(struct shim_dwin *dw, const struct shim_dsignals *signals)
     free(dw);
 }
 
-void *
+/* Peer's part as this process's device reaches it (peer may be this rank). */
+static void *
 shim_dwin_peer_ptr(const struct shim_dwin *dw, int peer)
 {
     return dw->ptrs[peer];
 }
 
-size_t
+/* The size of peer's part. */
+static size_t
 shim_dwin_peer_size(const struct shim_dwin *dw, int peer)
 {
     return dw->sizes[peer];
@@ -376,7 +427,12 @@ shim_dsignal_flag(const struct shim_dsignals *s, int owner, size_t word)
                              .dev = seg->dev + word * sizeof(uint32_t)};
 }
 
-ncclResult_t
+/* The one-sided operations, on stream (of the communicator's device, not being captured:
+ * their numbers are picked now, and a graph would replay them). A put copies bytes of src to
+ * peer's part at offset (dwin may be NULL when bytes is 0: a signal alone), then raises
+ * peer's word for (this rank, sig, ctx); a wait holds the stream until this rank's word for
+ * (peer, sig, ctx) counts `count` more signals than the waits before counted. */
+static ncclResult_t
 shim_dwin_put_signal(struct ncclComm *comm, struct shim_dsignals *s, struct shim_dwin *dw,
                      const void *src, size_t bytes, int peer, size_t offset, int sig, int ctx,
                      cudaStream_t stream)
@@ -403,7 +459,7 @@ out:
     return res;
 }
 
-ncclResult_t
+static ncclResult_t
 shim_dwin_wait_signal(struct ncclComm *comm, struct shim_dsignals *s, int peer, int sig,
                       int ctx, uint32_t count, cudaStream_t stream)
 {
@@ -424,3 +480,138 @@ out:
     gpu_ctx_pop();
     return res;
 }
+
+/* --- the row ------------------------------------------------------------------------------ */
+
+/* Device memory of ranks whose processes map each other's: one host (its shared-memory team),
+ * or one rank. */
+static bool
+shim_wdev_serves(const struct ncclComm *comm, enum gpu_mem_kind kind)
+{
+    return kind == GPU_MEM_DEVICE && (comm->nranks == 1 || comm->shm != NULL);
+}
+
+static ncclResult_t
+shim_wdev_prepare(struct ncclComm *comm, void **state, struct ncclWindow_vidmem *win,
+                  void **blob_out, size_t *len_out)
+{
+    struct shim_dsignals *signals = *state;
+    struct shim_dwin_hello *hello;
+    struct shim_dwin *dw;
+
+    SHIM_CHECK(shim_calloc(&hello, 1));
+    /* Until a registration traded them, every one brings the signal words. */
+    ncclResult_t res = shim_dwin_prepare(comm, &signals, signals == NULL || !signals->traded,
+                                         win->buff, win->size, &dw, hello);
+    *state = signals; /* made even where the part was refused: the next window's */
+    if (res != ncclSuccess) {
+        free(hello);
+        return res;
+    }
+    win->part = dw;
+    *blob_out = hello;
+    *len_out = sizeof(*hello);
+    return ncclSuccess;
+}
+
+static ncclResult_t
+shim_wdev_attach(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win,
+                 const struct shim_blobs *blobs, size_t skip)
+{
+    struct shim_dsignals *signals = state;
+    struct shim_dwin_hello *hellos;
+    ncclResult_t res;
+
+    SHIM_CHECK(shim_calloc(&hellos, (size_t)comm->nranks));
+    for (int r = 0; r < comm->nranks; r++) {
+        if (blobs->lens[r] < skip + sizeof(hellos[r])) {
+            WARN("rank %d: rank %d's part of window %u came in %zu bytes", comm->rank, r,
+                 win->id, blobs->lens[r]);
+            free(hellos);
+            return ncclRemoteError;
+        }
+        memcpy(&hellos[r], blobs->data + blobs->offsets[r] + skip, sizeof(hellos[r]));
+    }
+    res = shim_dwin_attach(comm, signals, win->part, hellos);
+    free(hellos);
+    SHIM_CHECK(res);
+    signals->traded = true;
+    return ncclSuccess;
+}
+
+/* Waits for this rank's puts into the peers' parts, and unmaps them. */
+static ncclResult_t
+shim_wdev_drain(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win)
+{
+    (void)comm;
+    shim_dwin_free(win->part, state);
+    win->part = NULL;
+    return ncclSuccess;
+}
+
+static void
+shim_wdev_release(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win)
+{
+    (void)comm;
+    shim_dwin_free(win->part, state);
+    win->part = NULL;
+}
+
+static size_t
+shim_wdev_part_size(const struct ncclWindow_vidmem *win, int peer)
+{
+    return shim_dwin_peer_size(win->part, peer);
+}
+
+static void *
+shim_wdev_peer_ptr(const struct ncclWindow_vidmem *win, int peer)
+{
+    return shim_dwin_peer_ptr(win->part, peer);
+}
+
+static ncclResult_t
+shim_wdev_put_signal(struct ncclComm *comm, void *state, struct ncclWindow_vidmem *win,
+                     const void *src, size_t bytes, int peer, size_t offset, int sig, int ctx,
+                     cudaStream_t stream)
+{
+    return shim_dwin_put_signal(comm, state, win != NULL ? win->part : NULL, src, bytes, peer,
+                                offset, sig, ctx, stream);
+}
+
+static ncclResult_t
+shim_wdev_wait_signal(struct ncclComm *comm, void *state, const ncclWaitSignalDesc_t *descs,
+                      int ndescs, cudaStream_t stream)
+{
+    for (int i = 0; i < ndescs; i++) {
+        SHIM_CHECK(shim_dwin_wait_signal(comm, state, descs[i].peer, descs[i].sigIdx,
+                                         descs[i].ctx, (uint32_t)descs[i].opCnt, stream));
+    }
+    return ncclSuccess;
+}
+
+static void
+shim_wdev_stop(void *state)
+{
+    (void)state; /* nothing of ours runs: the streams' work is theirs */
+}
+
+static void
+shim_wdev_destroy(void *state)
+{
+    shim_dsignals_free(state);
+}
+
+const struct shim_window_row shim_window_device = {
+    .name = "device memory of one host",
+    .serves = shim_wdev_serves,
+    .prepare = shim_wdev_prepare,
+    .attach = shim_wdev_attach,
+    .drain = shim_wdev_drain,
+    .release = shim_wdev_release,
+    .part_size = shim_wdev_part_size,
+    .peer_ptr = shim_wdev_peer_ptr,
+    .put_signal = shim_wdev_put_signal,
+    .wait_signal = shim_wdev_wait_signal,
+    .stop = shim_wdev_stop,
+    .destroy = shim_wdev_destroy,
+};

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Windows (ncclCommWindowRegister) and the one-sided operations on them: ncclPutSignal,
- * ncclSignal, ncclWaitSignal, on host memory (window.c), on device memory of ranks that
- * share a host (window_device.c) and of ranks that do not (window_remote.c). A communicator's windows are all of one kind, which its
- * first window decides: the signals, which name no window, follow it. A window is collective: every rank registers
- * its part in the same order, so the n-th window of a communicator is the same window on
- * every rank, and its number is all a rank needs to name a peer's part.
+ * ncclSignal, ncclWaitSignal, as the ABI's entry points hand them over (window.c), carried
+ * out by the row of the window table (window_row.h) that serves the communicator's windows:
+ * host memory, device memory of ranks that share a host, or of ranks that do not. A
+ * communicator's windows are all of one row, which its first window decides: the signals,
+ * which name no window, follow it. A window is collective: every rank registers its part in
+ * the same order, so the n-th window of a communicator is the same window on every rank, and
+ * its number is all a rank needs to name a peer's part.
  */
 #ifndef SHIM_WINDOW_H
 #define SHIM_WINDOW_H
@@ -13,10 +15,7 @@
 #include <nccl.h>
 #include <stddef.h>
 
-#include "signal.h"
-
 struct ncclComm;
-
 
 /* Registers buff (size bytes) as this rank's part of the communicator's next window. */
 ncclResult_t shim_window_register(struct ncclComm *comm, void *buff, size_t size,
