@@ -70,6 +70,9 @@ struct cipc_hostpost {
     bool bound;                      /* captured: its graph holds a user object for it */
     bool graph_gone;                 /* ... whose destructor ran: the graph and every launch
                                         of it went (under cipc_hostpost_lock) */
+    bool posting;                    /* the call that queued it still reads descs: the host
+                                        function, run meanwhile, leaves the freeing to it */
+    bool ran;                        /* ... and the host function ran (both under the lock) */
     int nops;
     struct cipc_desc descs[];        /* numbered when it runs */
 };
@@ -389,7 +392,11 @@ cipc_hostpost_run(void *arg)
             *link = hp->next;
         }
         cipc_release_give_back(hp->slot);
-        free(hp);
+        if (hp->posting) {
+            hp->ran = true;
+        } else {
+            free(hp);
+        }
     }
     pthread_mutex_unlock(&cipc_hostpost_lock);
 }
@@ -594,6 +601,7 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     pthread_mutex_lock(&cipc_hostpost_lock);
     hp->team = team;
     hp->next = team->hostposts;
+    hp->posting = true; /* the stream may run the host function before enqueue reads descs */
     team->hostposts = hp;
     pthread_mutex_unlock(&cipc_hostpost_lock);
     struct gpu_flag release = cipc_release_flag(hp->slot);
@@ -628,6 +636,12 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
         cipc_hostpost_bind_graph(team, hp, stream);
     }
     gpu_ctx_pop();
+    pthread_mutex_lock(&cipc_hostpost_lock);
+    hp->posting = false;
+    if (hp->ran) {
+        free(hp);
+    }
+    pthread_mutex_unlock(&cipc_hostpost_lock);
     if (res != ncclSuccess) {
         cipc_team_set_error(team, res);
         return res;

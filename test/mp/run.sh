@@ -494,7 +494,9 @@ elif [[ $quick == 1 ]]; then
     run_case device-streams-abort-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p abort -r 1
     run_case device-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked
     run_case host-streams-abortblocked-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p abortblocked -H
-    run_case device-streams-graph-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p graph
+    # Captures with ranks on one GPU need a leader per rank (device_cases).
+    run_case device-streams-graph-n2 2 60 "${dev[@]}" NCCLSHIM_RANK_LEADERS=1 -- \
+        "$bindir/streams" -p graph
     run_case device-streams-churn-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p churn
     run_case device-streams-window-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p window
     run_case staged-streams-window-n3 3 60 "${dev[@]}" NCCL_SHM_DISABLE=1 -- \
