@@ -18,22 +18,41 @@
  *     copies and kernels reach it through a mapping of their own (fake_mem_host_of);
  *     FAKE_CUDA_HOST_VISIBLE=1 lets the host touch it, standing in for a UCX built with CUDA
  *     (the network path's direct mode). Managed
- *     memory is the host's; registered host memory has a device address of its own;
- *   - streams: a worker thread each runs the stream's queue in order: memory operations
- *     (cuStreamWaitValue32 polls the word), copies, event records and waits, and kernels;
- *     with CUDA_DEVICE_MAX_CONNECTIONS=1, as with one hardware queue, every stream of a
- *     context runs through one worker in submission order, so a stream waiting on a word
- *     that later work of another stream of the context would write never gets it;
+ *     memory is the host's; registered host memory has a device address of its own; cuMem
+ *     memory on the host (HOST_NUMA, node 0) is a memfd too, reached through its mappings once
+ *     cuMemSetAccess opened them;
+ *   - streams and hardware queues: a context's streams share CUDA_DEVICE_MAX_CONNECTIONS
+ *     queues (default 8), given out round-robin in the order the streams are made (the
+ *     driver's choice is unspecified; FAKE_CUDA_QUEUE_SEED=n picks at random), each a worker
+ *     thread running what its streams enqueue in submission order: memory operations
+ *     (cuStreamWaitValue32 polls the word), copies, event records and waits, kernels, host
+ *     functions; a stream waiting on a word holds up the later work of every stream of its
+ *     queue, so a wait on what later work of the context would write may never be met (with
+ *     one queue, =1, whatever the streams);
+ *   - implicit synchronization, as the CUDA programming guide lists it: cuMemAlloc,
+ *     cuMemAllocManaged, cuMemCreate, cuMemHostAlloc and cuMemHostRegister are barriers of
+ *     their context (later work of every stream starts once all earlier work is done), the
+ *     legacy NULL stream one for the context's blocking streams (not those made
+ *     CU_STREAM_NON_BLOCKING); cuMemFree, cuMemFreeHost and cuMemHostUnregister also return
+ *     only once the earlier work is done (conservatively: cudaFree synchronizes). A barrier
+ *     that finds a stream of its context waiting on a memory operation not met prints a
+ *     "fake_cuda hazard:" line (a complaint with FAKE_CUDA_SYNC_STRICT=1, for programs that
+ *     make no such call themselves while their streams wait);
+ *     IPC and cuMem mapping calls are no barriers (NCCL's own proxy makes them while its
+ *     kernels run);
+ *   - callbacks: host functions and user objects' destructors run on one thread of the
+ *     process, one at a time, in the order they became due; a CUDA call from either fails;
  *   - kernels: ncclshim's own (kernels/reduce_device.cu), compiled by the host C++ compiler
  *     over cuda_on_cpu.h; the worker runs a launch's every thread of every block one after
  *     another, each seeing its blockIdx and threadIdx and the launch's parameters, which is
  *     exact for kernels that neither share memory nor synchronize (the build refuses any that
  *     do). Launches outside the driver's limits or the kernels' __launch_bounds__ are refused
  *     as the driver refuses them; any other kernel name fails at cuModuleGetFunction;
- *   - graph capture: only its state, set by fake_cuda_set_capturing for a test.
- * Not modelled: the legacy default stream's implicit synchronisation with other streams (each
- * context's NULL stream is one more stream), timing, and every function ncclshim never calls
- * (cuGetProcAddress answers CUDA_ERROR_NOT_FOUND for those).
+ *   - graph capture: one stream's operations into a graph, launched as copies of them; and the
+ *     state alone, set by fake_cuda_set_capturing for a test.
+ * FAKE_CUDA_BACKTRACE=1 prints the stack of every complaint.
+ * Not modelled: timing, and every function ncclshim never calls (cuGetProcAddress answers
+ * CUDA_ERROR_NOT_FOUND for those).
  *
  * Files: proc.c (entry points, errors, devices, contexts), memory.c (allocations, pointer
  * attributes, registration, IPC, cuMem), stream.c (streams, events, copies, launches),
@@ -54,12 +73,13 @@ extern "C" {
 #endif
 
 #define FAKE_MAX_DEVICES 8
+/* CUDA_DEVICE_MAX_CONNECTIONS's largest value. */
+#define FAKE_MAX_QUEUES 32
 #define FAKE_API __attribute__((visibility("default")))
 
 struct CUctx_st {
     int device;
-    struct CUstream_st *null_stream; /* made on first use (stream.c) */
-    struct CUstream_st *queue;       /* CUDA_DEVICE_MAX_CONNECTIONS=1: every stream's work */
+    struct CUstream_st *null_stream; /* the legacy one, made on first use (stream.c) */
 };
 
 struct fake_device {
@@ -73,7 +93,10 @@ struct fake_config {
     int ndevices;
     int cc;       /* compute capability * 10 + minor */
     int driver_version; /* what cuDriverGetVersion answers (CUDA 12.4: 12040) */
-    bool one_queue;     /* CUDA_DEVICE_MAX_CONNECTIONS=1: a context's streams share a queue */
+    int queues;         /* CUDA_DEVICE_MAX_CONNECTIONS (default 8): a context's queues */
+    unsigned int queue_seed; /* FAKE_CUDA_QUEUE_SEED: streams get queues at random (0: not) */
+    bool sync_strict;   /* FAKE_CUDA_SYNC_STRICT=1: a synchronization over a waiting stream
+                           is a complaint, not only a hazard line */
     bool host_visible;  /* FAKE_CUDA_HOST_VISIBLE=1: host code may touch device memory */
     bool no_peer;
 };
@@ -85,6 +108,8 @@ struct CUctx_st *fake_ctx_current(void);
 /* Says on stderr, prefixed "fake_cuda: ", where the program did what the driver forbids or
  * leaves undefined, so that a failure caused by the double's strictness names its rule. */
 void fake_complain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* With FAKE_CUDA_BACKTRACE=1, the calling thread's stack on stderr. */
+void fake_backtrace(void);
 
 /* Capture (stream.c): CUDA_SUCCESS, or CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (with a
  * complaint, and every capture it would break invalidated) where a capture under way forbids
@@ -98,8 +123,21 @@ CUresult fake_capture_check_unsafe(const char *call);
         }                                                                                    \
     } while (0)
 
-/* CUDA_ERROR_NOT_PERMITTED, with a complaint, when called from inside a host function. */
+/* CUDA_ERROR_NOT_PERMITTED, with a complaint, when called from inside a host function or a
+ * user object's destructor. */
 CUresult fake_check_not_in_host_fn(const char *call);
+
+/* Implicit synchronization (stream.c): `call` made in ctx (NULL: none, nothing happens) is a
+ * barrier of it: work enqueued on its streams from now on starts once all work enqueued before
+ * is done. Says so (a "fake_cuda hazard:" line; a complaint with FAKE_CUDA_SYNC_STRICT=1) if a
+ * stream of ctx waits then on a stream memory operation not met. block: the call itself
+ * returns only once that earlier work is done. */
+void fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block);
+/* Synchronous commands of the current context's legacy NULL stream: enqueued there (after the
+ * work of its blocking streams, before their later work) and waited for. The addresses are
+ * those the double touches (fake_mem_host_of). CUDA_ERROR_INVALID_CONTEXT without a context. */
+CUresult fake_null_stream_copy(void *dst, const void *src, size_t bytes);
+CUresult fake_null_stream_set(void *dst, unsigned char value, size_t bytes);
 
 /* Memory (memory.c). */
 enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };
