@@ -50,7 +50,8 @@
  *     as the driver refuses them; any other kernel name fails at cuModuleGetFunction;
  *   - graph capture: one stream's operations into a graph, launched as copies of them; and the
  *     state alone, set by fake_cuda_set_capturing for a test.
- * FAKE_CUDA_BACKTRACE=1 prints the stack of every complaint.
+ * FAKE_CUDA_BACKTRACE=1 prints the stack of every complaint; FAKE_CUDA_DUMP_S=n, n seconds
+ * into the process, what waits in every queue.
  * Not modelled: timing, and every function ncclshim never calls (cuGetProcAddress answers
  * CUDA_ERROR_NOT_FOUND for those).
  *

@@ -754,7 +754,8 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
     bool host = where == CU_MEM_LOCATION_TYPE_HOST || where == CU_MEM_LOCATION_TYPE_HOST_NUMA;
     if ((where == CU_MEM_LOCATION_TYPE_HOST && prop->requestedHandleTypes != 0) ||
         (where == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0) ||
-        (!host && (where != CU_MEM_LOCATION_TYPE_DEVICE || fake_device(prop->location.id) == NULL))) {
+        (!host &&
+         (where != CU_MEM_LOCATION_TYPE_DEVICE || fake_device(prop->location.id) == NULL))) {
         fake_complain("cuMemCreate at location type %d, id %d, handle types 0x%x: refused by "
                       "cuda.h", (int)where, prop->location.id,
                       (unsigned)prop->requestedHandleTypes);

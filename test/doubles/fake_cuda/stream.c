@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fake_cuda.h"
 #include "kernels/device_abi.h"
@@ -444,6 +445,47 @@ fake_queue_worker(void *arg)
     return NULL;
 }
 
+/* FAKE_CUDA_DUMP_S=n: n seconds after the first queue is made, every queue's waiting work on
+ * stderr, for whoever debugs a hang. */
+static const char *const fake_op_names[] = {"write", "wait", "copy", "set", "record",
+                                            "wait-event", "kernel", "host-fn"};
+
+static void *
+fake_dump_main(void *arg)
+{
+    sleep((unsigned int)(uintptr_t)arg);
+    pthread_mutex_lock(&fake_sched_lock);
+    for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+        for (int q = 0; q < FAKE_MAX_QUEUES; q++) {
+            const struct fake_queue *queue = fake_scheds[d].queues[q];
+            int n = 0;
+            for (const struct fake_op *o = queue != NULL ? queue->head : NULL; o != NULL && n < 8;
+                 o = o->next, n++) {
+                fprintf(stderr, "fake_cuda dump: device %d queue %d #%d: %s of stream %p, op %llu "
+                        "after %llu%s%s\n", d, q, n, fake_op_names[o->kind], (void *)o->owner,
+                        (unsigned long long)o->seq, (unsigned long long)o->after,
+                        o->kind == FAKE_OP_WAIT32 ? (fake_wait_done(o) ? " (met)" : " (not met)")
+                                                  : "",
+                        o->kind == FAKE_OP_WAIT_EVENT ? " (an event)" : "");
+            }
+        }
+    }
+    pthread_mutex_unlock(&fake_sched_lock);
+    return NULL;
+}
+
+static void
+fake_dump_start(void)
+{
+    const char *text = getenv("FAKE_CUDA_DUMP_S");
+    pthread_t thread;
+
+    if (text != NULL && atoi(text) > 0 &&
+        pthread_create(&thread, NULL, fake_dump_main, (void *)(uintptr_t)atoi(text)) == 0) {
+        pthread_detach(thread);
+    }
+}
+
 /* The queue a new stream of ctx runs on: the next one round-robin, or one at random
  * (FAKE_CUDA_QUEUE_SEED); made, with its worker, on first use (with fake_sched_lock). NULL if
  * no thread can be started. */
@@ -462,6 +504,8 @@ fake_queue_give(struct CUctx_st *ctx)
     } else {
         index = (int)(sc->given++ % (unsigned int)cfg->queues);
     }
+    static pthread_once_t dump_once = PTHREAD_ONCE_INIT;
+    pthread_once(&dump_once, fake_dump_start);
     if (sc->queues[index] == NULL) {
         struct fake_queue *q = calloc(1, sizeof(*q));
         pthread_attr_t attr;
