@@ -50,7 +50,11 @@ cipc_map_close(struct cipc_map *m)
         gpu_mem_unimport(&m->imported);
         break;
     case CIPC_BUF_STAGED:
-        gpu_host_unimport(&m->segment);
+        if (m->imported.base != 0) {
+            gpu_mem_unimport(&m->imported); /* cuMem host memory */
+        } else {
+            gpu_host_unimport(&m->segment); /* a driver's without: registered */
+        }
         break;
     }
     memset(m, 0, sizeof(*m));
@@ -85,7 +89,8 @@ cipc_cache_slot(struct cipc_cache *cache, struct cipc_map **slot_out)
 
 ncclResult_t
 cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device, int rank,
-               const struct cipc_buf *buf, int fd, uint32_t use, struct cipc_map **map_out)
+               const struct cipc_buf *buf, int fd, uint32_t fd_flags, uint32_t use,
+               struct cipc_map **map_out)
 {
     struct cipc_map *m;
     ncclResult_t res;
@@ -111,8 +116,13 @@ cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device, int ra
         m->base = m->imported.base;
         break;
     case CIPC_BUF_STAGED:
-        res = gpu_host_import(fd, m->size, &m->segment);
-        m->base = m->segment.dev;
+        if (fd_flags & CIPC_STAGING_CUMEM) {
+            res = gpu_mem_import(fd, m->size, device->ordinal, &m->imported);
+            m->base = m->imported.base;
+        } else {
+            res = gpu_host_import(fd, m->size, &m->segment);
+            m->base = m->segment.dev;
+        }
         break;
     default:
         WARN("cudaipc: rank %d described a buffer the leader cannot map (how %u)", rank,

@@ -28,7 +28,8 @@ struct cipc_map {
     size_t size;
     CUdeviceptr base;     /* where the leader's kernels reach the allocation's first byte */
     struct gpu_mem_import imported; /* CUMEM: the imported allocation */
-    struct gpu_host_import segment;  /* STAGED: the segment mapped here */
+    struct gpu_host_import segment;  /* STAGED: the segment mapped here (registered), or
+                                        imported (cuMem host memory) */
     uint32_t last_use;    /* the leader's operation that used it last */
     bool forgotten;       /* its owner said forget: unmap once last_use is done */
 };
@@ -45,10 +46,14 @@ struct cipc_map *cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t ho
                                  uint32_t use);
 /* Maps buf of rank for the leader's device (whose context is current) and enters it: a legacy
  * handle is opened, a cuMem allocation or a staging segment imported from fd (which this takes
- * over and closes). */
+ * over and closes; fd_flags: the channel message's, CIPC_STAGING_CUMEM for a segment of cuMem
+ * host memory). The leader's thread maps while its rank's streams may wait for it: nothing here
+ * synchronizes the device's context (cuIpcOpenMemHandle, cuMemImportFromShareableHandle,
+ * cuMemMap, cuMemSetAccess), but a segment of registered shared memory, from a driver without
+ * cuMem host memory, which cuMemHostRegister page-locks (review B6). */
 ncclResult_t cipc_cache_map(struct cipc_cache *cache, const struct gpu_device *device,
-                            int rank, const struct cipc_buf *buf, int fd, uint32_t use,
-                            struct cipc_map **map_out);
+                            int rank, const struct cipc_buf *buf, int fd, uint32_t fd_flags,
+                            uint32_t use, struct cipc_map **map_out);
 /* rank's word that (how, key) will not be named again: its mapping goes at the next reap
  * after its last use is done. Nothing if it is not mapped. */
 void cipc_cache_forget(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key);

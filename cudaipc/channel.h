@@ -20,11 +20,15 @@ enum cipc_msg_kind {
     CIPC_FORGET = 3      /* no descriptor: the sender's (how, key) is no longer in use */
 };
 
+/* A staging segment that is a cuMem allocation of pinned host memory (gpu_host_cumem_alloc),
+ * mapped by import; without the flag, shared memory to register (gpu_host_import). */
+#define CIPC_STAGING_CUMEM 1u
+
 struct cipc_channel_msg {
     uint32_t kind;  /* enum cipc_msg_kind */
     int32_t rank;   /* the sender */
     uint32_t how;   /* FORGET: the enum cipc_buf_how the key is of */
-    uint32_t pad;
+    uint32_t flags; /* STAGING: CIPC_STAGING_CUMEM */
     uint64_t key;
     uint64_t size;  /* bytes behind the descriptor */
 };

@@ -130,16 +130,22 @@ struct cipc_op {
 /* Posts ops (a group's, in call order; one outside a group) and enqueues on stream (of ctx,
  * this rank's device's primary context) their staging copies in and the write of arrive; or,
  * posting from the stream (`capturing`: stream is being captured into a CUDA graph; or since
- * a capture), a host function that does it all. Then cipc_post_wait enqueues the wait for
- * done and the copies out (or nothing). Between the two, a caller with several teams in one
- * group arrives on all of them before it waits on any: the teams may be ranks of one clique.
- * Outside the process of a GPU's leader that other ranks share that GPU with, neither waits
- * for another rank (the ring of descriptors is the one bound: a rank CIPC_RING operations
- * ahead of a leader waits for room); in it, cipc_post_wait waits until that leader took the
- * operations, and with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1) capturing is
- * refused. */
+ * a capture), a host function that does it. Then cipc_post_launch enqueues the share that
+ * runs on the stream, and cipc_post_wait the wait for done and the copies out. A caller with
+ * several teams in one group arrives on all of them before it launches or waits on any: the
+ * teams may be ranks of one clique. Outside the process of a GPU's leader that other ranks
+ * share that GPU with, no call waits for another rank (the ring of descriptors is the one
+ * bound: a rank CIPC_RING operations ahead of a leader waits for room); in it,
+ * cipc_post_wait waits until that leader took the operations, and capturing is refused
+ * (leaderstream.c). */
 ncclResult_t cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                               CUstream stream, bool capturing);
+/* Between the two, once every team of the group arrived: enqueues on stream whatever of this
+ * GPU's share runs there (a rank leading its own share: its work areas, which wait for the
+ * other ranks' arrive; in one context, ranks of one process on one GPU, every arrive of the
+ * group comes first on its streams, so none of those waits is ahead of it in a hardware
+ * queue). A failure fails the team. */
+ncclResult_t cipc_post_launch(struct cipc_team *team, CUstream stream);
 ncclResult_t cipc_post_wait(struct cipc_team *team, CUstream stream);
 
 /* A registered buffer's export (ncclCommRegister): pinned, the leaders keep their mappings.

@@ -27,6 +27,18 @@
  * its stream too (numbered in stream order: collectives and each peer's messages go on from
  * the last numbers posted), eager calls included: each costs a host function's round trip.
  *
+ * After the calls. A call posts its group and its stream writes arrive later, by a stream
+ * memory operation, which may still be held up on another stream when a host function posts
+ * a newer group and writes a newer number from the host: landing later, the older write
+ * would move arrive back (review B7), the leaders would take the newer group as arrived
+ * before the older one's stream got there, and with a GPU per rank the newer group's share
+ * would run on its stream before the older one's, whose done words, written after, would
+ * move back too. So when stream posting begins, the calls' last number (fixed from then on)
+ * gets a release word of its own (eager_slot), which the thread opens once that operation is
+ * done, and every host-posted group's stream waits for that word before its host function:
+ * a stream memory operation of a fixed value, so a graph may hold it, on a word that lives
+ * as long as the process, so a graph launched after its communicator went finds it open.
+ *
  * Limits. Operations are numbered in the order streams reach them, so a rank calling on
  * several streams must see them reached in the same order as its peers (one stream per
  * communicator, as PyTorch uses, always does); otherwise the leaders find mismatched
@@ -70,7 +82,7 @@ struct cipc_hostpost {
     bool bound;                      /* captured: its graph holds a user object for it */
     bool graph_gone;                 /* ... whose destructor ran: the graph and every launch
                                         of it went (under cipc_hostpost_lock) */
-    bool posting;                    /* the call that queued it still reads descs: the host
+    bool posting;                    /* the call that queued it still reads it: the host
                                         function, run meanwhile, leaves the freeing to it */
     bool ran;                        /* ... and the host function ran (both under the lock) */
     int nops;
@@ -246,6 +258,15 @@ cipc_release_give_back(int slot)
 }
 
 bool
+cipc_hostpost_quiet(struct cipc_team *team)
+{
+    pthread_mutex_lock(&team->release_lock);
+    bool held = team->nreleases > 0;
+    pthread_mutex_unlock(&team->release_lock);
+    return !held && __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) == 0;
+}
+
+bool
 cipc_hostpost_release(struct cipc_team *team, bool all)
 {
     pthread_mutex_lock(&team->release_lock);
@@ -322,7 +343,8 @@ cipc_hostpost_post(struct cipc_team *team, const struct cipc_hostpost *hp, uint3
             d->match = cipc_hostpost_number(team, d);
         }
         cipc_leaders_publish(team, last);
-        /* What the stream's write would do: the leader's stream waits for it. */
+        /* What the stream's write would do: the leader's stream waits for it. Every call's
+         * write landed (the stream waited for eager_slot). */
         __atomic_store_n(team->arrive.host, last, __ATOMIC_RELEASE);
         *last_out = last;
     }
@@ -526,6 +548,16 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     ncclResult_t res;
 
     if (capturing && !team->stream_posting) {
+        if (team->seq != 0) {
+            /* The calls' last operation: every host-posted group waits for it (above). Taken
+             * for good, as a captured group's word. */
+            int slot = cipc_release_take(team->rank, true);
+            if (slot < 0) {
+                return ncclInvalidUsage; /* said why */
+            }
+            SHIM_CHECK(cipc_hostpost_hold(team, slot, team->seq));
+            team->eager_slot = slot;
+        }
         INFO(SHIM_GRAPH, "rank %d: a stream is captured: operations are posted from their "
              "streams from now on", team->rank);
         team->stream_posting = true;
@@ -598,13 +630,20 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     if (!capturing) {
         __atomic_add_fetch(&team->hostposts_queued, 1, __ATOMIC_RELEASE);
     }
+    if (team->eager_slot >= 0) {
+        /* Its host function after the calls' every operation (above). */
+        struct gpu_flag eager = cipc_release_flag(team->eager_slot);
+        res = gpu_stream_wait_flag(stream, &eager, CIPC_RELEASE_OPEN);
+        if (res != ncclSuccess) {
+            goto err_pop;
+        }
+    }
     pthread_mutex_lock(&cipc_hostpost_lock);
     hp->team = team;
     hp->next = team->hostposts;
     hp->posting = true; /* the stream may run the host function before enqueue reads descs */
     team->hostposts = hp;
     pthread_mutex_unlock(&cipc_hostpost_lock);
-    struct gpu_flag release = cipc_release_flag(hp->slot);
     CUresult cu = gpu_cu.cuLaunchHostFunc(stream, cipc_hostpost_run, hp);
     if (cu != CUDA_SUCCESS) {
         /* Never to run: take it back. */
@@ -618,24 +657,21 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
                           __LINE__);
         goto err_pop;
     }
-    /* After it, whatever of the share runs on this stream (runner.h); the stream waits for
-     * the word, then says it passed. A failure here leaves the host function queued: it runs,
-     * and the team's error says what went wrong. */
+    /* After it, whatever of the share runs on this stream (runner.h: launched once every team
+     * of the group arrived); then the stream waits for the word and says it passed
+     * (cipc_hostpost_wait). A failure here leaves the host function queued: it runs, and the
+     * team's error says what went wrong. */
     int enqueued;
     res = team->runner->enqueue(team, descs, nops, stream, from, &enqueued);
-    if (res == ncclSuccess) {
-        res = gpu_stream_wait_flag(stream, &release, CIPC_RELEASE_OPEN);
-    }
-    if (res == ncclSuccess) {
-        res = gpu_stream_post_flag(stream, &release, CIPC_RELEASE_PASSED);
-    }
-    if (res == ncclSuccess) {
-        res = cipc_stage_copy_out(team, stream);
-    }
     if (res == ncclSuccess && capturing) {
         cipc_hostpost_bind_graph(team, hp, stream);
     }
     gpu_ctx_pop();
+    if (res == ncclSuccess) {
+        cipc_post_launch_keep(team, descs, nops, from);
+        team->wait_slot = hp->slot; /* reused only once the stream passed it */
+        team->posted_by_host = true;
+    }
     pthread_mutex_lock(&cipc_hostpost_lock);
     hp->posting = false;
     if (hp->ran) {
@@ -644,10 +680,8 @@ cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops
     pthread_mutex_unlock(&cipc_hostpost_lock);
     if (res != ncclSuccess) {
         cipc_team_set_error(team, res);
-        return res;
     }
-    team->posted_by_host = true;
-    return ncclSuccess;
+    return res;
 
 err_pop:
     team->ncopies = 0; /* staged copies out of a group that never posts */
@@ -661,6 +695,24 @@ err_slot:
 err_free:
     free(hp->pins);
     free(hp);
+    return res;
+}
+
+ncclResult_t
+cipc_hostpost_wait(struct cipc_team *team, CUstream stream)
+{
+    struct gpu_flag release = cipc_release_flag(team->wait_slot);
+    ncclResult_t res = gpu_stream_wait_flag(stream, &release, CIPC_RELEASE_OPEN);
+
+    if (res == ncclSuccess) {
+        res = gpu_stream_post_flag(stream, &release, CIPC_RELEASE_PASSED);
+    }
+    if (res == ncclSuccess) {
+        res = cipc_stage_copy_out(team, stream);
+    }
+    if (res != ncclSuccess) {
+        cipc_team_set_error(team, res);
+    }
     return res;
 }
 

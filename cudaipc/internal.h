@@ -35,6 +35,7 @@
 #include "channel.h"
 #include "cudaipc.h"
 #include "levels.h"
+#include "runner.h"
 #include "gpu/driver.h"
 #include "gpu/stream.h"
 #include "shm/shm.h"
@@ -164,6 +165,10 @@ struct cipc_team {
     struct gpu_flag done[CIPC_MAX_LEADERS];
     uint32_t seq;                  /* atomic: the last operation posted */
     uint32_t pending_wait;         /* operations arrived, not yet waited for (cipc_post_wait) */
+    struct cipc_desc *launch_descs; /* the group arrived last, whose share on this rank's
+                                      stream cipc_post_launch enqueues: CIPC_RING / 2 */
+    int launch_n;                  /* its operations; 0: none to launch */
+    int launch_from;               /* enum cipc_post_from */
     CUstream last_stream;          /* the stream the last operations were gated on */
     struct gpu_stream_marks gates; /* every stream with a gate that may not have run yet: the
                                       control block must outlive every gate that reads it */
@@ -180,7 +185,12 @@ struct cipc_team {
 
     /* Stream posting (hostpost.c), for good once a stream of this rank was captured. */
     bool stream_posting;
-    bool posted_by_host;           /* the last arrive was a host function's: no wait to add */
+    int eager_slot;                /* the release word opened once the calls' last operation
+                                      is done, which every host-posted group's stream waits
+                                      for (hostpost.c); -1 */
+    bool posted_by_host;           /* the last arrive was a host function's: its wait is for
+                                      its release word (cipc_hostpost_wait) */
+    int wait_slot;                 /* ... that one */
     pthread_mutex_t post_lock;     /* host functions post one at a time */
     int hostposts_queued;          /* atomic: made by calls, not posted yet */
     int hostposts_running;         /* under cipc_hostpost_lock */
@@ -207,11 +217,12 @@ struct cipc_team {
 
 /* Made ready when the team is made, where the program chose the device and it exists, so
  * that nothing registers page-locked memory or creates a stream later, between a queued
- * stream wait and its release (either may wait for the whole device); else at the first
- * device call (which fails with a message where the device does not exist). post.c: this
- * rank's device, the process's release words, its control block registered, its flags'
- * stream addresses. leader.c (the leader only): its device and stream, every rank's control
- * block registered. */
+ * stream wait and its release (registration synchronizes the device's context: review B6);
+ * else at the first device call, before it enqueues anything (which fails with a message
+ * where the device does not exist). post.c: this rank's device, the process's release words,
+ * its control block registered, its flags' stream addresses, and, on a leader, the leader
+ * activated. leader.c (the leader only): its device and stream, every rank's control block
+ * registered; by its thread only where its rank made no device call yet. */
 ncclResult_t cipc_post_ready(struct cipc_team *team);
 ncclResult_t cipc_leader_activate(struct cipc_team *team);
 
@@ -310,6 +321,9 @@ void cipc_stage_free(struct cipc_team *team);
 /* hostpost.c: operations posted by a host function on their stream (cudaipc.h). */
 ncclResult_t cipc_hostpost_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops,
                                   CUstream stream, bool capturing);
+/* The wait of the group cipc_hostpost_arrive posted last (after its launch): its release
+ * word, then the copies out. The device's context is current. */
+ncclResult_t cipc_hostpost_wait(struct cipc_team *team, CUstream stream);
 /* Unpins the buffers of captured groups whose graph and every launch of it went, and frees
  * their records; a call does it first (the posting thread owns the exports). */
 ncclResult_t cipc_hostpost_reap(struct cipc_team *team);
@@ -320,6 +334,9 @@ void cipc_hostpost_detach(struct cipc_team *team);
  * let go with the last one that prepared them, unless a group was ever captured. */
 ncclResult_t cipc_hostpost_prepare(const struct gpu_device *gpu);
 void cipc_hostpost_unprepare(void);
+/* Whether no host-posted group of this rank is queued (its host function not run) or held (its
+ * stream waiting on its release word). */
+bool cipc_hostpost_quiet(struct cipc_team *team);
 /* Opens the release words of groups done (all: every one); whether some are still held. The
  * team's thread calls it every turn. */
 bool cipc_hostpost_release(struct cipc_team *team, bool all);
@@ -371,6 +388,9 @@ void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
 const char *cipc_team_cause(const struct cipc_team *team);
 
 /* post.c */
+/* Keeps a group just posted (descs, which may go now) for cipc_post_launch. */
+void cipc_post_launch_keep(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+                           enum cipc_post_from from);
 /* Waits until every stream this rank gated has run past its gates (released, or done) and
  * past the staged copies: then nothing of this rank's reads the control block or staging. */
 void cipc_post_quiesce(struct cipc_team *team);

@@ -44,6 +44,7 @@
 struct cipc_pending_fd {
     int rank;
     uint32_t kind;
+    uint32_t flags; /* the message's */
     uint64_t key;
     uint64_t size;
     int fd;
@@ -51,7 +52,8 @@ struct cipc_pending_fd {
 
 struct cipc_leader {
     int index;                    /* which leader: team->leaders[index] is this rank */
-    const struct gpu_device *gpu; /* set once the first operation came */
+    pthread_mutex_t activate_lock;
+    const struct gpu_device *gpu; /* atomic: set once active (cipc_leader_activate) */
     struct gpu_flag *done;        /* every rank's done word of this leader, as its GPU sees it */
     struct gpu_flag leader_done;
     uint32_t use;                 /* the mapping cache's stamp of the one being enqueued: the
@@ -82,6 +84,7 @@ cipc_leader_free(struct cipc_leader *L)
     free(L->taken);
     free(L->forgets_taken);
     free(L->peer_enabled);
+    pthread_mutex_destroy(&L->activate_lock);
     free(L);
 }
 
@@ -93,6 +96,7 @@ cipc_leader_create(struct cipc_team *team)
     ncclResult_t res;
 
     SHIM_CHECK(shim_calloc(&L, 1));
+    pthread_mutex_init(&L->activate_lock, NULL);
     L->index = team->lead;
     L->listen_fd = -1;
     SHIM_CHECK_GOTO(shim_calloc(&L->done, (size_t)n), res, err);
@@ -165,6 +169,12 @@ cipc_leader_enable_peer(struct cipc_team *team, int rank)
     return ncclSuccess;
 }
 
+/* Called by the rank's own first device call (cipc_post_ready), or at the team's making, before
+ * this rank enqueued anything: registering page-locked memory synchronizes the device's context
+ * (CUDA's implicit synchronization), which must not come after a stream wait of this process
+ * that only its threads or its later work release (review B6). Only a leader whose own rank
+ * makes no device call, of a team made without a device, is activated by its thread
+ * (cipc_leader_step): its rank then has nothing queued. Either thread may get here first. */
 ncclResult_t
 cipc_leader_activate(struct cipc_team *team)
 {
@@ -177,21 +187,28 @@ cipc_leader_activate(struct cipc_team *team)
              "created without a current device", team->rank);
         return ncclInvalidUsage;
     }
-    SHIM_CHECK(gpu_device_get(team->device, &gpu));
-    SHIM_CHECK(gpu_ctx_push(gpu->ctx));
+    pthread_mutex_lock(&L->activate_lock);
+    if (L->gpu != NULL) {
+        pthread_mutex_unlock(&L->activate_lock);
+        return ncclSuccess;
+    }
+    SHIM_CHECK_GOTO(gpu_device_get(team->device, &gpu), res, unlock);
+    SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, unlock);
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK_GOTO(cipc_ctrl_register(team, r), res, out);
         L->done[r] = cipc_flag(team, r, &team->ctrls[r]->done[L->index].value);
     }
     L->leader_done = cipc_flag(team, team->rank, &team->ctrls[team->rank]->leader_done);
     SHIM_CHECK_GOTO(team->runner->activate(team, gpu, &L->leader_done), res, out);
-    L->gpu = gpu;
+    __atomic_store_n(&L->gpu, gpu, __ATOMIC_RELEASE);
     INFO(SHIM_INIT, "cudaipc: rank %d leads device %d, one of %d GPUs of a device team of %d "
          "ranks, its share run on %s", team->rank, gpu->ordinal, team->nleaders, team->nranks,
          team->runner->name);
     res = ncclSuccess;
 out:
     gpu_ctx_pop();
+unlock:
+    pthread_mutex_unlock(&L->activate_lock);
     return res;
 }
 
@@ -205,7 +222,8 @@ cipc_leader_keep_fd(struct cipc_leader *L, const struct cipc_channel_msg *msg, i
         return ncclSystemError;
     }
     L->fds[L->nfds++] = (struct cipc_pending_fd){.rank = msg->rank, .kind = msg->kind,
-                                                  .key = msg->key, .size = msg->size, .fd = fd};
+                                                  .flags = msg->flags, .key = msg->key,
+                                                  .size = msg->size, .fd = fd};
     return ncclSuccess;
 }
 
@@ -216,9 +234,11 @@ cipc_fd_kind_of(uint32_t how)
     return how == CIPC_BUF_CUMEM ? CIPC_FD_CUMEM : CIPC_FD_STAGING;
 }
 
-/* The descriptor rank sent for (kind, key), taken out of the table; -1 if not there. */
+/* The descriptor rank sent for (kind, key), taken out of the table (*flags_out: its message's
+ * flags); -1 if not there. */
 static int
-cipc_leader_take_fd(struct cipc_leader *L, int rank, uint32_t kind, uint64_t key)
+cipc_leader_take_fd(struct cipc_leader *L, int rank, uint32_t kind, uint64_t key,
+                    uint32_t *flags_out)
 {
     int fd = -1;
 
@@ -227,6 +247,7 @@ cipc_leader_take_fd(struct cipc_leader *L, int rank, uint32_t kind, uint64_t key
         if (L->fds[i].rank == rank && L->fds[i].kind == kind && L->fds[i].key == key) {
             if (fd < 0) {
                 fd = L->fds[i].fd;
+                *flags_out = L->fds[i].flags;
             } else {
                 close(L->fds[i].fd);
             }
@@ -247,7 +268,9 @@ cipc_leader_forget(struct cipc_leader *L, const struct cipc_channel_msg *msg, in
         close(fd);
     }
     if (msg->how == CIPC_BUF_CUMEM || msg->how == CIPC_BUF_STAGED) {
-        int stale = cipc_leader_take_fd(L, msg->rank, cipc_fd_kind_of(msg->how), msg->key);
+        uint32_t flags;
+        int stale = cipc_leader_take_fd(L, msg->rank, cipc_fd_kind_of(msg->how), msg->key,
+                                        &flags);
         if (stale >= 0) {
             close(stale);
         }
@@ -367,12 +390,13 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
     struct cipc_map *m = cipc_cache_find(&L->cache, rank, buf->how, buf->key, use);
     if (m == NULL) {
         int fd = -1;
+        uint32_t flags = 0;
         if (buf->how != CIPC_BUF_LEGACY) {
             uint32_t kind = cipc_fd_kind_of(buf->how);
-            fd = cipc_leader_take_fd(L, rank, kind, buf->key);
+            fd = cipc_leader_take_fd(L, rank, kind, buf->key, &flags);
             if (fd < 0) {
                 SHIM_CHECK(cipc_leader_drain_channel(team));
-                fd = cipc_leader_take_fd(L, rank, kind, buf->key);
+                fd = cipc_leader_take_fd(L, rank, kind, buf->key, &flags);
             }
             if (fd < 0) {
                 WARN("cudaipc: rank %d's %s %llu was never sent on the channel", rank,
@@ -381,7 +405,7 @@ cipc_leader_resolve(struct cipc_team *team, int rank, const struct cipc_buf *buf
                 return ncclInternalError;
             }
         }
-        SHIM_CHECK(cipc_cache_map(&L->cache, L->gpu, rank, buf, fd, use, &m));
+        SHIM_CHECK(cipc_cache_map(&L->cache, L->gpu, rank, buf, fd, flags, use, &m));
     }
     *addr_out = (uint64_t)m->base + buf->offset;
     return ncclSuccess;
@@ -790,12 +814,19 @@ cipc_leader_step(struct cipc_team *team, bool *progressed_out)
 
     *progressed_out = false;
     uint32_t forgets = __atomic_load_n(&team->ctrls[team->rank]->forgets, __ATOMIC_ACQUIRE);
-    if (L->gpu == NULL) {
-        /* A registration exports before any operation, and its deregistration waits for an
-         * answer. */
-        if (!cipc_anything_posted(team) && forgets == L->forgets_read) {
+    if (__atomic_load_n(&L->gpu, __ATOMIC_ACQUIRE) == NULL) {
+        /* Not active: nothing is mapped, so a forget (a registration exports before any
+         * operation, and its deregistration waits for an answer) is answered at once. */
+        if (forgets != L->forgets_read) {
+            L->forgets_read = forgets;
+            SHIM_CHECK(cipc_leader_drain_channel(team));
+            cipc_leader_ack_forgets(team);
+        }
+        if (!cipc_anything_posted(team)) {
             return ncclSuccess;
         }
+        /* Other ranks posted before this rank's first device call (a team made without a
+         * device): this rank has queued nothing yet. */
         SHIM_CHECK(cipc_leader_activate(team));
     }
     SHIM_CHECK(gpu_ctx_push(L->gpu->ctx));

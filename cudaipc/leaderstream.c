@@ -41,7 +41,7 @@ struct cipc_leaderstream {
     struct gpu_flag leader_done;
     struct gpu_flag *arrive;      /* every rank's, as the leader's stream sees it */
     uint32_t *waited;             /* per rank: the last arrive the stream waits for */
-    uint32_t ops;                 /* operations enqueued (the stream counts them done) */
+    uint32_t ops;                 /* atomic: operations enqueued (the stream counts them done) */
 };
 
 static struct cipc_leaderstream *
@@ -149,6 +149,14 @@ cipc_ls_enqueue(struct cipc_team *team, struct cipc_desc *const *descs, int nops
     return ncclSuccess;
 }
 
+static ncclResult_t
+cipc_ls_launch(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+               CUstream stream, enum cipc_post_from from)
+{
+    (void)team, (void)descs, (void)nops, (void)stream, (void)from;
+    return ncclSuccess; /* the leader's stream runs the share */
+}
+
 static void
 cipc_ls_untake(struct cipc_team *team, struct cipc_desc *const *descs, int nops, int enqueued)
 {
@@ -187,6 +195,20 @@ static void
 cipc_ls_release(struct cipc_team *team)
 {
     (void)team; /* the done words, which cipc_done_release writes, are all its streams wait on */
+}
+
+/* The leader's stream, in this process, may wait for other ranks' operations too: quiet once
+ * it ran every one it was given (which wait only for ranks that posted them). */
+static bool
+cipc_ls_quiet(const struct cipc_team *team)
+{
+    const struct cipc_leaderstream *ls = cipc_ls(team);
+
+    if (team->lead < 0) {
+        return true;
+    }
+    uint32_t ran = __atomic_load_n(&team->ctrls[team->rank]->leader_done, __ATOMIC_ACQUIRE);
+    return (int32_t)(ran - __atomic_load_n(&ls->ops, __ATOMIC_ACQUIRE)) >= 0;
 }
 
 static uint64_t
@@ -289,7 +311,10 @@ cipc_ls_run(struct cipc_team *team, const struct cipc_work *w)
     struct cipc_leaderstream *ls = cipc_ls(team);
 
     SHIM_CHECK(cipc_tasks_launch(w, ls->stream, ls->gpu));
-    return gpu_stream_post_flag(ls->stream, &ls->leader_done, ++ls->ops);
+    uint32_t ops = ls->ops + 1;
+    SHIM_CHECK(gpu_stream_post_flag(ls->stream, &ls->leader_done, ops));
+    __atomic_store_n(&ls->ops, ops, __ATOMIC_RELEASE);
+    return ncclSuccess;
 }
 
 static void
@@ -344,10 +369,12 @@ const struct cipc_runner cipc_runner_stream = {
     .may_post_from_stream = cipc_ls_may_post_from_stream,
     .take = cipc_ls_take,
     .enqueue = cipc_ls_enqueue,
+    .launch = cipc_ls_launch,
     .untake = cipc_ls_untake,
     .follow = cipc_ls_follow,
     .release = cipc_ls_release,
     .persistent_bytes = cipc_ls_persistent_bytes,
+    .quiet = cipc_ls_quiet,
     .activate = cipc_ls_activate,
     .quiesce = cipc_ls_quiesce,
     .schedule = cipc_ls_schedule,

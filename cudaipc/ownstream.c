@@ -178,6 +178,14 @@ cipc_own_may_post_from_stream(struct cipc_team *team)
     return ncclSuccess;
 }
 
+/* Its rank's stream waits only for this rank's operations (work areas, gates, done words). */
+static bool
+cipc_own_quiet(const struct cipc_team *team)
+{
+    (void)team;
+    return true;
+}
+
 static uint64_t
 cipc_own_persistent_bytes(const struct cipc_team *team)
 {
@@ -303,17 +311,30 @@ cipc_own_enqueue_runs(struct cipc_team *team, struct cipc_desc *const *descs, in
     return ncclSuccess;
 }
 
-/* The runs of the group's areas; a call's group then records the event the rank's waits
- * follow (cipc_own_follow). An area is given back once enqueued, reused once its stream
- * passed it; a captured one is kept. A group posted from its stream keeps going whatever
- * failed here (its host function is queued and runs; the team's error says what went wrong),
- * a call's is taken back by untake. */
+/* Nothing before the group is posted: its areas run once every team of the caller's group
+ * arrived (cipc_own_launch). */
 static ncclResult_t
 cipc_own_enqueue(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
                  CUstream stream, enum cipc_post_from from, int *enqueued)
 {
+    (void)team, (void)descs, (void)nops, (void)stream, (void)from;
+    *enqueued = -1;
+    return ncclSuccess;
+}
+
+/* The runs of the group's areas, whose waits are for other ranks' arrive (in a clique of one
+ * process, enqueued on this context's streams before this: runner.h); a call's group then
+ * records the event the rank's waits follow (cipc_own_follow). An area is given back once
+ * enqueued, reused once its stream passed it; a captured one is kept. The group is posted:
+ * whatever failed, the areas not enqueued open with nothing to do (the team's error says what
+ * went wrong). */
+static ncclResult_t
+cipc_own_launch(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+                CUstream stream, enum cipc_post_from from)
+{
     struct cipc_ownstream *own = cipc_own(team);
-    ncclResult_t res = cipc_own_enqueue_runs(team, descs, nops, stream, enqueued);
+    int enqueued;
+    ncclResult_t res = cipc_own_enqueue_runs(team, descs, nops, stream, &enqueued);
 
     if (res == ncclSuccess && from == CIPC_FROM_CALL) {
         CUresult cu = gpu_cu.cuEventRecord(own->done_event, stream);
@@ -321,8 +342,8 @@ cipc_own_enqueue(struct cipc_team *team, struct cipc_desc *const *descs, int nop
             res = gpu_cu_fail(cu, "cuEventRecord(a group's run)", __FILE__, __LINE__);
         }
     }
-    if (res != ncclSuccess && from == CIPC_FROM_CALL) {
-        return res;
+    for (int i = enqueued + (res != ncclSuccess); res != ncclSuccess && i < nops; i++) {
+        cipc_areas_open_empty(own->pool, descs[i]->area);
     }
     for (int i = 0; i < nops && from != CIPC_FROM_CAPTURE; i++) {
         cipc_areas_give_back(own->pool, descs[i]->area);
@@ -794,10 +815,12 @@ const struct cipc_runner cipc_runner_own = {
     .may_post_from_stream = cipc_own_may_post_from_stream,
     .take = cipc_own_take,
     .enqueue = cipc_own_enqueue,
+    .launch = cipc_own_launch,
     .untake = cipc_own_untake,
     .follow = cipc_own_follow,
     .release = cipc_own_release,
     .persistent_bytes = cipc_own_persistent_bytes,
+    .quiet = cipc_own_quiet,
     .activate = cipc_own_activate,
     .quiesce = cipc_own_quiesce,
     .schedule = cipc_own_schedule,

@@ -38,6 +38,9 @@ cipc_post_ready(struct cipc_team *team)
     }
     SHIM_CHECK(cipc_exports_create(team));
     SHIM_CHECK(cipc_stage_create(team));
+    if (team->launch_descs == NULL) {
+        SHIM_CHECK(shim_calloc(&team->launch_descs, CIPC_RING / 2));
+    }
     SHIM_CHECK(gpu_ctx_push(gpu->ctx));
     SHIM_CHECK_GOTO(cipc_ctrl_register(team, team->rank), res, out);
     struct cipc_ctrl *own = team->ctrls[team->rank];
@@ -50,6 +53,10 @@ cipc_post_ready(struct cipc_team *team)
     res = ncclSuccess;
 out:
     gpu_ctx_pop();
+    if (res == ncclSuccess && team->leader != NULL) {
+        /* Now, before this rank enqueues anything (leader.c). */
+        res = cipc_leader_activate(team);
+    }
     return res;
 }
 
@@ -161,6 +168,7 @@ cipc_post_arrive(struct cipc_team *team, const struct cipc_op *ops, int nops, CU
                     res, out_untake);
     cipc_leaders_publish(team, last);
     team->pending_wait = last;
+    cipc_post_launch_keep(team, descs, nops, CIPC_FROM_CALL);
     res = ncclSuccess;
     goto out;
 out_untake:
@@ -170,16 +178,52 @@ out:
     return res;
 }
 
+void
+cipc_post_launch_keep(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+                      enum cipc_post_from from)
+{
+    for (int i = 0; i < nops; i++) {
+        team->launch_descs[i] = *descs[i];
+    }
+    team->launch_n = nops;
+    team->launch_from = (int)from;
+}
+
+ncclResult_t
+cipc_post_launch(struct cipc_team *team, CUstream stream)
+{
+    struct cipc_desc *descs[CIPC_RING / 2];
+    const int n = team->launch_n;
+
+    if (n == 0) {
+        return ncclSuccess;
+    }
+    team->launch_n = 0;
+    for (int i = 0; i < n; i++) {
+        descs[i] = &team->launch_descs[i];
+    }
+    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    ncclResult_t res = team->runner->launch(team, descs, n, stream,
+                                            (enum cipc_post_from)team->launch_from);
+    gpu_ctx_pop();
+    if (res != ncclSuccess) {
+        cipc_team_set_error(team, res); /* posted: the team fails (runner.h) */
+    }
+    return res;
+}
+
 ncclResult_t
 cipc_post_wait(struct cipc_team *team, CUstream stream)
 {
     ncclResult_t res;
 
-    if (team->posted_by_host) {
-        team->posted_by_host = false; /* its host function waits for done itself */
-        return ncclSuccess;
-    }
     SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
+    if (team->posted_by_host) {
+        team->posted_by_host = false;
+        res = cipc_hostpost_wait(team, stream);
+        gpu_ctx_pop();
+        return res;
+    }
     res = cipc_done_wait(team, stream, team->pending_wait, false);
     if (res != ncclSuccess) {
         goto out;
@@ -207,6 +251,8 @@ cipc_post_quiesce(struct cipc_team *team)
 void
 cipc_post_free(struct cipc_team *team)
 {
+    free(team->launch_descs);
+    team->launch_descs = NULL;
     gpu_stream_marks_free(&team->gates);
     cipc_stage_free(team);
     cipc_exports_free(team);

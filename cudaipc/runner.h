@@ -62,11 +62,18 @@ struct cipc_runner {
      * named in each descriptor; ncclInvalidUsage with a WARN, holding nothing, if it cannot. */
     ncclResult_t (*take)(struct cipc_team *team, const struct cipc_op *ops,
                          struct cipc_desc *const *descs, int nops, enum cipc_post_from from);
-    /* On stream, after the group's arrive: whatever of the GPU's share runs there.
-     * *enqueued: how many operations were enqueued whole (a failure leaves the next partly
-     * enqueued). */
+    /* On stream, after the group's arrive, before it is posted: what the leader's stream must
+     * find enqueued when it takes the group. *enqueued: how many operations were enqueued
+     * whole (a failure leaves the next partly enqueued). */
     ncclResult_t (*enqueue)(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
                             CUstream stream, enum cipc_post_from from, int *enqueued);
+    /* On stream, once every team of the caller's group arrived (cipc_post_launch): whatever of
+     * the GPU's share runs on this stream, which waits for other ranks' arrive. In one
+     * context (ranks of one process leading shares of one GPU), every arrive of a group is
+     * enqueued before any such wait, so that none waits for work behind it. A failure fails
+     * the team (the group is posted). */
+    ncclResult_t (*launch)(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+                           CUstream stream, enum cipc_post_from from);
     /* The group is never posted: let go what take held; the first `enqueued` may be read by a
      * stream (they run nothing). */
     void (*untake)(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
@@ -81,6 +88,10 @@ struct cipc_runner {
     void (*release)(struct cipc_team *team);
     /* The device memory it holds that suspension keeps. */
     uint64_t (*persistent_bytes)(const struct cipc_team *team);
+    /* Whether the streams it feeds in this process wait on nothing beyond this rank's own
+     * operations' waits (which the caller sees done): before something synchronizes the
+     * device's context (stage.c). */
+    bool (*quiet)(const struct cipc_team *team);
 
     /* --- the leader's thread (leader.c), on a GPU's leader only -------------------------- */
     /* Made at the leader's first operation, with its device's context current; leader_done:

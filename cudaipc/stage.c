@@ -15,6 +15,19 @@
  * needed; a new one replaces it, and old ones go once the operations that used them are done.
  * One staged group at a time per area: the next one's copies wait on an event after the last
  * one's.
+ *
+ * No implicit synchronization after a wait (review B6). Making an area allocates device
+ * memory or page-locks host memory, which synchronizes the device's context (CUDA's implicit
+ * synchronization: later work of every stream of the context waits for all earlier work);
+ * behind a stream wait that only this process's threads (the team's thread opening a work
+ * area) or later work of the context release, that stalls or hangs. So an area is made only
+ * once this rank's streams wait on nothing (cipc_stage_quiet: every operation it posted done,
+ * no host-posted group queued or held, its runner's streams idle), the call waiting on the
+ * host for that; and host areas are cuMem allocations of pinned host memory
+ * (gpu_host_cumem_alloc), which the leaders import, map and let go without page-locking
+ * anything (cache.c), and which go without unregistering anything (cuMemHostUnregister
+ * returns only once the context's earlier work is done). A driver without cuMem host memory
+ * gets registered shared memory as before, and its hazard.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -24,6 +37,7 @@
 
 #include "base/check.h"
 #include "internal.h"
+#include "runner.h"
 #include "tasks.h"
 
 #define CIPC_STAGE_ALIGN 256
@@ -33,13 +47,16 @@
  * allocation of the rank's device (exported as any other, pinned in the exports while it
  * lives). */
 struct cipc_stage_seg {
-    int memfd;          /* host: -1 on the device */
+    int memfd;          /* host: -1 on the device (a cuMem host allocation's exported fd) */
+    struct gpu_mem_import cumem; /* host, as cuMem host memory (base 0: registered instead) */
     uint8_t *host;
     CUdeviceptr dev;    /* where the rank's stream copies to and from */
     size_t size;
     uint64_t gen;       /* host: its key on the channel */
     uint64_t id;        /* on the device: its allocation id, the leader's key */
     uint32_t last_seq;  /* the last operation that used it */
+    CUevent idle;       /* recorded after the copies out of the last group that used it */
+    bool idle_recorded;
     struct cipc_stage_seg *next;
 };
 
@@ -50,6 +67,7 @@ struct cipc_stage {
     CUevent free_event;          /* after the last staged group's copies; created on need */
     bool recorded;               /* free_event was recorded: the next group waits on it */
     bool pending;                /* the group arrived used staging: record it at the wait */
+    struct cipc_stage_seg *pending_seg; /* ... in this area, whose idle event goes with it */
 };
 
 /* One staged buffer of a group being posted. */
@@ -82,6 +100,9 @@ cipc_stage_seg_free(struct cipc_team *team, struct cipc_stage_seg *seg, bool tel
 {
     ncclResult_t res = ncclSuccess;
 
+    if (seg->idle != NULL) {
+        gpu_cu.cuEventDestroy(seg->idle);
+    }
     if (seg->memfd < 0) {
         if (tell) {
             res = cipc_export_release(team, seg->id, (uintptr_t)seg->dev);
@@ -91,7 +112,9 @@ cipc_stage_seg_free(struct cipc_team *team, struct cipc_stage_seg *seg, bool tel
         if (tell) {
             res = cipc_forget(team, CIPC_BUF_STAGED, seg->gen);
         }
-        if (seg->dev != 0) {
+        if (seg->cumem.base != 0) {
+            gpu_mem_unimport(&seg->cumem); /* no synchronization */
+        } else if (seg->dev != 0) {
             gpu_cu.cuMemHostUnregister(seg->host);
         }
         if (seg->host != NULL) {
@@ -103,7 +126,8 @@ cipc_stage_seg_free(struct cipc_team *team, struct cipc_stage_seg *seg, bool tel
     return res;
 }
 
-/* Frees the replaced areas whose last operation is done. */
+/* Frees the replaced areas whose last operation is done and whose stream passed the copies
+ * out of the last group that used them (done comes before the copies out). */
 static ncclResult_t
 cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
 {
@@ -119,8 +143,10 @@ cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
                                       __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE));
     for (link = &(*link)->next; *link != NULL;) {
         struct cipc_stage_seg *seg = *link;
-        if (team->stream_posting ? all_done
-                                 : cipc_done_reached(team, team->rank, seg->last_seq)) {
+        bool copied = !seg->idle_recorded || gpu_cu.cuEventQuery(seg->idle) == CUDA_SUCCESS;
+        if (copied && (team->stream_posting
+                           ? all_done
+                           : cipc_done_reached(team, team->rank, seg->last_seq))) {
             *link = seg->next;
             SHIM_CHECK(cipc_stage_seg_free(team, seg, true));
         } else {
@@ -130,17 +156,26 @@ cipc_stage_trim(struct cipc_team *team, struct cipc_stage *st)
     return ncclSuccess;
 }
 
-/* Pinned shared host memory of seg->size bytes, registered, its memfd sent to every leader. */
+/* Pinned host memory of seg->size bytes that every leader maps: cuMem host memory, or, where
+ * the driver has none, registered shared memory; its descriptor sent to every leader. */
 static ncclResult_t
 cipc_stage_seg_host(struct cipc_team *team, struct cipc_stage_seg *seg)
 {
     struct gpu_host_import shared;
+    uint32_t flags = CIPC_STAGING_CUMEM;
 
-    SHIM_CHECK(gpu_host_segment("ncclshim-staging", seg->size, &seg->memfd, &shared));
-    seg->host = shared.host;
-    seg->dev = shared.dev;
+    if (gpu_host_cumem_alloc(seg->size, team->gpu->ordinal, &seg->memfd, &seg->cumem) ==
+        ncclSuccess) {
+        seg->size = seg->cumem.size;
+        seg->dev = seg->cumem.base;
+    } else {
+        SHIM_CHECK(gpu_host_segment("ncclshim-staging", seg->size, &seg->memfd, &shared));
+        seg->host = shared.host;
+        seg->dev = shared.dev;
+        flags = 0;
+    }
     struct cipc_channel_msg msg = {.kind = CIPC_FD_STAGING, .rank = team->rank, .key = seg->gen,
-                                   .size = seg->size};
+                                   .size = seg->size, .flags = flags};
     return cipc_channel_send_all(team, &msg, seg->memfd, false);
 }
 
@@ -156,6 +191,27 @@ cipc_stage_seg_device(struct cipc_team *team, struct cipc_stage_seg *seg)
     SHIM_CHECK(gpu_mem_mapping(ptr, &base, &seg->size, &seg->id));
     SHIM_CHECK(cipc_export_cumem(team, ptr, seg->id, base, seg->size, team->seq));
     return cipc_export_pin(team, seg->id, base, 1);
+}
+
+/* Waits on the host until this rank's streams wait on nothing of the team's: every operation
+ * it posted done, no host-posted group queued or held, its runner's streams idle (see above).
+ * Those wait only for earlier work, the host and other processes, never for what this call
+ * would enqueue: this returns, unless the team fails, is revoked or goes first. */
+static ncclResult_t
+cipc_stage_quiet(struct cipc_team *team)
+{
+    while (!cipc_done_reached(team, team->rank, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE)) ||
+           !cipc_hostpost_quiet(team) || !team->runner->quiet(team)) {
+        SHIM_CHECK(cipc_team_error(team));
+        if (__atomic_load_n(&team->released, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {
+            WARN("rank %d: the communicator was revoked or went while a call waited to make "
+                 "its staging memory", team->rank);
+            return ncclInvalidUsage;
+        }
+        usleep(20);
+    }
+    return ncclSuccess;
 }
 
 /* An area of st of at least bytes; the current one if it is big enough. The device's context
@@ -174,6 +230,7 @@ cipc_stage_get(struct cipc_team *team, struct cipc_stage *st, size_t bytes,
     }
     size_t size = st->segs != NULL ? 2 * st->segs->size : CIPC_STAGE_MIN;
     size = size > bytes ? size : bytes;
+    SHIM_CHECK(cipc_stage_quiet(team));
     SHIM_CHECK(shim_calloc(&seg, 1));
     seg->size = (size + 4095) & ~(size_t)4095;
     seg->memfd = -1;
@@ -237,6 +294,7 @@ cipc_stage_group(struct cipc_team *team, struct cipc_stage *st, struct cipc_stag
         GPU_CU_CHECK(cuStreamWaitEvent(stream, st->free_event, 0));
     }
     st->pending = true;
+    st->pending_seg = seg;
     for (int i = 0; i < nstaged; i++) {
         struct cipc_staged *s = &staged[i];
         if (s->via != via) {
@@ -279,6 +337,15 @@ cipc_stage_mark_free(struct cipc_stage *st, CUstream stream)
         GPU_CU_CHECK(cuEventRecord(st->free_event, stream));
         st->recorded = true;
         st->pending = false;
+    }
+    struct cipc_stage_seg *seg = st->pending_seg;
+    if (seg != NULL) {
+        if (seg->idle == NULL) {
+            GPU_CU_CHECK(cuEventCreate(&seg->idle, CU_EVENT_DISABLE_TIMING));
+        }
+        GPU_CU_CHECK(cuEventRecord(seg->idle, stream));
+        seg->idle_recorded = true;
+        st->pending_seg = NULL;
     }
     return ncclSuccess;
 }
@@ -514,6 +581,12 @@ cipc_stage_quiesce(struct cipc_team *team)
     struct cipc_stage *stages[2] = {team->stage, team->dev_stage};
 
     for (int i = 0; i < 2; i++) {
+        for (struct cipc_stage_seg *seg = stages[i] != NULL ? stages[i]->segs : NULL;
+             seg != NULL; seg = seg->next) {
+            if (seg->idle_recorded) {
+                gpu_cu.cuEventSynchronize(seg->idle);
+            }
+        }
         if (stages[i] != NULL && stages[i]->free_event != NULL) {
             gpu_cu.cuEventSynchronize(stages[i]->free_event);
         }

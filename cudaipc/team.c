@@ -289,6 +289,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
     for (int k = 0; k < CIPC_MAX_LEADERS; k++) {
         team->channel_fds[k] = -1;
     }
+    team->eager_slot = -1;
     SHIM_CHECK_GOTO(shim_calloc(&team->reach, (size_t)n * n), res, err);
     memcpy(team->reach, args->reach, (size_t)n * n);
     SHIM_CHECK_GOTO(shim_calloc(&team->device_here, (size_t)n), res, err);
@@ -322,10 +323,7 @@ cipc_team_create(const struct cipc_team_args *args, struct cipc_team **team_out)
      * program that did not (host memory only, likely) gets it at its first device call. A
      * device this process does not have serves host memory only: device calls are refused. */
     if (args->ready_now && team->device >= 0 && team->device < gpu_device_count()) {
-        SHIM_CHECK_GOTO(cipc_post_ready(team), res, err);
-        if (team->leader != NULL) {
-            SHIM_CHECK_GOTO(cipc_leader_activate(team), res, err);
-        }
+        SHIM_CHECK_GOTO(cipc_post_ready(team), res, err); /* a leader activated with it */
     }
     int rc = pthread_create(&team->thread, NULL, cipc_team_main, team);
     if (rc != 0) {

@@ -58,6 +58,11 @@ struct shim_backend {
      * gpu's context, which is current. */
     ncclResult_t (*arrive)(struct ncclComm *comm, const struct shim_op *ops, int nops,
                            const struct gpu_device *gpu, CUstream stream, bool capturing);
+    /* Once every communicator of the group arrived, before any waits: what of comm's ops runs
+     * on stream itself and waits for the other ranks' arrival (NULL: nothing). Ranks of one
+     * process leading shares of one GPU have streams of one context, so every arrival of the
+     * group goes first (cudaipc.h). */
+    ncclResult_t (*launch)(struct ncclComm *comm, CUstream stream);
     /* The second half, once every communicator of the group arrived: stream waits for the
      * ops (the call may first wait on the host for the other ranks, as NCCL's may). */
     ncclResult_t (*wait)(struct ncclComm *comm, CUstream stream);

@@ -73,6 +73,12 @@ shim_team_arrive(struct ncclComm *comm, const struct shim_op *ops, int nops,
 }
 
 static ncclResult_t
+shim_team_launch(struct ncclComm *comm, CUstream stream)
+{
+    return cipc_post_launch(shim_team_of(comm), stream);
+}
+
+static ncclResult_t
 shim_team_wait(struct ncclComm *comm, CUstream stream)
 {
     return cipc_post_wait(shim_team_of(comm), stream);
@@ -148,6 +154,7 @@ const struct shim_backend shim_backend_team = {
     .captures = true,
     .drives_worker = false,
     .arrive = shim_team_arrive,
+    .launch = shim_team_launch,
     .wait = shim_team_wait,
     .drain = shim_team_drain,
     .busy = shim_team_busy,

@@ -88,9 +88,10 @@ shim_devexec_check(struct shim_op *op, const char *api)
 /* --- groups ----------------------------------------------------------------------------- */
 
 /* One device's part of a group: its ops (`on`, a mask over the group's) share its streams.
- * Every part arrives before any part waits: a wait may block the caller until the other
- * ranks of its communicator posted, and those may be ranks of one clique driven by this
- * very thread on other devices. */
+ * Every part arrives before any part launches or waits: a wait may block the caller until
+ * the other ranks of its communicator posted, and those may be ranks of one clique driven by
+ * this very thread on other devices; a launch enqueues what waits for the other ranks'
+ * arrival, which ranks of one process sharing a GPU enqueue on streams of one context. */
 struct shim_dev_part {
     bool *on;
     const struct gpu_device *gpu;
@@ -157,6 +158,24 @@ shim_devexec_part_arrive(const struct shim_op *ops, int nops, struct shim_dev_pa
     return res;
 }
 
+/* Each communicator's launch on the part's first stream, once every part arrived. */
+static ncclResult_t
+shim_devexec_part_launch(const struct shim_op *ops, int nops, struct shim_dev_part *part)
+{
+    CUstream stream = (CUstream)part->set.streams[0];
+    ncclResult_t res = ncclSuccess;
+
+    /* Every one: each team's group is posted, and its leaders expect its share. */
+    for (int i = 0; i < nops; i++) {
+        const struct shim_backend *backend = shim_devexec_backend(ops[i].comm);
+        if (shim_devexec_first_of_comm(ops, part->on, i) && backend->launch != NULL) {
+            ncclResult_t launched = backend->launch(ops[i].comm, stream);
+            res = res != ncclSuccess ? res : launched;
+        }
+    }
+    return res;
+}
+
 /* Each communicator's wait on the part's first stream, then the join. */
 static ncclResult_t
 shim_devexec_part_wait(const struct shim_op *ops, int nops, struct shim_dev_part *part)
@@ -212,8 +231,15 @@ shim_devexec_run(const struct shim_op *ops, int nops)
     for (int p = 0; p < nparts && res == ncclSuccess; p++) {
         res = shim_devexec_part_arrive(ops, nops, &parts[p], scratch);
     }
-    /* Parts that arrived get their waits even after a later one failed: their teams expect
-     * them. */
+    /* Parts that arrived get their launches and waits even after a later one failed: their
+     * teams expect them. Every part's launches come before any wait, which may wait on the
+     * host for the other ranks. */
+    for (int p = 0; p < nparts; p++) {
+        if (parts[p].arrived) {
+            ncclResult_t launched = shim_devexec_part_launch(ops, nops, &parts[p]);
+            res = res != ncclSuccess ? res : launched;
+        }
+    }
     for (int p = 0; p < nparts; p++) {
         if (parts[p].arrived) {
             ncclResult_t waited = shim_devexec_part_wait(ops, nops, &parts[p]);

@@ -261,6 +261,67 @@ gpu_host_unimport(struct gpu_host_import *imp)
     memset(imp, 0, sizeof(*imp));
 }
 
+ncclResult_t
+gpu_host_cumem_alloc(size_t size, int device, int *fd_out, struct gpu_mem_import *out)
+{
+    int numa = -1;
+    size_t granularity = 0;
+    struct gpu_mem_import imp = {0};
+    int fd = -1;
+
+    if (gpu_cu.cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device) !=
+            CUDA_SUCCESS ||
+        numa < 0) {
+        INFO(SHIM_ALLOC, "device %d names no host NUMA node: no cuMem host memory", device);
+        return ncclUnhandledCudaError;
+    }
+    CUmemAllocationProp prop = {
+        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        .location = {.type = CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = numa},
+    };
+    CUmemAccessDesc access = {
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    CUresult cu = gpu_cu.cuMemGetAllocationGranularity(&granularity, &prop,
+                                                       CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (cu == CUDA_SUCCESS) {
+        imp.size = (size + granularity - 1) / granularity * granularity;
+        cu = gpu_cu.cuMemCreate(&imp.handle, imp.size, &prop, 0);
+    }
+    if (cu != CUDA_SUCCESS) {
+        const char *name = "?";
+        gpu_cu.cuGetErrorName(cu, &name);
+        INFO(SHIM_ALLOC, "no cuMem host memory on NUMA node %d for device %d (%s)", numa,
+             device, name);
+        return ncclUnhandledCudaError;
+    }
+    cu = gpu_cu.cuMemAddressReserve(&imp.base, imp.size, 0, 0, 0);
+    if (cu == CUDA_SUCCESS && (cu = gpu_cu.cuMemMap(imp.base, imp.size, 0, imp.handle, 0)) ==
+                                  CUDA_SUCCESS) {
+        cu = gpu_cu.cuMemSetAccess(imp.base, imp.size, &access, 1);
+        if (cu == CUDA_SUCCESS) {
+            cu = gpu_cu.cuMemExportToShareableHandle(&fd, imp.handle,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                     0);
+        }
+        if (cu != CUDA_SUCCESS) {
+            gpu_cu.cuMemUnmap(imp.base, imp.size);
+        }
+    }
+    if (cu != CUDA_SUCCESS) {
+        if (imp.base != 0) {
+            gpu_cu.cuMemAddressFree(imp.base, imp.size);
+        }
+        gpu_cu.cuMemRelease(imp.handle);
+        return gpu_cu_fail(cu, "mapping cuMem host memory", __FILE__, __LINE__);
+    }
+    *fd_out = fd;
+    *out = imp;
+    return ncclSuccess;
+}
+
 /* --- ncclMemAlloc ---------------------------------------------------------------------- */
 
 /* What ncclMemAlloc gave out, so that ncclMemFree unmaps exactly that and refuses the rest.

@@ -96,6 +96,18 @@ ncclResult_t gpu_host_segment(const char *name, size_t size, int *fd_out,
                               struct gpu_host_import *out);
 void gpu_host_unimport(struct gpu_host_import *imp);
 
+/* Pinned host memory as a cuMem allocation (CU_MEM_LOCATION_TYPE_HOST_NUMA, the node nearest
+ * `device`), of at least size bytes (*out: its size, rounded to the granularity), mapped here
+ * for `device` to read and write, and exported as a POSIX file descriptor (*fd_out, the caller
+ * closes it) that another process maps with gpu_mem_import, with no registration: unlike
+ * cuMemHostRegister, which page-locks memory and synchronizes the device's context (CUDA's
+ * implicit synchronization), cuMemImportFromShareableHandle, cuMemMap and cuMemSetAccess are
+ * no such synchronization. Making it is one (cuMemCreate). ncclUnhandledCudaError (quietly,
+ * with an INFO) where the driver has no such memory (a host without NUMA, an older driver).
+ * A context must be current. Let go with gpu_mem_unimport. */
+ncclResult_t gpu_host_cumem_alloc(size_t size, int device, int *fd_out,
+                                  struct gpu_mem_import *out);
+
 /* ncclMemAlloc: device memory of the current device (device 0 without a current context)
  * as a cuMem allocation whose handle exports as a file descriptor, so another rank's process
  * can map it; rounded up to the allocation granularity and mapped read-write for that device.

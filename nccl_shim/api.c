@@ -380,8 +380,14 @@ ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
         res = ncclInvalidArgument;
         goto out;
     }
-    /* NCCL_SHRINK_ABORT: the parent's operations ran inside their calls, so none is in flight
-     * here; what remains is to let a parent that failed (a rank died) be shrunk. */
+    /* NCCL_SHRINK_ABORT: the parent's operations are aborted first. Host ones ran inside
+     * their calls; device ones may still hold their streams (a rank died): those stop waiting
+     * now, as at revoke, before the child's making synchronizes the device (registration:
+     * CUDA's implicit synchronization would hold the child's work behind them). Then a parent
+     * that failed may be shrunk. */
+    if (shrinkFlags == NCCL_SHRINK_ABORT) {
+        shim_devexec_backend(comm)->release(comm);
+    }
     res = shim_comm_shrink(comm, excludeRanksList, excludeRanksCount, blocking, newcomm);
 out:
     shim_comm_bind(NULL);
@@ -648,8 +654,8 @@ SHIM_ALIAS(ncclCommWindowDeregister)
 ncclResult_t
 shim_api_no_device_window(const char *api)
 {
-    WARN("%s: ncclshim's windows are host memory: they have no device pointers, multimem or "
-         "CFT handles", api);
+    WARN("%s: ncclshim's windows have no multimem addresses and no CFT, LE or peer device "
+         "handles (it has no NVLink SHARP and no device-side window kernels)", api);
     return ncclInvalidUsage;
 }
 

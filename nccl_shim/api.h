@@ -51,8 +51,9 @@ struct shim_op;
  * INFO(COLL) line, then the group (or a group of one). `api` names the call in messages. */
 ncclResult_t shim_api_collective(struct shim_op *op, const char *api);
 
-/* ncclshim's windows are host memory: what asks a window for device pointers, multimem or
- * CFT handles gets ncclInvalidUsage, with a message. */
+/* What asks a window for multimem addresses or CFT, LE or peer device handles (NVLink SHARP
+ * and NCCL's device-side kernels, which ncclshim has not) gets ncclInvalidUsage, with a
+ * message. */
 ncclResult_t shim_api_no_device_window(const char *api);
 
 #endif

@@ -67,6 +67,8 @@ struct mp_cuda {
     CUresult (*stream_destroy)(CUstream);
     CUresult (*stream_synchronize)(CUstream);
     CUresult (*stream_query)(CUstream);
+    CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+    CUresult (*host_get_device_pointer)(CUdeviceptr *, void *, unsigned int);
     /* CUDA graphs (the double's hold one stream's kernels, copies and flag operations). */
     CUresult (*stream_begin_capture)(CUstream, CUstreamCaptureMode);
     CUresult (*stream_end_capture)(CUstream, CUgraph *);
@@ -139,6 +141,8 @@ mp_cuda_init(struct mp_cuda *cu)
     cu->stream_destroy = mp_cuda_sym(cu, "cuStreamDestroy_v2");
     cu->stream_synchronize = mp_cuda_sym(cu, "cuStreamSynchronize");
     cu->stream_query = mp_cuda_sym(cu, "cuStreamQuery");
+    cu->stream_wait_value32 = mp_cuda_sym(cu, "cuStreamWaitValue32_v2");
+    cu->host_get_device_pointer = mp_cuda_sym(cu, "cuMemHostGetDevicePointer_v2");
     cu->stream_begin_capture = (CUresult(*)(CUstream, CUstreamCaptureMode))dlsym(
         cu->lib, "cuStreamBeginCapture_v2");
     cu->stream_end_capture = (CUresult(*)(CUstream, CUgraph *))dlsym(cu->lib,

@@ -231,6 +231,17 @@ device_cases() {
         done
         run_case device-streams-register-n4-4gpu-graph 4 60 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
             "$bindir/streams" -p register -g
+        run_case device-streams-overtake-n4-4gpu 4 60 "${dev[@]}" FAKE_CUDA_DEVICES=4 -- \
+            "$bindir/streams" -p overtake
+        # Review B6: a leader of a communicator made without a current device is activated
+        # (its control blocks registered) by its rank's first device call, before that call
+        # enqueues a wait its thread opens.
+        # Staging areas that grow, and leaders that map them, while earlier calls' waits are
+        # queued: nothing synchronizes a context then (FAKE_CUDA_SYNC_STRICT=1 fails on it).
+        for kind in registered device; do
+            run_case "device-streams-staging-n3-3gpu-$kind" 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
+                FAKE_CUDA_SYNC_STRICT=1 -- "$bindir/streams" -p staging -k "$kind"
+        done
         # A GPU per rank: each leader runs its GPU's share on its own stream (ownstream.c), so
         # its calls return at once (returns, above), one queue takes a capture, and a group is
         # run in the order its operations match, whatever the order in which the rank gave them.
@@ -363,6 +374,33 @@ device_cases() {
     # of hardware queues (its wait could sit in one queue ahead of the leader's work); the
     # other ranks' captures are not.
     run_case device-streams-capture-n2 2 60 "${dev[@]}" -- "$bindir/streams" -p onequeuegraph
+    # Review B3: with the default 8 queues and 9 streams of the program's own, made after the
+    # leader's, one shares the leader's stream's queue: a capture there would hang when its
+    # graph runs (it did, with the refusal taken out); refused, with the message. Every rank
+    # leading its own share, all nine capture and run.
+    run_case device-streams-capture-n2-9streams 2 60 "${dev[@]}" -- \
+        "$bindir/streams" -p onequeuegraph -S 9
+    run_case device-streams-capture-n2-9streams-rankleaders 2 60 "${lead[@]}" -- \
+        "$bindir/streams" -p onequeuegraph -S 9
+    # Review B6: ranks of one process leading their own shares of one GPU (each one's stream
+    # waits for another's arrive, enqueued later in the same context), one thread, groups:
+    # nothing the library does in between synchronizes the context.
+    # Ranks of several processes each leading its own share of the one GPU, staging growing
+    # meanwhile; a communicator made with no current device, whose leaders are made ready by
+    # their ranks' first device calls (its control blocks registered then, not by its thread
+    # after a wait was queued).
+    local strict=("${lead[@]}" FAKE_CUDA_SYNC_STRICT=1)
+    run_case device-streams-clique-n3-rankleaders-managed 1 60 "${strict[@]}" -- \
+        "$bindir/streams" -p clique -n 3 -k managed
+    run_case device-streams-clique-n4-rankleaders-registered 1 60 "${strict[@]}" -- \
+        "$bindir/streams" -p clique -n 4 -k registered
+    run_case device-streams-staging-n3-rankleaders-managed 3 60 "${strict[@]}" -- \
+        "$bindir/streams" -p staging -k managed
+    run_case device-streams-hostonly-n2-rankleaders 2 60 "${strict[@]}" -- \
+        "$bindir/streams" -p hostonly
+    # Review B7: an eager call held back on its stream, a captured one launched meanwhile.
+    run_case device-streams-overtake-n3-rankleaders 3 60 "${lead[@]}" -- \
+        "$bindir/streams" -p overtake
     # One hardware queue per context: stream semantics hold.
     local onequeue=("${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1)
     for part in returns order group; do

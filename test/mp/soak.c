@@ -30,7 +30,9 @@
  * Device mode (-D): the buffers are host memory registered with the CUDA driver (found as
  * device.h finds it: the driver's test double in CI), which a kernel reaches, so every call is
  * stream ordered: each thread issues on a stream of its own and synchronises it before it
- * checks, as a PyTorch program does. That soaks the device paths (the team on one host, or
+ * checks, as a PyTorch program does; the two warm-ups, which make the library's staging
+ * memory (an allocation synchronizes the device), run one after the other, as NCCL asks of
+ * operations on different communicators. That soaks the device paths (the team on one host, or
  * with NCCL_SHM_DISABLE=1 the network path's staging) and bounds their memory as well.
  *
  * Usage: soak [-n OPS] [-s SEED] [-r MIB] [-D]. -n: ops in all, split between the two threads
@@ -135,6 +137,8 @@ struct so_thread {
 };
 
 static bool so_device;     /* -D */
+/* -D: whose warm-up runs (0, 1), then 2: both done, the threads go on together. */
+static atomic_int so_warm_turn;
 static struct mp_cuda so_cu;
 
 static atomic_long so_done;
@@ -589,6 +593,7 @@ so_thread_main(void *arg)
 {
     struct so_thread *th = arg;
     long done = 0;
+    bool warmed = false;
 
     if (so_device) {
         MP_CU(&so_cu, ctx_set_current(so_cu.ctx));
@@ -598,6 +603,24 @@ so_thread_main(void *arg)
         int k = so_warm_items(th, step, items);
         bool group = k > 1;
 
+        if (so_device && (step == 0 || (k == 0 && !warmed))) {
+            /* On device memory the warm-ups run one communicator at a time, the same on every
+             * rank: their first calls make the library's staging memory, and allocating device
+             * (or pinned) memory synchronizes the device, which with the other communicator's
+             * operations waiting for peers may deadlock across the ranks. NCCL says as much
+             * (operations on different communicators at different epochs, with a lock: any
+             * CUDA call may synchronize the device). After both, nothing the library does
+             * synchronizes it, and the threads go on together. */
+            if (k == 0) {
+                warmed = true;
+                atomic_fetch_add(&so_warm_turn, 1);
+            }
+            int turn = k == 0 ? 2 : th->index;
+            while (atomic_load(&so_warm_turn) < turn) {
+                struct timespec pause = {0, 1000 * 1000};
+                nanosleep(&pause, NULL);
+            }
+        }
         if (k == 0) {
             /* One in ten draws is a group of 2 to 4 items, each in its own slot. */
             group = so_below(&th->rng, 10) == 0;
@@ -633,6 +656,9 @@ so_thread_main(void *arg)
         th->groups += group;
         done += k;
         atomic_fetch_add(&so_done, k);
+    }
+    if (so_device && !warmed) {
+        atomic_fetch_add(&so_warm_turn, 1); /* done within its warm-up: the other's turn */
     }
     return NULL;
 }

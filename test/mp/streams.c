@@ -30,6 +30,13 @@
  *   hostonly  a communicator made with no current device serves host memory without a CUDA
  *             context, registration, stream or module (counted by the double); its first
  *             device call then works, and so does one from a thread with no current context;
+ *   clique    one process, -n ranks on device 0 made in one group, one thread (run with
+ *             NCCLSHIM_RANK_LEADERS=1: each rank's share waits for the others' arrive, which
+ *             the same context enqueues): groups of all-reduces and a ring of sends on -k
+ *             buffers of growing sizes are right, and a group of every rank's all-reduce
+ *             captured into one graph runs twice (review B6: every arrival of a group is
+ *             enqueued before any share that waits for it, and nothing in between
+ *             synchronizes the context);
  *   nodevice  one process, one device, ncclCommInitAll on devices 0 and 1: host memory
  *             works on both, a device buffer on the missing device's communicator is a
  *             clear error (ncclshim keeps such communicators for host memory);
@@ -101,12 +108,23 @@
  *             watchdog's, makes it return and frees nothing under it (-R: ncclCommRevoke
  *             makes it return, then abort);
  *   onequeuegraph  every rank captures an all-reduce (run with CUDA_DEVICE_MAX_CONNECTIONS=1
- *             and without): the process of a device team leader that shares its GPU (rank 0
- *             of ranks on one device) is refused with a message naming
- *             NCCLSHIM_RANK_LEADERS rather than hang when the graph runs, whatever the queues;
- *             the others capture; with a GPU per rank, or every rank leading its own share
- *             (NCCLSHIM_RANK_LEADERS=1), every rank captures, and the graph, launched twice,
- *             sums twice;
+ *             and without; -S N: on each of N streams in turn, made after the communicator):
+ *             the process of a device team leader that shares its GPU (rank 0 of ranks on one
+ *             device) is refused with a message naming NCCLSHIM_RANK_LEADERS rather than hang
+ *             when the graph runs, whatever the queues (with 9 streams and the default 8
+ *             queues, one shares the leader's stream's queue, where the graph would hang: see
+ *             review B3); the others capture; with a GPU per rank, or every rank leading its
+ *             own share (NCCLSHIM_RANK_LEADERS=1), every rank captures, and each graph,
+ *             launched twice, sums twice;
+ *   staging   all-reduces of growing sizes on -k buffers (staged for leaders of other
+ *             processes) made first, called back to back with no wait between them: right,
+ *             and (run with FAKE_CUDA_SYNC_STRICT=1) nothing synchronizes the context while a
+ *             call's wait is queued, though staging areas grow and leaders map them meanwhile
+ *             (review B6);
+ *   overtake  an all-reduce on a stream held back by a word the test writes, then one captured
+ *             on another stream and launched, then the first stream released (rank 0 last):
+ *             both right, nothing hangs (review B7: the host function's arrive must not run
+ *             ahead of the eager call's);
  *   fp8       an fp8 all-reduce is right from compute capability 9.0 on and refused with a
  *             message before (FAKE_CUDA_CC=80 with the double); an fp8 broadcast runs;
  *   fault     rank 0 (its GPU's leader) all-reduces from cuMem memory no device may touch, so
@@ -394,6 +412,97 @@ part_devices(void)
             MP_CU(&st_cu, graph_destroy(graphs[d]));
         }
         MP_CHECK(ncclCommDestroy(comms[d]));
+    }
+}
+
+/* One process, n ranks on one device, made by ncclCommInitRank in one group (ncclCommInitAll
+ * refuses a device twice), each leading its own share of it under
+ * NCCLSHIM_RANK_LEADERS=1: streams of one context whose waits other ranks' later work, in the
+ * same context, releases), one thread: groups of all-reduces over every rank and sends around
+ * the ring, on buffers of the -k kind that grow call after call, each group's results right;
+ * then a group of every rank's all-reduce captured into one graph, launched twice. */
+#define ST_CLIQUE_MAX 8
+
+static void
+part_clique(int n)
+{
+    ncclUniqueId id;
+    ncclComm_t comms[ST_CLIQUE_MAX];
+    CUstream s[ST_CLIQUE_MAX];
+    float *x[ST_CLIQUE_MAX], *y[ST_CLIQUE_MAX], *in[ST_CLIQUE_MAX];
+
+    MP_ASSERT(n >= 2 && n <= ST_CLIQUE_MAX, "-n: 2 to %d ranks", ST_CLIQUE_MAX);
+    MP_CHECK(ncclGetUniqueId(&id));
+    MP_CHECK(ncclGroupStart());
+    for (int r = 0; r < n; r++) {
+        MP_CHECK(ncclCommInitRank(&comms[r], n, id, r));
+    }
+    MP_CHECK(ncclGroupEnd());
+    for (int r = 0; r < n; r++) {
+        s[r] = st_stream();
+    }
+    for (size_t count = 1000; count <= 64000; count *= 4) {
+        for (int r = 0; r < n; r++) {
+            x[r] = st_buffer(count, (float)(r + 1), 0, s[r]);
+            y[r] = st_buffer(count, (float)(r + 1), 0, s[r]);
+            in[r] = st_buffer(count, -1, 0, s[r]);
+        }
+        MP_CHECK(ncclGroupStart());
+        for (int r = 0; r < n; r++) {
+            MP_CHECK_COMM(comms[r], ncclAllReduce(x[r], x[r], count, ncclFloat, ncclSum,
+                                                  comms[r], s[r]));
+            /* Not x: a group's operations may run in any order. */
+            MP_CHECK_COMM(comms[r], ncclSend(y[r], count, ncclFloat, (r + 1) % n, comms[r],
+                                             s[r]));
+            MP_CHECK_COMM(comms[r], ncclRecv(in[r], count, ncclFloat, (r + n - 1) % n,
+                                             comms[r], s[r]));
+        }
+        MP_CHECK(ncclGroupEnd());
+        const float sum = (float)(n * (n + 1) / 2);
+        for (int r = 0; r < n; r++) {
+            MP_EXPECT(st_check(x[r], count, sum, 0, s[r], "a clique's all-reduce") == 0,
+                      "rank %d's all-reduce of %zu floats in a clique of %d is wrong", r, count,
+                      n);
+            MP_EXPECT(st_check(in[r], count, (float)((r + n - 1) % n + 1), 0, s[r],
+                               "a clique's ring of sends") == 0,
+                      "rank %d received wrong data in a clique of %d", r, n);
+        }
+        for (int r = 0; r < n; r++) {
+            mp_cuda_free(&st_cu, st_kind, x[r]);
+            mp_cuda_free(&st_cu, st_kind, y[r]);
+            mp_cuda_free(&st_cu, st_kind, in[r]);
+        }
+    }
+    /* One graph holds the whole group (one stream: the double's graphs hold one stream's
+     * work), launched twice: every rank's arrival first, then their shares, then their
+     * waits, as the calls enqueued them. */
+    for (int r = 0; r < n; r++) {
+        x[r] = st_buffer(ST_COUNT, 1, 0, s[r]);
+    }
+    CUgraph graph;
+    CUgraphExec exec;
+    MP_CU(&st_cu, stream_begin_capture(s[0], CU_STREAM_CAPTURE_MODE_GLOBAL));
+    MP_CHECK(ncclGroupStart());
+    for (int r = 0; r < n; r++) {
+        MP_CHECK_COMM(comms[r], ncclAllReduce(x[r], x[r], ST_COUNT, ncclFloat, ncclSum,
+                                              comms[r], s[0]));
+    }
+    MP_CHECK(ncclGroupEnd());
+    MP_CU(&st_cu, stream_end_capture(s[0], &graph));
+    MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
+    for (int k = 0; k < 2; k++) {
+        MP_CU(&st_cu, graph_launch(exec, s[0]));
+    }
+    for (int r = 0; r < n; r++) {
+        MP_EXPECT(st_check(x[r], ST_COUNT, (float)(n * n), 0, s[0], "a clique's graph") == 0,
+                  "rank %d's all-reduce in a clique's graph, launched twice, is wrong", r);
+    }
+    MP_CU(&st_cu, graph_exec_destroy(exec));
+    MP_CU(&st_cu, graph_destroy(graph));
+    for (int r = 0; r < n; r++) {
+        MP_CHECK(ncclCommDestroy(comms[r]));
+        mp_cuda_free(&st_cu, st_kind, x[r]);
+        MP_CU(&st_cu, stream_destroy(s[r]));
     }
 }
 
@@ -1432,43 +1541,164 @@ part_abortblocked(const struct mp_world *w, bool host, bool revoke)
     }
 }
 
-static void
-part_onequeuegraph(const struct mp_world *w)
-{
-    CUstream s = st_stream();
-    float *x = st_buffer(ST_COUNT, 1, 0, s);
-    CUgraph graph = NULL;
+#define ST_MAX_STREAMS 16
 
-    MP_CU(&st_cu, stream_synchronize(s));
-    MP_CU(&st_cu, stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    ncclResult_t res = ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s);
-    MP_CU(&st_cu, stream_end_capture(s, &graph));
+/* Every rank captures an all-reduce on each of nstreams streams of its own, made after its
+ * communicator (so that, with more than 8, one of them shares a hardware queue with a stream
+ * the library made first: a leader's); where every rank captured all, each graph is launched
+ * twice and sums twice. */
+static void
+part_onequeuegraph(const struct mp_world *w, int nstreams)
+{
+    CUstream s[ST_MAX_STREAMS];
+    CUgraph graphs[ST_MAX_STREAMS] = {NULL};
+    int captured = 1;
+
+    MP_ASSERT(nstreams >= 1 && nstreams <= ST_MAX_STREAMS, "-S: 1 to %d streams",
+              ST_MAX_STREAMS);
+    for (int i = 0; i < nstreams; i++) {
+        s[i] = st_stream();
+    }
+    float *x = st_buffer(ST_COUNT, 1, 0, s[0]);
+    MP_CU(&st_cu, stream_synchronize(s[0]));
     /* Refused in the process of a leader that shares its GPU (the graph's wait would come
      * before its leader's work, which may share its hardware queue); a leader alone on its GPU
      * (or leading its own share of it) runs the share on its own stream. */
     bool refused = mp_leader_shares_gpu(w->rank, w->nranks);
-    if (refused) {
-        MP_EXPECT(res == ncclInvalidUsage, "a capture in the process of a leader that shares "
-                  "its GPU gave %s", ncclGetErrorString(res));
-        MP_EXPECT(strstr(mp_last_error(w->comm), "NCCLSHIM_RANK_LEADERS") != NULL,
-                  "no clear message: \"%s\"", mp_last_error(w->comm));
-    } else {
-        MP_EXPECT(res == ncclSuccess, "a capture gave %s", ncclGetErrorString(res));
-    }
-    if (w->nranks <= mp_device_spread() || mp_rank_leaders()) {
-        /* Every rank captured (each leads a GPU or a share of its own): launched twice, it
-         * sums twice. */
-        CUgraphExec exec = NULL;
-        MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
-        for (int i = 0; i < 2; i++) {
-            MP_CU(&st_cu, graph_launch(exec, s));
+    for (int i = 0; i < nstreams; i++) {
+        MP_CU(&st_cu, stream_begin_capture(s[i], CU_STREAM_CAPTURE_MODE_GLOBAL));
+        ncclResult_t res = ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, s[i]);
+        MP_CU(&st_cu, stream_end_capture(s[i], &graphs[i]));
+        captured &= res == ncclSuccess;
+        if (refused) {
+            MP_EXPECT(res == ncclInvalidUsage, "a capture in the process of a leader that "
+                      "shares its GPU gave %s", ncclGetErrorString(res));
+            MP_EXPECT(strstr(mp_last_error(w->comm), "NCCLSHIM_RANK_LEADERS") != NULL,
+                      "no clear message: \"%s\"", mp_last_error(w->comm));
+        } else {
+            MP_EXPECT(res == ncclSuccess, "a capture gave %s", ncclGetErrorString(res));
         }
-        float n = (float)w->nranks;
-        MP_EXPECT(st_check(x, ST_COUNT, n * n, 0, s, "a graph launched twice, one queue") == 0,
-                  "two launches of a captured all-reduce with one queue did not sum twice");
-        MP_CU(&st_cu, graph_exec_destroy(exec));
     }
+    /* Every rank captured every one (each leads a GPU or a share of its own): launched twice,
+     * each sums twice (a power of the rank count, exact in floats for 2 and 4 ranks). */
+    MP_CHECK_COMM(w->comm, ncclAllReduce(&captured, &captured, 1, ncclInt32, ncclSum, w->comm,
+                                         NULL));
+    if (captured == w->nranks) {
+        float want = 1;
+        for (int i = 0; i < nstreams; i++) {
+            CUgraphExec exec = NULL;
+            MP_CU(&st_cu, graph_instantiate(&exec, graphs[i], 0));
+            for (int k = 0; k < 2; k++) {
+                MP_CU(&st_cu, graph_launch(exec, s[i]));
+                want *= (float)w->nranks;
+            }
+            MP_CU(&st_cu, stream_synchronize(s[i]));
+            MP_CU(&st_cu, graph_exec_destroy(exec));
+        }
+        MP_EXPECT(st_check(x, ST_COUNT, want, 0, s[0], "graphs launched twice each") == 0,
+                  "two launches of each captured all-reduce did not sum twice each");
+    }
+    for (int i = 0; i < nstreams; i++) {
+        MP_CU(&st_cu, graph_destroy(graphs[i]));
+        MP_CU(&st_cu, stream_destroy(s[i]));
+    }
+}
+
+/* Review B6: all-reduces of growing sizes on -k buffers (staged where a leader of another
+ * process touches them: registered or managed memory through pinned host memory, cudaMalloc
+ * memory nobody registered through the device),
+ * all made before the first call, called back to back on one stream with no wait between them:
+ * staging areas grow (and leaders map them) while earlier calls' waits are queued. Run with
+ * FAKE_CUDA_SYNC_STRICT=1: the double fails the test if anything then synchronizes the context
+ * while one of them waits. The results are right. */
+#define ST_STAGING_STEPS 4
+
+static void
+part_staging(const struct mp_world *w)
+{
+    CUstream s = st_stream();
+    float *x[ST_STAGING_STEPS];
+    size_t count[ST_STAGING_STEPS];
+
+    for (int i = 0; i < ST_STAGING_STEPS; i++) {
+        count[i] = (size_t)65536 << (2 * i); /* 256 KiB to 16 MiB */
+        x[i] = st_buffer(count[i], (float)(w->rank + 1), 0, s);
+    }
+    MP_CU(&st_cu, stream_synchronize(s));
+    mp_barrier(w->comm, w->nranks);
+    for (int i = 0; i < ST_STAGING_STEPS; i++) {
+        MP_CHECK_COMM(w->comm, ncclAllReduce(x[i], x[i], count[i], ncclFloat, ncclSum, w->comm,
+                                             s));
+    }
+    const float sum = (float)(w->nranks * (w->nranks + 1) / 2);
+    for (int i = 0; i < ST_STAGING_STEPS; i++) {
+        MP_EXPECT(st_check(x[i], count[i], sum, 0, s, "an all-reduce through staging") == 0,
+                  "the all-reduce of %zu floats is wrong", count[i]);
+    }
+    mp_barrier(w->comm, w->nranks);
+    for (int i = 0; i < ST_STAGING_STEPS; i++) {
+        mp_cuda_free(&st_cu, st_kind, x[i]);
+    }
+    MP_CU(&st_cu, stream_destroy(s));
+}
+
+/* Review B7: an all-reduce called (eager) on stream a, which first waits on a word of host
+ * memory the test writes, then one captured on stream b and launched: b's host function posts
+ * its group and writes arrive from the host while a's write of the older number is still
+ * queued. Then rank 0 releases a last. Both results are right and nothing hangs: the captured
+ * group's stream waits for the eager arrive first, so the leaders never take the eager
+ * all-reduce's input before a copied it in. */
+static void
+part_overtake(const struct mp_world *w)
+{
+    CUstream a = st_stream(), b = st_stream();
+    const float n = (float)w->nranks;
+    /* ncclMemAlloc memory: mapped by the leaders, and free to go after the graph. */
+    st_kind = MP_MEM_MEMALLOC;
+    float *x = st_buffer(ST_COUNT, 0, 0, a), *ones = st_buffer(ST_COUNT, 1, 0, a);
+    float *y = st_buffer(ST_COUNT, 1, 0, b);
+    uint32_t *gate = aligned_alloc(4096, 4096);
+    CUdeviceptr gate_dev;
+    CUgraph graph;
+    CUgraphExec exec;
+
+    MP_ASSERT(gate != NULL, "out of memory");
+    memset(gate, 0, 4096);
+    MP_CU(&st_cu, host_register(gate, 4096, CU_MEMHOSTREGISTER_PORTABLE |
+                                                 CU_MEMHOSTREGISTER_DEVICEMAP));
+    MP_CU(&st_cu, host_get_device_pointer(&gate_dev, gate, 0));
+    MP_CU(&st_cu, stream_synchronize(a));
+    MP_CU(&st_cu, stream_synchronize(b));
+    mp_barrier(w->comm, w->nranks);
+    /* a: held, then its input copied in, then the all-reduce. */
+    MP_CU(&st_cu, stream_wait_value32(a, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    MP_CU(&st_cu, memcpy_async((CUdeviceptr)(uintptr_t)x, (CUdeviceptr)(uintptr_t)ones,
+                               ST_COUNT * sizeof(float), a));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, a));
+    MP_CU(&st_cu, stream_begin_capture(b, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    MP_CHECK_COMM(w->comm, ncclAllReduce(y, y, ST_COUNT, ncclFloat, ncclSum, w->comm, b));
+    MP_CU(&st_cu, stream_end_capture(b, &graph));
+    MP_CU(&st_cu, graph_instantiate(&exec, graph, 0));
+    MP_CU(&st_cu, graph_launch(exec, b));
+    /* Every rank but 0 goes on at once; rank 0 a while later, so that without the wait its
+     * host function's arrive would have let the others read x before a copied it in. */
+    if (w->rank == 0) {
+        usleep(300 * 1000);
+    }
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    MP_EXPECT(st_check(x, ST_COUNT, n, 0, a, "the eager all-reduce held back") == 0,
+              "an eager all-reduce held on its stream lost its input to a later captured one");
+    MP_EXPECT(st_check(y, ST_COUNT, n, 0, b, "the captured all-reduce") == 0,
+              "a captured all-reduce launched while an eager one was held is wrong");
+    MP_CU(&st_cu, graph_exec_destroy(exec));
     MP_CU(&st_cu, graph_destroy(graph));
+    MP_CU(&st_cu, host_unregister(gate));
+    free(gate);
+    mp_cuda_free(&st_cu, st_kind, x);
+    mp_cuda_free(&st_cu, st_kind, ones);
+    mp_cuda_free(&st_cu, st_kind, y);
+    MP_CU(&st_cu, stream_destroy(a));
+    MP_CU(&st_cu, stream_destroy(b));
 }
 
 static void
@@ -1509,12 +1739,16 @@ main(int argc, char **argv)
 {
     struct mp_world world;
     const char *part = "order";
-    int opt, poster = 0;
+    int opt, poster = 0, nstreams = 1, clique = 3;
     bool graph = false, host = false, revoke = false;
 
-    while ((opt = getopt(argc, argv, "p:r:gk:HRX")) != -1) {
+    while ((opt = getopt(argc, argv, "p:r:gk:n:HRS:X")) != -1) {
         if (opt == 'p') {
             part = optarg;
+        } else if (opt == 'n') {
+            clique = atoi(optarg);
+        } else if (opt == 'S') {
+            nstreams = atoi(optarg);
         } else if (opt == 'k') {
             st_kind = (enum mp_mem_kind)mp_mem_kind_parse(optarg);
         } else if (opt == 'r') {
@@ -1530,17 +1764,21 @@ main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: streams -p returns|order|group|grouporder|ppsend|devices|"
                             "refuse|memapi|churn|graph|graphfree|twographs|globalcapture|abort|"
-                            "abortblocked|onequeuegraph|fp8|unsupported|hostonly|nodevice|"
-                            "suspend|grow|window|windowgroup|fault|leaderleft "
-                            "[-r POSTER] [-g] [-k KIND] [-H] [-R] [-X]\n");
+                            "abortblocked|onequeuegraph|overtake|staging|fp8|unsupported|"
+                            "hostonly|nodevice|suspend|grow|window|windowgroup|fault|leaderleft|"
+                            "clique [-r POSTER] [-g] [-k KIND] [-H] [-R] [-S STREAMS] [-n RANKS] "
+                            "[-X]\n");
             return 2;
         }
     }
     mp_cuda_init(&st_cu);
-    if (strcmp(part, "devices") == 0 || strcmp(part, "nodevice") == 0) {
+    if (strcmp(part, "devices") == 0 || strcmp(part, "nodevice") == 0 ||
+        strcmp(part, "clique") == 0) {
         mp_rank_id = 0;
         if (part[0] == 'd') {
             part_devices();
+        } else if (part[0] == 'c') {
+            part_clique(clique);
         } else {
             part_nodevice();
         }
@@ -1594,7 +1832,11 @@ main(int argc, char **argv)
         part_abortblocked(&world, host, revoke);
         world.comm = NULL;
     } else if (strcmp(part, "onequeuegraph") == 0) {
-        part_onequeuegraph(&world);
+        part_onequeuegraph(&world, nstreams);
+    } else if (strcmp(part, "overtake") == 0) {
+        part_overtake(&world);
+    } else if (strcmp(part, "staging") == 0) {
+        part_staging(&world);
     } else if (strcmp(part, "fault") == 0) {
         part_fault(&world);
         world.comm = NULL;

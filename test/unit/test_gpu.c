@@ -7,10 +7,15 @@
  * forward, a group's fork and join order its streams, a capturing stream is refused; kernel
  * batches (kernels/device.c): any number of tasks, cut into launches, give the host
  * reductions' results; events belong to their context, and the current context's calls fail
- * on a thread that has none, as the driver has it.
+ * on a thread that has none, as the driver has it; and the double's model of the driver where
+ * the library's design depends on it: streams share hardware queues, allocations, frees and
+ * the legacy NULL stream synchronize a context, host functions and user objects' destructors
+ * share one thread.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -559,4 +564,328 @@ Test(gpu_contexts, the_current_contexts_calls_fail_without_one, .init = no_conte
     cr_assert_eq(gpu_cu.cuMemFree(dev), CUDA_SUCCESS);
     gpu_ctx_pop();
     free(host);
+}
+
+/* --- the double's hardware queues, implicit synchronization and callback thread ---------- */
+
+/* CUDA_DEVICE_MAX_CONNECTIONS as the driver has it by default (8), whatever the environment
+ * says, before the double reads it. */
+static void
+eight_queues(void)
+{
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8", 1);
+    setup();
+}
+
+/* What `call` wrote on stderr (the double's complaints), as a string the caller frees. */
+static char *
+stderr_of(void (*call)(void *), void *arg)
+{
+    FILE *tmp = tmpfile();
+    int saved = dup(2);
+    char *text = calloc(1, 4096);
+
+    cr_assert(tmp != NULL && saved >= 0 && text != NULL);
+    fflush(stderr);
+    dup2(fileno(tmp), 2);
+    call(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(text, 1, 4095, tmp);
+    text[n] = '\0';
+    fclose(tmp);
+    return text;
+}
+
+/* Streams share a context's 8 queues in the order they are made (the double's choice: the
+ * driver's is unspecified): the eighth stream made after a stream shares its queue, and a wait
+ * on that stream holds up the other's work enqueued after it, while a stream of another queue
+ * runs. */
+Test(gpu_model, a_waiting_stream_holds_up_its_queue, .init = eight_queues, .fini = teardown,
+     .timeout = 30)
+{
+    uint32_t *words;
+    struct gpu_flag hold = new_flag(&words);
+    CUstream a = new_stream(), others[8];
+    static int mark_same, mark_other, one = 1;
+
+    mark_same = mark_other = 0;
+    for (int i = 0; i < 8; i++) {
+        others[i] = new_stream();
+    }
+    cr_assert_eq(gpu_stream_wait_flag(a, &hold, 1), ncclSuccess);
+    enqueue_mark(others[7], &mark_same, &one);
+    enqueue_mark(others[0], &mark_other, &one);
+    EVENTUALLY(__atomic_load_n(&mark_other, __ATOMIC_ACQUIRE) == 1);
+    usleep(20000);
+    cr_assert_eq(__atomic_load_n(&mark_same, __ATOMIC_ACQUIRE), 0,
+                 "work of a stream sharing a waiting stream's queue ran past the wait");
+    gpu_flag_release(&hold, 1);
+    EVENTUALLY(__atomic_load_n(&mark_same, __ATOMIC_ACQUIRE) == 1);
+    for (int i = 0; i < 8; i++) {
+        gpu_cu.cuStreamDestroy(others[i]);
+    }
+    gpu_cu.cuStreamDestroy(a);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+static void
+alloc_some(void *arg)
+{
+    cr_assert_eq(gpu_cu.cuMemAlloc((CUdeviceptr *)arg, 256), CUDA_SUCCESS);
+}
+
+/* A device allocation is a barrier of its context: work enqueued after it on any stream waits
+ * for all work enqueued before it, a stream's wait on a flag included, and the double says so
+ * when such a wait is not met then. Work enqueued before it runs. */
+Test(gpu_model, an_allocation_synchronizes_the_context, .init = eight_queues, .fini = teardown,
+     .timeout = 30)
+{
+    uint32_t *words;
+    struct gpu_flag hold = new_flag(&words);
+    CUstream a = new_stream(), b = new_stream();
+    static int before, after, one = 1;
+    CUdeviceptr p = 0;
+
+    before = after = 0;
+    cr_assert_eq(gpu_stream_wait_flag(a, &hold, 1), ncclSuccess);
+    enqueue_mark(b, &before, &one);
+    char *said = stderr_of(alloc_some, &p);
+    cr_assert(strstr(said, "cuMemAlloc synchronizes device 0's context") != NULL &&
+                  strstr(said, "waits on a stream memory operation not met") != NULL,
+              "no complaint of the barrier over a waiting stream: \"%s\"", said);
+    free(said);
+    enqueue_mark(b, &after, &one);
+    EVENTUALLY(__atomic_load_n(&before, __ATOMIC_ACQUIRE) == 1);
+    usleep(20000);
+    cr_assert_eq(__atomic_load_n(&after, __ATOMIC_ACQUIRE), 0,
+                 "work enqueued after an allocation ran before a wait enqueued before it");
+    gpu_flag_release(&hold, 1);
+    EVENTUALLY(__atomic_load_n(&after, __ATOMIC_ACQUIRE) == 1);
+    /* Nothing waits now: no complaint. */
+    said = stderr_of(alloc_some, &p);
+    cr_assert_str_empty(said);
+    free(said);
+    gpu_cu.cuMemFree(p);
+    gpu_cu.cuStreamDestroy(a);
+    gpu_cu.cuStreamDestroy(b);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+struct free_call {
+    CUcontext ctx;
+    CUdeviceptr p;
+    int returned;
+};
+
+static void *
+free_main(void *arg)
+{
+    struct free_call *f = arg;
+
+    gpu_ctx_push(f->ctx);
+    gpu_cu.cuMemFree(f->p);
+    gpu_ctx_pop();
+    __atomic_store_n(&f->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* cuMemFree returns once the context's earlier work is done (cudaFree synchronizes). */
+Test(gpu_model, a_free_waits_for_the_contexts_work, .init = eight_queues, .fini = teardown,
+     .timeout = 30)
+{
+    uint32_t *words;
+    struct gpu_flag hold = new_flag(&words);
+    CUstream a = new_stream();
+    struct free_call f = {.ctx = device->ctx};
+    pthread_t thread;
+    FILE *quiet = freopen("/dev/null", "w", stderr); /* its complaint: the test above */
+
+    cr_assert(quiet != NULL);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&f.p, 256), CUDA_SUCCESS);
+    cr_assert_eq(gpu_stream_wait_flag(a, &hold, 1), ncclSuccess);
+    cr_assert_eq(pthread_create(&thread, NULL, free_main, &f), 0);
+    usleep(20000);
+    cr_assert_eq(__atomic_load_n(&f.returned, __ATOMIC_ACQUIRE), 0,
+                 "cuMemFree returned while earlier work of its context waited");
+    gpu_flag_release(&hold, 1);
+    EVENTUALLY(__atomic_load_n(&f.returned, __ATOMIC_ACQUIRE) == 1);
+    pthread_join(thread, NULL);
+    gpu_cu.cuStreamDestroy(a);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+/* The legacy NULL stream's work runs after the earlier work of the blocking streams and
+ * before their later work; a stream made CU_STREAM_NON_BLOCKING takes no part. */
+Test(gpu_model, the_null_stream_waits_for_blocking_streams_only, .init = eight_queues,
+     .fini = teardown, .timeout = 30)
+{
+    uint32_t *words;
+    struct gpu_flag hold = new_flag(&words);
+    struct gpu_flag hold_nb = {.host = words + 16, .dev = hold.dev + 64};
+    CUstream blocking, nonblocking = new_stream();
+    static int on_null, after, one = 1;
+
+    on_null = after = 0;
+    cr_assert_eq(gpu_cu.cuStreamCreate(&blocking, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+    cr_assert_eq(gpu_stream_wait_flag(nonblocking, &hold_nb, 1), ncclSuccess);
+    cr_assert_eq(gpu_stream_wait_flag(blocking, &hold, 1), ncclSuccess);
+    enqueue_mark(CU_STREAM_LEGACY, &on_null, &one);
+    enqueue_mark(blocking, &after, &one);
+    usleep(20000);
+    cr_assert_eq(__atomic_load_n(&on_null, __ATOMIC_ACQUIRE), 0,
+                 "the NULL stream ran before a blocking stream's earlier work");
+    gpu_flag_release(&hold, 1);
+    EVENTUALLY(__atomic_load_n(&on_null, __ATOMIC_ACQUIRE) == 1);
+    EVENTUALLY(__atomic_load_n(&after, __ATOMIC_ACQUIRE) == 1);
+    cr_assert(!stream_idle(nonblocking), "the non-blocking stream's wait was never released");
+    gpu_flag_release(&hold_nb, 1);
+    EVENTUALLY(stream_idle(nonblocking));
+    gpu_cu.cuStreamDestroy(blocking);
+    gpu_cu.cuStreamDestroy(nonblocking);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
+}
+
+/* Host functions and user objects' destructors run on one thread of the process, one at a
+ * time, in the order they are due: a destructor that blocks holds up a later host function,
+ * whose stream waits for it. */
+static pthread_t callback_threads[2];
+static int destructor_may_go, host_fn_ran;
+
+static void CUDA_CB
+blocking_destructor(void *arg)
+{
+    (void)arg;
+    callback_threads[0] = pthread_self();
+    while (!__atomic_load_n(&destructor_may_go, __ATOMIC_ACQUIRE)) {
+        usleep(100);
+    }
+}
+
+static void CUDA_CB
+marking_host_fn(void *arg)
+{
+    (void)arg;
+    callback_threads[1] = pthread_self();
+    __atomic_store_n(&host_fn_ran, 1, __ATOMIC_RELEASE);
+}
+
+Test(gpu_model, callbacks_share_one_thread, .init = eight_queues, .fini = teardown,
+     .timeout = 30)
+{
+    CUstream s = new_stream();
+    CUuserObject object;
+
+    if (fake_fn("fake_cuda_set_capturing") == NULL) {
+        cr_skip_test("a real driver: its callback thread is its own");
+    }
+    destructor_may_go = host_fn_ran = 0;
+    cr_assert_eq(gpu_cu.cuUserObjectCreate(&object, NULL, blocking_destructor, 1,
+                                           CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuUserObjectRelease(object, 1), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuLaunchHostFunc(s, marking_host_fn, NULL), CUDA_SUCCESS);
+    usleep(20000);
+    cr_assert_eq(__atomic_load_n(&host_fn_ran, __ATOMIC_ACQUIRE), 0,
+                 "a host function ran while a destructor due before it was still running");
+    cr_assert(!stream_idle(s));
+    __atomic_store_n(&destructor_may_go, 1, __ATOMIC_RELEASE);
+    EVENTUALLY(__atomic_load_n(&host_fn_ran, __ATOMIC_ACQUIRE) == 1);
+    EVENTUALLY(stream_idle(s));
+    cr_assert(pthread_equal(callback_threads[0], callback_threads[1]),
+              "the destructor and the host function ran on different threads");
+    gpu_cu.cuStreamDestroy(s);
+}
+
+/* Review B4's shape, as the double has it: a thread holds a lock across cuMemFree, which
+ * returns only once its context's earlier work is done, a host function among it; the host
+ * function waits for the callback thread, which runs a destructor that wants the lock. Each
+ * waits for the next: the free does not return, the host function does not run, for as long
+ * as the destructor waits (here it gives up when the test says so; one that does not is a
+ * deadlock). So no host function or destructor of the library may take a lock that a thread
+ * holds across a driver call (cudaipc/areas.c, hostpost.c). */
+static pthread_mutex_t b4_lock = PTHREAD_MUTEX_INITIALIZER;
+static int b4_destructor_started, b4_destructor_locked, b4_give_up;
+
+static bool
+b4_lock_held(void)
+{
+    if (pthread_mutex_trylock(&b4_lock) != 0) {
+        return true;
+    }
+    pthread_mutex_unlock(&b4_lock);
+    return false;
+}
+
+static void CUDA_CB
+locking_destructor(void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&b4_destructor_started, 1, __ATOMIC_RELEASE);
+    while (pthread_mutex_trylock(&b4_lock) != 0) {
+        if (__atomic_load_n(&b4_give_up, __ATOMIC_ACQUIRE)) {
+            return;
+        }
+        usleep(100);
+    }
+    __atomic_store_n(&b4_destructor_locked, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&b4_lock);
+}
+
+static void *
+free_holding_lock_main(void *arg)
+{
+    pthread_mutex_lock(&b4_lock);
+    free_main(arg);
+    pthread_mutex_unlock(&b4_lock);
+    return NULL;
+}
+
+Test(gpu_model, a_callback_waiting_for_a_lock_held_across_a_blocking_call_stalls_it,
+     .init = eight_queues, .fini = teardown, .timeout = 30)
+{
+    CUstream s = new_stream();
+    CUuserObject object;
+    struct free_call f = {.ctx = device->ctx};
+    pthread_t thread;
+    uint32_t *words;
+    struct gpu_flag hold = new_flag(&words);
+    FILE *quiet = freopen("/dev/null", "w", stderr); /* the free's complaint: tested above */
+
+    if (fake_fn("fake_cuda_set_capturing") == NULL) {
+        cr_skip_test("a real driver: its callback thread is its own");
+    }
+    cr_assert(quiet != NULL);
+    host_fn_ran = b4_destructor_started = b4_destructor_locked = b4_give_up = 0;
+    cr_assert_eq(gpu_cu.cuMemAlloc(&f.p, 256), CUDA_SUCCESS);
+    /* The host function waits behind a flag, so the free finds it not run yet. */
+    cr_assert_eq(gpu_stream_wait_flag(s, &hold, 1), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuLaunchHostFunc(s, marking_host_fn, NULL), CUDA_SUCCESS);
+    cr_assert_eq(pthread_create(&thread, NULL, free_holding_lock_main, &f), 0);
+    EVENTUALLY(b4_lock_held());
+    cr_assert_eq(gpu_cu.cuUserObjectCreate(&object, NULL, locking_destructor, 1,
+                                           CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuUserObjectRelease(object, 1), CUDA_SUCCESS);
+    EVENTUALLY(__atomic_load_n(&b4_destructor_started, __ATOMIC_ACQUIRE) == 1);
+    gpu_flag_release(&hold, 1);
+    usleep(50000);
+    cr_assert_eq(__atomic_load_n(&f.returned, __ATOMIC_ACQUIRE), 0,
+                 "cuMemFree returned before a host function enqueued before it ran");
+    cr_assert_eq(__atomic_load_n(&host_fn_ran, __ATOMIC_ACQUIRE), 0,
+                 "a host function ran while a destructor due before it waited for a lock");
+    __atomic_store_n(&b4_give_up, 1, __ATOMIC_RELEASE);
+    EVENTUALLY(__atomic_load_n(&host_fn_ran, __ATOMIC_ACQUIRE) == 1);
+    EVENTUALLY(__atomic_load_n(&f.returned, __ATOMIC_ACQUIRE) == 1);
+    pthread_join(thread, NULL);
+    cr_assert_eq(__atomic_load_n(&b4_destructor_locked, __ATOMIC_ACQUIRE), 0);
+    gpu_cu.cuStreamDestroy(s);
+    gpu_cu.cuMemHostUnregister(words);
+    free(words);
 }

@@ -31,14 +31,30 @@
  *     mappings from an allocation's byte 0 into a reservation (whose shadow keeps them
  *     contiguous for the double too), cuMemGetAddressRange the mapped region, RANGE_START_ADDR
  *     the reservation, BUFFER_ID per allocation (FAKE_CUDA_BUFFER_ID=reservation: one per
- *     reservation, as cuda.h also allows); memory pools (cuMemAllocFromPoolAsync) whose
- *     allocations no cuMemMap made;
- *   - streams: a worker thread each runs the stream's queue in order: memory operations
+ *     reservation, as cuda.h also allows); cuMem memory on the host (HOST_NUMA, node 0) is a
+ *     memfd too, reached through its mappings once cuMemSetAccess opened them; memory pools
+ *     (cuMemAllocFromPoolAsync) whose allocations no cuMemMap made;
+ *   - streams and hardware queues: a context's streams share CUDA_DEVICE_MAX_CONNECTIONS
+ *     queues (default 8), given out round-robin in the order the streams are made (the
+ *     driver's choice is unspecified; FAKE_CUDA_QUEUE_SEED=n picks at random), each a worker
+ *     thread running what its streams enqueue in submission order: memory operations
  *     (cuStreamWaitValue32 polls the word; flags and addresses checked as cuda.h has them,
- *     FLUSH only where the device can), copies, event records and waits, and kernels;
- *     with CUDA_DEVICE_MAX_CONNECTIONS=1, as with one hardware queue, every stream of a
- *     context runs through one worker in submission order, so a stream waiting on a word
- *     that later work of another stream of the context would write never gets it;
+ *     FLUSH only where the device can), copies, event records and waits, kernels, host
+ *     functions; a stream waiting on a word holds up the later work of every stream of its
+ *     queue, so a wait on what later work of the context would write may never be met (with
+ *     one queue, =1, whatever the streams);
+ *   - implicit synchronization, as the CUDA programming guide lists it: cuMemAlloc,
+ *     cuMemAllocManaged, cuMemCreate, cuMemHostAlloc and cuMemHostRegister are barriers of
+ *     their context (later work of every stream starts once all earlier work is done), the
+ *     legacy NULL stream one for the context's blocking streams (not those made
+ *     CU_STREAM_NON_BLOCKING); cuMemFree, cuMemFreeHost and cuMemHostUnregister also return
+ *     only once the earlier work is done (conservatively: cudaFree synchronizes). A barrier
+ *     that finds a stream of its context waiting on a memory operation not met prints a
+ *     "fake_cuda hazard:" line (a complaint with FAKE_CUDA_SYNC_STRICT=1, for programs that
+ *     make no such call themselves while their streams wait); IPC and cuMem mapping calls are
+ *     no barriers (NCCL's own proxy makes them while its kernels run);
+ *   - callbacks: host functions and user objects' destructors run on one thread of the
+ *     process, one at a time, in the order they became due; a CUDA call from either fails;
  *   - kernels: ncclshim's own (kernels/reduce_device.cu), compiled by the host C++ compiler
  *     over cuda_on_cpu.h; the worker runs a launch's blocks one after another, each thread
  *     seeing its blockIdx and threadIdx and the launch's parameters: one thread after another
@@ -51,16 +67,18 @@
  *     CUDA promises. Launches outside the driver's limits or the kernels' __launch_bounds__
  *     are refused as the driver refuses them; any other kernel name fails at
  *     cuModuleGetFunction;
- *   - graph capture: only its state, set by fake_cuda_set_capturing for a test;
+ *   - graph capture: one stream's operations into a graph, launched as copies of them; and the
+ *     state alone, set by fake_cuda_set_capturing for a test;
  *   - sticky errors: a by-value kernel, copy or memory operation touching cuMem memory its
  *     device may not is taken and faults when it runs: its context answers every later call
  *     with CUDA_ERROR_ILLEGAL_ADDRESS, its streams' work stops and their waits end
  *     (FAKE_CUDA_EXPECT_FAULTS=1: a test that faults on purpose, whose fault is then said
  *     without the complaint's prefix). kr_dev_from and kr_dev_signal still end the process.
- * Not modelled: the legacy default stream's implicit synchronisation with other streams (each
- * context's NULL stream is one more stream), timing (but for the delays of kernels' stores),
- * and every function ncclshim never calls (cuGetProcAddress answers those as names the driver
- * lacks: CUDA_SUCCESS, no pointer, SYMBOL_NOT_FOUND).
+ * FAKE_CUDA_BACKTRACE=1 prints the stack of every complaint; FAKE_CUDA_DUMP_S=n, n seconds
+ * into the process, what waits in every queue.
+ * Not modelled: timing (but for the delays of kernels' stores), and every function ncclshim
+ * never calls (cuGetProcAddress answers those as names the driver lacks: CUDA_SUCCESS, no
+ * pointer, SYMBOL_NOT_FOUND).
  *
  * Files: proc.c (entry points, errors, devices, contexts), memory.c (allocations, pointer
  * attributes, registration, IPC, cuMem), stream.c (streams, events, copies, launches),
@@ -82,12 +100,13 @@ extern "C" {
 #endif
 
 #define FAKE_MAX_DEVICES 8
+/* CUDA_DEVICE_MAX_CONNECTIONS's largest value. */
+#define FAKE_MAX_QUEUES 32
 #define FAKE_API __attribute__((visibility("default")))
 
 struct CUctx_st {
     int device;
-    struct CUstream_st *null_stream; /* made on first use (stream.c) */
-    struct CUstream_st *queue;       /* CUDA_DEVICE_MAX_CONNECTIONS=1: every stream's work */
+    struct CUstream_st *null_stream; /* the legacy one, made on first use (stream.c) */
     int sticky;                      /* CUresult a fault left it with (atomic; 0: none) */
     unsigned peers;                  /* devices cuCtxEnablePeerAccess opened to it (atomic) */
 };
@@ -103,7 +122,10 @@ struct fake_config {
     int ndevices;
     int cc;       /* compute capability * 10 + minor */
     int driver_version; /* what cuDriverGetVersion answers (CUDA 12.4: 12040) */
-    bool one_queue;     /* CUDA_DEVICE_MAX_CONNECTIONS=1: a context's streams share a queue */
+    int queues;         /* CUDA_DEVICE_MAX_CONNECTIONS (default 8): a context's queues */
+    unsigned int queue_seed; /* FAKE_CUDA_QUEUE_SEED: streams get queues at random (0: not) */
+    bool sync_strict;   /* FAKE_CUDA_SYNC_STRICT=1: a synchronization over a waiting stream
+                           is a complaint, not only a hazard line */
     bool host_visible;  /* FAKE_CUDA_HOST_VISIBLE=1: host code may touch device memory */
     bool no_peer;
     bool can_flush;     /* FAKE_CUDA_FLUSH_REMOTE_WRITES=1: CU_STREAM_WAIT_VALUE_FLUSH works */
@@ -121,6 +143,8 @@ struct CUctx_st *fake_ctx_current(void);
 /* Says on stderr, prefixed "fake_cuda: ", where the program did what the driver forbids or
  * leaves undefined, so that a failure caused by the double's strictness names its rule. */
 void fake_complain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* With FAKE_CUDA_BACKTRACE=1, the calling thread's stack on stderr. */
+void fake_backtrace(void);
 
 /* CUDA_ERROR_INVALID_CONTEXT, with a complaint, where the calling thread has no current
  * context and `call` is one that works in it: allocating, freeing and copying device memory,
@@ -148,8 +172,21 @@ CUresult fake_capture_check_unsafe(const char *call);
         }                                                                                    \
     } while (0)
 
-/* CUDA_ERROR_NOT_PERMITTED, with a complaint, when called from inside a host function. */
+/* CUDA_ERROR_NOT_PERMITTED, with a complaint, when called from inside a host function or a
+ * user object's destructor. */
 CUresult fake_check_not_in_host_fn(const char *call);
+
+/* Implicit synchronization (stream.c): `call` made in ctx (NULL: none, nothing happens) is a
+ * barrier of it: work enqueued on its streams from now on starts once all work enqueued before
+ * is done. Says so (a "fake_cuda hazard:" line; a complaint with FAKE_CUDA_SYNC_STRICT=1) if a
+ * stream of ctx waits then on a stream memory operation not met. block: the call itself
+ * returns only once that earlier work is done. */
+void fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block);
+/* Synchronous commands of the current context's legacy NULL stream: enqueued there (after the
+ * work of its blocking streams, before their later work) and waited for. The addresses are
+ * those the double touches (fake_mem_host_of). CUDA_ERROR_INVALID_CONTEXT without a context. */
+CUresult fake_null_stream_copy(void *dst, const void *src, size_t bytes);
+CUresult fake_null_stream_set(void *dst, unsigned char value, size_t bytes);
 
 /* Memory (memory.c). */
 enum fake_mem_kind { FAKE_MEM_DEVICE, FAKE_MEM_MANAGED, FAKE_MEM_REGISTERED };

@@ -4,7 +4,9 @@
  * the device pointer, and another process maps the same pages through /proc/<pid>/fd/<fd>
  * (legacy IPC) or the memfd itself (a cuMem handle exported as a file descriptor). Every
  * range the driver knows (allocations, registrations, IPC mappings) is one entry of one list,
- * which pointer attributes are answered from.
+ * which pointer attributes are answered from. Allocating device memory and page-locking host
+ * memory synchronize their context (stream.c, fake_ctx_sync); freeing and unregistering also
+ * wait for its earlier work.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +27,7 @@
 struct fake_handle {
     int memfd;
     size_t size;
-    int device;
+    int device;   /* -1: pinned host memory (a HOST or HOST_NUMA location) */
     int refs;
     bool imported;
     unsigned handle_types; /* CUmemAllocationProp.requestedHandleTypes: what it may export to */
@@ -69,6 +71,7 @@ struct fake_range {
     uintptr_t alias;             /* registered host memory: its device address (see below) */
     uintptr_t shadow;            /* device memory: where the double itself reaches it */
     bool exported;               /* cuIpcGetMemHandle gave a handle of it */
+    size_t offset;               /* a cuMem mapping: where it starts in its allocation */
     struct fake_range *next;
 };
 
@@ -101,8 +104,10 @@ fake_range_find(uintptr_t p)
     return NULL;
 }
 
-/* cuMem allocations' memory files are named this, then their device's ordinal. */
+/* cuMem allocations' memory files are named this, then their device's ordinal; pinned host
+ * ones, the other. */
 #define FAKE_MEMFD_DEVICE "fake-cuda-dev"
+#define FAKE_MEMFD_HOST "fake-cuda-host"
 
 static struct fake_range *
 fake_range_add(uintptr_t base, size_t size, enum fake_mem_kind kind, int device)
@@ -344,6 +349,7 @@ cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
     FAKE_STICKY_CHECK();
+    fake_ctx_sync(fake_ctx_current(), "cuMemAlloc", false); /* "a device memory allocation" */
     int fd = fake_memfd_map(bytes, &addr, &shadow);
     if (fd < 0) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -366,6 +372,21 @@ cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
     return CUDA_SUCCESS;
 }
 
+/* The context of the device p's allocation lives on, for a call that needs none current. */
+static struct CUctx_st *
+fake_ctx_of(uintptr_t p)
+{
+    enum fake_mem_kind kind;
+    int device;
+
+    if (fake_ctx_current() != NULL) {
+        return fake_ctx_current();
+    }
+    return fake_mem_lookup(p, &kind, &device) && fake_device(device) != NULL
+               ? &fake_device(device)->ctx
+               : NULL;
+}
+
 FAKE_API CUresult
 cuMemFree(CUdeviceptr dptr)
 {
@@ -377,6 +398,11 @@ cuMemFree(CUdeviceptr dptr)
          * cuMemAllocAsync or cuMemAllocFromPoolAsync" */
         return CUDA_SUCCESS;
     }
+    /* Not in the programming guide's list, but cudaFree synchronizes: conservatively, it
+     * returns once all work enqueued before it in the context is done (so a thread that would
+     * release a stream's wait must not make it meanwhile). Never with fake_mem_lock held: the
+     * streams' workers translate addresses under it. */
+    fake_ctx_sync(fake_ctx_of((uintptr_t)dptr), "cuMemFree", true);
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     /* cuMemAlloc's memory, or managed memory (cuMemFree frees both). */
@@ -454,6 +480,7 @@ cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
     FAKE_STICKY_CHECK();
+    fake_ctx_sync(fake_ctx_current(), "cuMemAllocManaged", false);
     CUresult res = fake_anon_alloc(&addr, bytes, FAKE_MEM_MANAGED, flags);
     *dptr = (CUdeviceptr)(uintptr_t)addr;
     return res;
@@ -469,6 +496,7 @@ cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
                              CU_MEMHOSTALLOC_WRITECOMBINED)) != 0) {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    fake_ctx_sync(fake_ctx_current(), "cuMemHostAlloc", false); /* page-locked allocation */
     /* Its flags are cuMemHostRegister's bits (PORTABLE 1, DEVICEMAP 2) where they overlap. */
     return fake_anon_alloc(pp, bytes, FAKE_MEM_REGISTERED, flags & 3u);
 }
@@ -479,6 +507,7 @@ cuMemFreeHost(void *p)
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
     FAKE_STICKY_CHECK();
+    fake_ctx_sync(fake_ctx_current(), "cuMemFreeHost", true); /* as cuMemHostUnregister */
     return fake_anon_free(p, FAKE_MEM_REGISTERED);
 }
 
@@ -494,6 +523,7 @@ cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
         fake_complain("cuMemHostRegister with flags 0x%x", flags);
         return CUDA_ERROR_INVALID_VALUE;
     }
+    fake_ctx_sync(fake_ctx_current(), "cuMemHostRegister", false); /* page-locking */
     pthread_mutex_lock(&fake_mem_lock);
     for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
         if ((uintptr_t)p < r->base + r->size && r->base < (uintptr_t)p + bytes) {
@@ -524,9 +554,13 @@ cuMemHostUnregister(void *p)
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
     FAKE_STICKY_CHECK();
+    /* Not in the guide's list either; conservatively as cuMemFree: it returns once the
+     * context's earlier work is done. */
+    fake_ctx_sync(fake_ctx_current(), "cuMemHostUnregister", true);
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)p);
-    if (r == NULL || r->base != (uintptr_t)p || r->kind != FAKE_MEM_REGISTERED || r->mapped) {
+    if (r == NULL || r->base != (uintptr_t)p || r->kind != FAKE_MEM_REGISTERED || r->mapped ||
+        r->handle != NULL) {
         pthread_mutex_unlock(&fake_mem_lock);
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     }
@@ -574,7 +608,7 @@ fake_attribute(const struct fake_range *r, uintptr_t ptr, CUpointer_attribute a,
 
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        ull = r != NULL ? (uintptr_t)&fake_device(r->device)->ctx : 0;
+        ull = r != NULL && r->device >= 0 ? (uintptr_t)&fake_device(r->device)->ctx : 0;
         wide = true;
         break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
@@ -722,6 +756,9 @@ cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
     return CUDA_SUCCESS;
 }
 
+/* Neither this nor cuMemImportFromShareableHandle, cuMemMap and cuMemSetAccess is in the
+ * programming guide's list of implicit synchronizations, and NCCL's own proxy thread makes
+ * these calls while its kernels run: none is a barrier here. */
 FAKE_API CUresult
 cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
 {
@@ -824,7 +861,7 @@ fake_handle_put(struct fake_handle *h)
 }
 
 /* A CUmemAllocationProp as cuMemCreate and cuMemGetAllocationGranularity take it: pinned
- * memory of a device (the double has no host-located cuMem memory), shareable at most as a
+ * memory of a device or of the host (HOST_NUMA node 0, or HOST unshared), shareable at most as a
  * POSIX file descriptor (Windows handles are not Linux's; fabric handles need IMEX channels the
  * double has none of), no Windows metadata, no sparse tile pool, zeroed reserved bytes. */
 static CUresult
@@ -833,13 +870,21 @@ fake_prop_check(const CUmemAllocationProp *prop, const char *call)
     static const unsigned char zero[sizeof(prop->allocFlags.reserved)];
     CUresult res = CUDA_SUCCESS;
 
+    /* On the host: "HOST allocations are not IPC capable and ... requestedHandleTypes must be
+     * 0"; a HOST_NUMA one names its node (the double's host has one, 0); HOST_NUMA_CURRENT is
+     * refused. */
+    const CUmemLocationType where = prop != NULL ? prop->location.type : 0;
     if (prop == NULL || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->win32HandleMetaData != NULL ||
+        (where != CU_MEM_LOCATION_TYPE_DEVICE && where != CU_MEM_LOCATION_TYPE_HOST &&
+         where != CU_MEM_LOCATION_TYPE_HOST_NUMA) ||
+        (where == CU_MEM_LOCATION_TYPE_HOST && prop->requestedHandleTypes != 0) ||
+        (where == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0) ||
+        prop->win32HandleMetaData != NULL ||
         prop->allocFlags.compressionType > CU_MEM_ALLOCATION_COMP_GENERIC ||
         prop->allocFlags.gpuDirectRDMACapable > 1 ||
         memcmp(prop->allocFlags.reserved, zero, sizeof(zero)) != 0) {
         res = CUDA_ERROR_INVALID_VALUE;
-    } else if (fake_device(prop->location.id) == NULL) {
+    } else if (where == CU_MEM_LOCATION_TYPE_DEVICE && fake_device(prop->location.id) == NULL) {
         res = CUDA_ERROR_INVALID_DEVICE;
     } else if ((prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ||
                prop->allocFlags.usage != 0) {
@@ -889,6 +934,11 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
                       "of the granularity (%zu), the flags 0", size, flags, FAKE_GRANULARITY);
         return CUDA_ERROR_INVALID_VALUE;
     }
+    /* A device memory allocation, in the context of the device it is on; a page-locked host
+     * one, in the current context. */
+    const bool host = prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE;
+    fake_ctx_sync(host ? fake_ctx_current() : &fake_device(prop->location.id)->ctx,
+                  "cuMemCreate", false);
     struct fake_handle *h = calloc(1, sizeof(*h));
     if (h == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -896,7 +946,11 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
     /* The name carries the device, so an importer in another process knows where the memory
      * lives, as the real driver does. */
     char name[32];
-    snprintf(name, sizeof(name), "%s%d", FAKE_MEMFD_DEVICE, prop->location.id);
+    if (host) {
+        snprintf(name, sizeof(name), "%s", FAKE_MEMFD_HOST);
+    } else {
+        snprintf(name, sizeof(name), "%s%d", FAKE_MEMFD_DEVICE, prop->location.id);
+    }
     h->memfd = memfd_create(name, MFD_CLOEXEC);
     if (h->memfd < 0 || ftruncate(h->memfd, (off_t)size) != 0) {
         if (h->memfd >= 0) {
@@ -906,7 +960,7 @@ cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAlloca
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     h->size = size;
-    h->device = prop->location.id;
+    h->device = host ? -1 : prop->location.id;
     h->handle_types = (unsigned)prop->requestedHandleTypes;
     h->refs = 1;
     pthread_mutex_lock(&fake_mem_lock);
@@ -1057,11 +1111,14 @@ cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHand
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&fake_mem_lock);
-    struct fake_range *r = fake_range_add((uintptr_t)ptr, size, FAKE_MEM_DEVICE, h->device);
+    struct fake_range *r = fake_range_add((uintptr_t)ptr, size,
+                                          h->device < 0 ? FAKE_MEM_REGISTERED : FAKE_MEM_DEVICE,
+                                          h->device);
     if (r != NULL) {
         r->handle = h;
         r->id = fake_config()->reservation_ids ? v->id : h->id;
         r->shadow = shadow;
+        r->offset = offset;
         h->refs++;
     }
     pthread_mutex_unlock(&fake_mem_lock);
@@ -1092,15 +1149,24 @@ cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 /* Grants or takes access to whole mappings of [ptr, ptr + size), which must be mapped, per
  * device: work on a device without it touches an illegal address (the double's launches and
- * copies refuse it). The host never reaches them, as on a GPU. */
+ * copies refuse it). The host never reaches device memory, as on a GPU; pinned host memory
+ * (a HOST or HOST_NUMA allocation) it reaches once granted a HOST_NUMA (or HOST) location. */
+static bool
+fake_access_host(const CUmemAccessDesc *d)
+{
+    return d->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+           d->location.type == CU_MEM_LOCATION_TYPE_HOST;
+}
+
 FAKE_API CUresult
 cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     CUresult res = CUDA_SUCCESS;
 
     for (size_t i = 0; i < count; i++) {
-        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-            fake_device(desc[i].location.id) == NULL) {
+        if (!fake_access_host(&desc[i]) &&
+            (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+             fake_device(desc[i].location.id) == NULL)) {
             return CUDA_ERROR_INVALID_DEVICE;
         }
     }
@@ -1114,10 +1180,26 @@ cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t
             res = CUDA_ERROR_INVALID_VALUE;
             break;
         }
-        for (size_t i = 0; i < count; i++) {
-            unsigned bit = 1u << desc[i].location.id;
-            r->access = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? r->access | bit
-                                                                             : r->access & ~bit;
+        for (size_t i = 0; i < count && res == CUDA_SUCCESS; i++) {
+            bool rw = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            if (!fake_access_host(&desc[i])) {
+                unsigned bit = 1u << desc[i].location.id;
+                r->access = rw ? r->access | bit : r->access & ~bit;
+                continue;
+            }
+            if (r->handle->device >= 0) {
+                /* "Users cannot specify HOST_NUMA accessibility for allocations created on
+                 * with other location types." */
+                fake_complain("cuMemSetAccess: host access to device memory at 0x%lx",
+                              (unsigned long)p);
+                res = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            void *at = rw ? mmap((void *)r->base, r->size, PROT_READ | PROT_WRITE,
+                                 MAP_SHARED | MAP_FIXED, r->handle->memfd, (off_t)r->offset)
+                          : mmap((void *)r->base, r->size, PROT_NONE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+            res = at == MAP_FAILED ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
         }
         p = r->base + r->size;
     }
@@ -1168,7 +1250,7 @@ cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handl
 }
 
 /* The device of a cuMem allocation's memory file, from its name (/memfd:fake-cuda-dev<N>);
- * 0 for one that does not say. */
+ * -1 for pinned host memory (fake-cuda-host); 0 for one that does not say. */
 static int
 fake_memfd_device(int fd)
 {
@@ -1179,6 +1261,9 @@ fake_memfd_device(int fd)
     ssize_t len = readlink(path, target, sizeof(target) - 1);
     if (len > 0) {
         target[len] = '\0';
+        if (strstr(target, FAKE_MEMFD_HOST) != NULL) {
+            return -1;
+        }
         const char *at = strstr(target, FAKE_MEMFD_DEVICE);
         if (at != NULL) {
             device = atoi(at + strlen(FAKE_MEMFD_DEVICE));
@@ -1367,13 +1452,14 @@ cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 
 /* --- synchronous copies, for test programs ----------------------------------------------- */
 
+/* Commands of the legacy NULL stream: after the earlier work of the context's blocking
+ * streams, before their later work, and waited for. */
 FAKE_API CUresult
 cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
-    memmove((void *)fake_mem_host_of((uintptr_t)dst), src, bytes);
-    return CUDA_SUCCESS;
+    return fake_null_stream_copy((void *)fake_mem_host_of((uintptr_t)dst), src, bytes);
 }
 
 FAKE_API CUresult
@@ -1381,8 +1467,7 @@ cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
-    memmove(dst, (const void *)fake_mem_host_of((uintptr_t)src), bytes);
-    return CUDA_SUCCESS;
+    return fake_null_stream_copy(dst, (const void *)fake_mem_host_of((uintptr_t)src), bytes);
 }
 
 FAKE_API CUresult
@@ -1390,6 +1475,5 @@ cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
-    memset((void *)fake_mem_host_of((uintptr_t)dst), value, n);
-    return CUDA_SUCCESS;
+    return fake_null_stream_set((void *)fake_mem_host_of((uintptr_t)dst), value, n);
 }

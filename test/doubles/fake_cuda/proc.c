@@ -3,6 +3,7 @@
  * The fake driver's entry points by name (cuGetProcAddress), its version and error texts,
  * its devices and their primary contexts, and each thread's context stack.
  */
+#include <execinfo.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,13 @@ fake_setup(void)
     }
     fake_cfg.cc = fake_env_int("FAKE_CUDA_CC", 90);
     fake_cfg.driver_version = fake_env_int("FAKE_CUDA_DRIVER_VERSION", CUDA_VERSION);
-    fake_cfg.one_queue = fake_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8) == 1;
+    /* The driver's range is 1 to 32; its default 8. */
+    fake_cfg.queues = fake_env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8);
+    if (fake_cfg.queues < 1 || fake_cfg.queues > FAKE_MAX_QUEUES) {
+        fake_cfg.queues = 8;
+    }
+    fake_cfg.queue_seed = (unsigned int)fake_env_int("FAKE_CUDA_QUEUE_SEED", 0);
+    fake_cfg.sync_strict = fake_env_int("FAKE_CUDA_SYNC_STRICT", 0) != 0;
     fake_cfg.host_visible = fake_env_int("FAKE_CUDA_HOST_VISIBLE", 0) != 0;
     fake_cfg.no_peer = fake_env_int("FAKE_CUDA_NO_PEER", 0) != 0;
     fake_cfg.can_flush = fake_env_int("FAKE_CUDA_FLUSH_REMOTE_WRITES", 0) != 0;
@@ -86,6 +93,18 @@ fake_complain(const char *fmt, ...)
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     fprintf(stderr, "fake_cuda: %s\n", text);
+    fake_backtrace();
+}
+
+void
+fake_backtrace(void)
+{
+    if (fake_env_int("FAKE_CUDA_BACKTRACE", 0) != 0) {
+        /* Who made the call: for whoever debugs a complaint (addr2line the offsets). */
+        void *frames[32];
+        int n = backtrace(frames, 32);
+        backtrace_symbols_fd(frames, n, 2);
+    }
 }
 
 CUresult
@@ -319,6 +338,7 @@ fake_attribute_value(CUdevice_attribute attrib, int dev, int *value)
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: v = fake_config()->cc >= 90 ? 4 : 1; break;
     case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: v = CU_DEVICE_NUMA_CONFIG_NONE; break;
     case CU_DEVICE_ATTRIBUTE_NUMA_ID: v = -1; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: v = 0; break; /* unsure: the node nearest the GPU */
     case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = 0; break;
     default:
         return false;

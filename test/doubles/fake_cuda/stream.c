@@ -1,8 +1,34 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The fake driver's streams, events, copies and launches. A stream is a queue with a worker
- * thread that runs its operations in order, so a stream waiting on a flag blocks only itself,
- * as on a GPU. Each context's NULL stream is one more such stream, made on first use.
+ * The fake driver's streams, events, copies and launches, the hardware queues that run them,
+ * the implicit synchronization of a context, and the callback thread.
+ *
+ * Hardware queues. A context's streams share CUDA_DEVICE_MAX_CONNECTIONS queues (default 8,
+ * at most 32), each a worker thread that runs what its streams enqueue in the order it was
+ * enqueued: a stream waiting on a flag or an event holds up everything behind it in its
+ * queue, other streams' work included, as on a GPU. The driver does not say which streams
+ * share a queue; the double gives them out round-robin in the order the streams are made
+ * (the NULL stream at its first use), so that a run is reproducible, or at random with
+ * FAKE_CUDA_QUEUE_SEED=n (any n but 0). With one queue (=1) every stream of a context runs
+ * in submission order.
+ *
+ * Implicit synchronization (fake_ctx_sync): the CUDA programming guide's list (a page-locked
+ * host allocation, a device allocation, a device memory set, a copy within one device's
+ * memory, any command to the NULL stream). A barrier of a context: work enqueued on any of
+ * its streams after it starts only once all work enqueued before it on all of them is done.
+ * The legacy NULL stream is one both ways for the context's blocking streams (those not
+ * made CU_STREAM_NON_BLOCKING, which cuda.h says "does not synchronize with stream 0").
+ * A barrier that finds a stream of its context waiting on a stream memory operation not yet
+ * satisfied says so (one line, "fake_cuda hazard:", not an abort; a complaint with
+ * FAKE_CUDA_SYNC_STRICT=1): the wait holds every later stream of the context until whoever
+ * releases it does, which hangs for good where that is later work of the context or a thread
+ * blocked in such a call.
+ *
+ * Callbacks. Host functions (cuLaunchHostFunc) and user objects' destructors run on one
+ * internal thread of the process, one at a time, in the order they became due ("executed
+ * by a shared internal thread"): a destructor or host function that blocks holds up every
+ * later one, and a host function's stream (and queue) waits until it returned. Neither may
+ * make a CUDA call (fake_check_not_in_host_fn).
  *
  * CUDA graphs, as far as one stream goes: a stream being captured appends its operations
  * (host functions among them) to a graph instead of running them; an instantiated graph
@@ -16,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fake_cuda.h"
 #include "kernels/device_abi.h"
@@ -24,6 +51,7 @@ enum fake_op_kind {
     FAKE_OP_WRITE32,
     FAKE_OP_WAIT32,
     FAKE_OP_COPY,
+    FAKE_OP_SET,
     FAKE_OP_RECORD,
     FAKE_OP_WAIT_EVENT,
     FAKE_OP_KERNEL,
@@ -51,7 +79,7 @@ struct fake_op {
     volatile uint32_t *addr; /* WRITE32, WAIT32 */
     uint32_t value;
     unsigned int flags;
-    void *dst;               /* COPY */
+    void *dst;               /* COPY, SET (value: the byte) */
     const void *src;
     size_t bytes;
     struct CUevent_st *event; /* RECORD, WAIT_EVENT */
@@ -63,9 +91,15 @@ struct fake_op {
     int device;               /* KERNEL: the device it runs on */
     CUhostFn host_fn;         /* HOST */
     void *host_data;
-    struct CUstream_st *owner; /* one queue: the stream it was enqueued on */
-    struct CUctx_st *ctx;     /* the context of the stream it was enqueued on */
-    const char *fault;        /* what it touches that its device may not: it faults when run */
+    /* Once enqueued (with fake_sched_lock): */
+    struct CUstream_st *owner; /* the stream it was enqueued on */
+    struct CUctx_st *ctx;      /* ... and its context */
+    const char *fault;         /* what it touches that its device may not: it faults when run */
+    uint64_t seq;              /* its number in its context, from 1 */
+    uint64_t after;            /* it starts once every operation of its context numbered
+                                  below this is done (a barrier before it; 0: none) */
+    uint64_t after_blocking;   /* ... every one of a blocking stream (it is the NULL stream's) */
+    uint64_t after_null;       /* ... the NULL stream's first this many (a blocking stream's) */
     struct fake_op *next;
 };
 
@@ -91,11 +125,23 @@ struct CUgraphExec_st {
     struct fake_user_refs users;
 };
 
+/* A hardware queue: its worker runs the operations in the order they were enqueued, on
+ * whichever of its context's streams. */
+struct fake_queue {
+    struct CUctx_st *ctx;
+    int index;
+    pthread_cond_t cond;         /* work enqueued */
+    struct fake_op *head, *tail; /* enqueued, not done; the head is running or waiting */
+};
+
+/* A stream. Kept for the process's life once made (a destroyed one, once idle, is made
+ * again by a later cuStreamCreate), so that nothing that names one can outlive it; its
+ * counts only grow. Everything here is under fake_sched_lock. */
 struct CUstream_st {
     struct CUctx_st *ctx;
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* work queued, or an operation done */
-    struct fake_op *head, *tail;
+    struct fake_queue *queue;
+    bool blocking;               /* synchronizes with the legacy NULL stream */
+    bool legacy;                 /* it is the context's NULL stream */
     uint64_t enqueued, completed;
     bool capturing;              /* atomic; set alone by fake_cuda_set_capturing */
     struct CUgraph_st *graph;    /* capturing into it (cuStreamBeginCapture) */
@@ -103,7 +149,32 @@ struct CUstream_st {
     CUstreamCaptureMode capture_mode; /* of cuStreamBeginCapture */
     pthread_t capture_thread;    /* the thread that began the capture */
     bool destroyed;
+    struct CUstream_st *next;    /* the context's streams */
 };
+
+/* A context's scheduling state, beside the public part fake_cuda.h keeps. */
+struct fake_ctx_sched {
+    struct fake_queue *queues[FAKE_MAX_QUEUES]; /* made on first use */
+    unsigned int given;          /* queues given to streams so far (round-robin) */
+    unsigned int seed;           /* FAKE_CUDA_QUEUE_SEED: random queues */
+    struct CUstream_st *streams;
+    uint64_t ops;                /* operations enqueued: the last number given */
+    uint64_t barrier;            /* later operations wait for every one numbered below */
+    uint64_t null_enqueued;      /* later blocking streams' operations wait for the NULL
+                                    stream to complete this many */
+};
+
+/* Every queue's, stream's and context's scheduling state: one lock. fake_sched_cond: an
+ * operation done (streams synchronized, barriers waited for, look again). */
+static pthread_mutex_t fake_sched_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fake_sched_cond = PTHREAD_COND_INITIALIZER;
+static struct fake_ctx_sched fake_scheds[FAKE_MAX_DEVICES];
+
+static struct fake_ctx_sched *
+fake_sched(const struct CUctx_st *ctx)
+{
+    return &fake_scheds[ctx->device];
+}
 
 /* One lock and condition for every event's completion. */
 static pthread_mutex_t fake_event_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -131,21 +202,115 @@ fake_op_free(struct fake_op *op)
     free(op->params);
     free(op);
 }
-static pthread_mutex_t fake_null_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static pthread_mutex_t fake_host_fn_lock = PTHREAD_MUTEX_INITIALIZER;
+/* --- the callback thread -------------------------------------------------------------------- */
+
+/* Something due on the callback thread: a host function (its queue waits for `done`) or a
+ * user object's destructor (`object` freed after it). */
+struct fake_callback {
+    CUhostFn fn;
+    void *data;
+    bool host_fn;
+    bool done;
+    void *object;
+    struct fake_callback *next;
+};
+
+static pthread_mutex_t fake_cb_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fake_cb_cond = PTHREAD_COND_INITIALIZER; /* due, or done */
+static struct fake_callback *fake_cb_head, *fake_cb_tail;
+static pthread_once_t fake_cb_once = PTHREAD_ONCE_INIT;
 static __thread bool fake_in_host_fn;
 
 CUresult
 fake_check_not_in_host_fn(const char *call)
 {
     if (fake_in_host_fn) {
-        fake_complain("%s from inside a host function (cuLaunchHostFunc: \"CUDA API calls "
-                      "are not permitted\")", call);
+        fake_complain("%s from inside a host function or a user object's destructor "
+                      "(cuLaunchHostFunc: \"CUDA API calls are not permitted\"; "
+                      "cuUserObjectCreate: \"cannot make CUDA API calls\")", call);
         return CUDA_ERROR_NOT_PERMITTED;
     }
     return CUDA_SUCCESS;
 }
+
+static void *
+fake_cb_main(void *arg)
+{
+    (void)arg;
+    fake_in_host_fn = true; /* everything this thread runs is a callback */
+    pthread_mutex_lock(&fake_cb_lock);
+    for (;;) {
+        while (fake_cb_head == NULL) {
+            pthread_cond_wait(&fake_cb_cond, &fake_cb_lock);
+        }
+        struct fake_callback *cb = fake_cb_head;
+        fake_cb_head = cb->next;
+        if (fake_cb_head == NULL) {
+            fake_cb_tail = NULL;
+        }
+        pthread_mutex_unlock(&fake_cb_lock);
+        cb->fn(cb->data);
+        pthread_mutex_lock(&fake_cb_lock);
+        if (cb->host_fn) {
+            cb->done = true; /* its queue's worker frees it */
+            pthread_cond_broadcast(&fake_cb_cond);
+        } else {
+            free(cb->object);
+            free(cb);
+        }
+    }
+    return NULL;
+}
+
+static void
+fake_cb_start(void)
+{
+    pthread_attr_t attr;
+    pthread_t thread;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, fake_cb_main, NULL) != 0) {
+        fake_complain("cannot start the callback thread");
+        abort();
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Puts cb last on the callback thread's list. */
+static void
+fake_cb_due(struct fake_callback *cb)
+{
+    pthread_once(&fake_cb_once, fake_cb_start);
+    cb->next = NULL;
+    pthread_mutex_lock(&fake_cb_lock);
+    if (fake_cb_tail != NULL) {
+        fake_cb_tail->next = cb;
+    } else {
+        fake_cb_head = cb;
+    }
+    fake_cb_tail = cb;
+    pthread_cond_broadcast(&fake_cb_cond);
+    pthread_mutex_unlock(&fake_cb_lock);
+}
+
+/* A host function, from its queue's worker: runs on the callback thread, after whatever is
+ * due there before it; the queue waits until it returned. */
+static void
+fake_cb_run_host_fn(CUhostFn fn, void *data)
+{
+    struct fake_callback cb = {.fn = fn, .data = data, .host_fn = true};
+
+    fake_cb_due(&cb);
+    pthread_mutex_lock(&fake_cb_lock);
+    while (!cb.done) {
+        pthread_cond_wait(&fake_cb_cond, &fake_cb_lock);
+    }
+    pthread_mutex_unlock(&fake_cb_lock);
+}
+
+/* --- running operations ---------------------------------------------------------------- */
 
 static void
 fake_pause(void)
@@ -192,10 +357,14 @@ fake_ctx_fault(struct CUctx_st *ctx, CUresult error, const char *what)
         fake_fault_say("%s on device %d: its context is unusable from now on (sticky error %d)",
                        what, ctx->device, (int)error);
     }
-    /* Event waits end (stream.c's waits look at the context each turn). */
+    /* Event waits end (stream.c's waits look at the context each turn); barriers and
+     * synchronizations see the context's work drain (fake_op_run runs none of it). */
     pthread_mutex_lock(&fake_event_lock);
     pthread_cond_broadcast(&fake_event_cond);
     pthread_mutex_unlock(&fake_event_lock);
+    pthread_mutex_lock(&fake_sched_lock);
+    pthread_cond_broadcast(&fake_sched_cond);
+    pthread_mutex_unlock(&fake_sched_lock);
 }
 
 #define FAKE_STREAM_STICKY_CHECK(s)                                                          \
@@ -248,6 +417,9 @@ fake_op_run(struct fake_op *op)
     case FAKE_OP_COPY:
         memmove(op->dst, op->src, op->bytes);
         break;
+    case FAKE_OP_SET:
+        memset(op->dst, (int)op->value, op->bytes);
+        break;
     case FAKE_OP_RECORD:
         pthread_mutex_lock(&fake_event_lock);
         if (op->event->completed < op->generation) {
@@ -272,86 +444,197 @@ fake_op_run(struct fake_op *op)
         fake_kernel_execute(op);
         break;
     case FAKE_OP_HOST:
-        /* "Host functions ... may be serialized": one at a time in the process, as the
-         * driver's callback thread runs them, so one that waits for another stream's work
-         * can stall every other. And no CUDA call from inside (fake_in_host_fn). */
-        pthread_mutex_lock(&fake_host_fn_lock);
-        fake_in_host_fn = true;
-        op->host_fn(op->host_data);
-        fake_in_host_fn = false;
-        pthread_mutex_unlock(&fake_host_fn_lock);
+        fake_cb_run_host_fn(op->host_fn, op->host_data);
         break;
     }
 }
 
-static void *
-fake_stream_worker(void *arg)
+/* Whether every operation of ctx numbered below `before` (of a blocking stream only, if
+ * blocking_only) is done, but `except` (with fake_sched_lock). A queue's operations are in
+ * number order. */
+static bool
+fake_ctx_done_before(const struct CUctx_st *ctx, uint64_t before, bool blocking_only,
+                     const struct fake_op *except)
 {
-    struct CUstream_st *s = arg;
+    const struct fake_ctx_sched *sc = fake_sched(ctx);
 
-    pthread_mutex_lock(&s->lock);
-    for (;;) {
-        /* Destroyed, it goes once its work is done, which the context's one queue may run. */
-        while (s->head == NULL && !(s->destroyed && s->completed == s->enqueued)) {
-            pthread_cond_wait(&s->cond, &s->lock);
+    for (int q = 0; q < FAKE_MAX_QUEUES; q++) {
+        if (sc->queues[q] == NULL) {
+            continue;
         }
-        if (s->head == NULL) {
-            break; /* destroyed and drained */
+        for (const struct fake_op *o = sc->queues[q]->head; o != NULL && o->seq < before;
+             o = o->next) {
+            if (o != except && (!blocking_only || o->owner->blocking)) {
+                return false;
+            }
         }
-        struct fake_op *op = s->head;
-        pthread_mutex_unlock(&s->lock);
-        fake_op_run(op);
-        if (op->owner != NULL) {
-            pthread_mutex_lock(&op->owner->lock);
-            op->owner->completed++;
-            pthread_cond_broadcast(&op->owner->cond);
-            pthread_mutex_unlock(&op->owner->lock);
-        }
-        pthread_mutex_lock(&s->lock);
-        s->head = op->next;
-        if (s->head == NULL) {
-            s->tail = NULL;
-        }
-        s->completed++;
-        pthread_cond_broadcast(&s->cond);
-        fake_op_free(op);
     }
-    pthread_mutex_unlock(&s->lock);
-    pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->cond);
-    free(s);
-    fake_block_free();
-    fake_store_free();
+    return true;
+}
+
+/* Whether op, at the head of its queue, may start: the barriers before it are met (with
+ * fake_sched_lock). */
+static bool
+fake_op_may_start(const struct fake_op *op)
+{
+    const struct CUctx_st *ctx = op->owner->ctx;
+
+    if (op->after_null != 0 && ctx->null_stream->completed < op->after_null) {
+        return false;
+    }
+    if (op->after != 0 && !fake_ctx_done_before(ctx, op->after, false, op)) {
+        return false;
+    }
+    return op->after_blocking == 0 || fake_ctx_done_before(ctx, op->after_blocking, true, op);
+}
+
+static void *
+fake_queue_worker(void *arg)
+{
+    struct fake_queue *q = arg;
+
+    pthread_mutex_lock(&fake_sched_lock);
+    for (;;) {
+        while (q->head == NULL) {
+            pthread_cond_wait(&q->cond, &fake_sched_lock);
+        }
+        struct fake_op *op = q->head;
+        while (!fake_op_may_start(op)) {
+            pthread_cond_wait(&fake_sched_cond, &fake_sched_lock);
+        }
+        pthread_mutex_unlock(&fake_sched_lock);
+        fake_op_run(op);
+        pthread_mutex_lock(&fake_sched_lock);
+        q->head = op->next;
+        if (q->head == NULL) {
+            q->tail = NULL;
+        }
+        op->owner->completed++;
+        pthread_cond_broadcast(&fake_sched_cond);
+        pthread_mutex_unlock(&fake_sched_lock);
+        fake_op_free(op);
+        pthread_mutex_lock(&fake_sched_lock);
+    }
     return NULL;
 }
 
-static struct CUstream_st *
-fake_stream_new(struct CUctx_st *ctx)
+/* FAKE_CUDA_DUMP_S=n: n seconds after the first queue is made, every queue's waiting work on
+ * stderr, for whoever debugs a hang. */
+static const char *const fake_op_names[] = {"write", "wait", "copy", "set", "record",
+                                            "wait-event", "kernel", "host-fn", "free"};
+
+static void *
+fake_dump_main(void *arg)
 {
-    struct CUstream_st *s = calloc(1, sizeof(*s));
-    pthread_attr_t attr;
+    sleep((unsigned int)(uintptr_t)arg);
+    pthread_mutex_lock(&fake_sched_lock);
+    for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+        for (int q = 0; q < FAKE_MAX_QUEUES; q++) {
+            const struct fake_queue *queue = fake_scheds[d].queues[q];
+            int n = 0;
+            for (const struct fake_op *o = queue != NULL ? queue->head : NULL; o != NULL && n < 8;
+                 o = o->next, n++) {
+                fprintf(stderr, "fake_cuda dump: device %d queue %d #%d: %s of stream %p, op %llu "
+                        "after %llu%s%s\n", d, q, n, fake_op_names[o->kind], (void *)o->owner,
+                        (unsigned long long)o->seq, (unsigned long long)o->after,
+                        o->kind == FAKE_OP_WAIT32 ? (fake_wait_done(o) ? " (met)" : " (not met)")
+                                                  : "",
+                        o->kind == FAKE_OP_WAIT_EVENT ? " (an event)" : "");
+            }
+        }
+    }
+    pthread_mutex_unlock(&fake_sched_lock);
+    return NULL;
+}
+
+static void
+fake_dump_start(void)
+{
+    const char *text = getenv("FAKE_CUDA_DUMP_S");
     pthread_t thread;
 
+    if (text != NULL && atoi(text) > 0 &&
+        pthread_create(&thread, NULL, fake_dump_main, (void *)(uintptr_t)atoi(text)) == 0) {
+        pthread_detach(thread);
+    }
+}
+
+/* The queue a new stream of ctx runs on: the next one round-robin, or one at random
+ * (FAKE_CUDA_QUEUE_SEED); made, with its worker, on first use (with fake_sched_lock). NULL if
+ * no thread can be started. */
+static struct fake_queue *
+fake_queue_give(struct CUctx_st *ctx)
+{
+    struct fake_ctx_sched *sc = fake_sched(ctx);
+    const struct fake_config *cfg = fake_config();
+    int index;
+
+    if (cfg->queue_seed != 0) {
+        if (sc->seed == 0) {
+            sc->seed = cfg->queue_seed + (unsigned int)ctx->device;
+        }
+        index = rand_r(&sc->seed) % cfg->queues;
+    } else {
+        index = (int)(sc->given++ % (unsigned int)cfg->queues);
+    }
+    static pthread_once_t dump_once = PTHREAD_ONCE_INIT;
+    pthread_once(&dump_once, fake_dump_start);
+    if (sc->queues[index] == NULL) {
+        struct fake_queue *q = calloc(1, sizeof(*q));
+        pthread_attr_t attr;
+        pthread_t thread;
+        if (q == NULL) {
+            return NULL;
+        }
+        q->ctx = ctx;
+        q->index = index;
+        pthread_cond_init(&q->cond, NULL);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int err = pthread_create(&thread, &attr, fake_queue_worker, q);
+        pthread_attr_destroy(&attr);
+        if (err != 0) {
+            pthread_cond_destroy(&q->cond);
+            free(q);
+            return NULL;
+        }
+        sc->queues[index] = q;
+    }
+    return sc->queues[index];
+}
+
+/* A new stream of ctx, or a destroyed idle one made again (with fake_sched_lock). */
+static struct CUstream_st *
+fake_stream_new(struct CUctx_st *ctx, bool blocking, bool legacy)
+{
+    struct fake_ctx_sched *sc = fake_sched(ctx);
+    struct CUstream_st *s = sc->streams, **link = &sc->streams;
+
+    while (s != NULL && !(s->destroyed && s->completed == s->enqueued)) {
+        link = &s->next;
+        s = s->next;
+    }
+    struct fake_queue *q = fake_queue_give(ctx);
+    if (q == NULL) {
+        return NULL;
+    }
     if (s == NULL) {
-        return NULL;
+        s = calloc(1, sizeof(*s));
+        if (s == NULL) {
+            return NULL;
+        }
+        *link = s;
     }
-    s->ctx = ctx;
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int err = pthread_create(&thread, &attr, fake_stream_worker, s);
-    pthread_attr_destroy(&attr);
-    if (err != 0) {
-        free(s);
-        return NULL;
-    }
+    uint64_t counted = s->enqueued; /* a stream made again keeps counting */
+    struct CUstream_st *next = s->next;
+    *s = (struct CUstream_st){.ctx = ctx, .queue = q, .blocking = blocking, .legacy = legacy,
+                              .enqueued = counted, .completed = counted, .next = next};
     return s;
 }
 
 /* The stream a handle names: NULL and the legacy/per-thread handles are the current context's
- * NULL stream. NULL if there is none (no current context: said, since every caller answers
- * CUDA_ERROR_INVALID_CONTEXT). */
+ * NULL stream, made on first use. NULL if there is none (no current context: said, since every
+ * caller answers CUDA_ERROR_INVALID_CONTEXT). */
 static struct CUstream_st *
 fake_stream(CUstream handle)
 {
@@ -362,24 +645,12 @@ fake_stream(CUstream handle)
         return NULL;
     }
     struct CUctx_st *ctx = fake_ctx_current();
-    pthread_mutex_lock(&fake_null_lock);
+    pthread_mutex_lock(&fake_sched_lock);
     if (ctx->null_stream == NULL) {
-        ctx->null_stream = fake_stream_new(ctx);
+        ctx->null_stream = fake_stream_new(ctx, true, true);
     }
-    pthread_mutex_unlock(&fake_null_lock);
+    pthread_mutex_unlock(&fake_sched_lock);
     return ctx->null_stream;
-}
-
-/* The context's one queue (CUDA_DEVICE_MAX_CONNECTIONS=1), made on first use. */
-static struct CUstream_st *
-fake_ctx_queue(struct CUctx_st *ctx)
-{
-    pthread_mutex_lock(&fake_null_lock);
-    if (ctx->queue == NULL) {
-        ctx->queue = fake_stream_new(ctx);
-    }
-    pthread_mutex_unlock(&fake_null_lock);
-    return ctx->queue;
 }
 
 static void
@@ -410,7 +681,7 @@ fake_enqueue(CUstream handle, struct fake_op *op)
     }
     op->ctx = s->ctx;
     op->next = NULL;
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&fake_sched_lock);
     if (s->graph != NULL) {
         bool takes = op->event == NULL;
         if (takes) {
@@ -418,30 +689,29 @@ fake_enqueue(CUstream handle, struct fake_op *op)
         } else {
             s->invalidated = true;
         }
-        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&fake_sched_lock);
         if (!takes) {
             fake_op_free(op);
             return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }
         return CUDA_SUCCESS;
     }
+    struct fake_ctx_sched *sc = fake_sched(s->ctx);
+    op->owner = s;
+    op->seq = ++sc->ops;
+    op->after = sc->barrier;
     s->enqueued++;
-    struct CUstream_st *q = fake_config()->one_queue ? fake_ctx_queue(s->ctx) : s;
-    if (q != s) {
-        /* Counted on s, run by the context's one queue, which tells s when it is done. */
-        pthread_mutex_unlock(&s->lock);
-        op->owner = s;
-        pthread_mutex_lock(&q->lock);
-        q->enqueued++;
+    if (s->legacy) {
+        /* The legacy stream: after every blocking stream's earlier work, and before their
+         * later work. */
+        op->after_blocking = op->seq;
+        sc->null_enqueued = s->enqueued;
+    } else if (s->blocking) {
+        op->after_null = sc->null_enqueued;
     }
-    if (q->tail != NULL) {
-        q->tail->next = op;
-    } else {
-        q->head = op;
-    }
-    q->tail = op;
-    pthread_cond_broadcast(&q->cond);
-    pthread_mutex_unlock(&q->lock);
+    fake_op_append(&s->queue->head, &s->queue->tail, op);
+    pthread_cond_signal(&s->queue->cond);
+    pthread_mutex_unlock(&fake_sched_lock);
     return CUDA_SUCCESS;
 }
 
@@ -455,6 +725,118 @@ fake_op_new(enum fake_op_kind kind)
     return op;
 }
 
+/* Waits until stream s ran everything enqueued on it so far. */
+static void
+fake_stream_wait_idle(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&fake_sched_lock);
+    uint64_t target = s->enqueued;
+    while (s->completed < target) {
+        pthread_cond_wait(&fake_sched_cond, &fake_sched_lock);
+    }
+    pthread_mutex_unlock(&fake_sched_lock);
+}
+
+/* --- implicit synchronization ------------------------------------------------------------ */
+
+void
+fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block)
+{
+    const struct CUstream_st *waiting = NULL;
+    const struct fake_op *wait = NULL;
+    int nwaiting = 0;
+
+    if (ctx == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&fake_sched_lock);
+    struct fake_ctx_sched *sc = fake_sched(ctx);
+    uint64_t before = sc->ops + 1;
+    sc->barrier = before;
+    for (int q = 0; q < FAKE_MAX_QUEUES; q++) {
+        for (const struct fake_op *o = sc->queues[q] != NULL ? sc->queues[q]->head : NULL;
+             o != NULL; o = o->next) {
+            if (o->kind == FAKE_OP_WAIT32 && !fake_wait_done(o)) {
+                if (nwaiting++ == 0) {
+                    waiting = o->owner;
+                    wait = o;
+                }
+            }
+        }
+    }
+    uint32_t now = wait != NULL ? __atomic_load_n(wait->addr, __ATOMIC_ACQUIRE) : 0;
+    pthread_mutex_unlock(&fake_sched_lock);
+    if (nwaiting > 0) {
+        /* A hazard, not an error: whoever releases the wait may be another process, which
+         * only delays the context. Where it is this process's later work, or a thread that
+         * blocks in such a call, the program hangs, which is what fails a test.
+         * FAKE_CUDA_SYNC_STRICT=1 makes it a complaint, for tests of a program that makes no
+         * such call itself while its streams wait. */
+        char line[512];
+        snprintf(line, sizeof(line), "%s synchronizes device %d's context (CUDA's implicit "
+                 "synchronization: later work of every stream waits for all earlier work) "
+                 "while stream %p waits on a stream memory operation not met (the word at %p "
+                 "is %u, the wait is for %u; %d such waits)", call, ctx->device,
+                 (void *)waiting, (void *)wait->addr, now, wait->value, nwaiting);
+        if (fake_config()->sync_strict) {
+            fake_complain("%s", line);
+        } else {
+            fprintf(stderr, "fake_cuda hazard: %s\n", line);
+            fake_backtrace();
+        }
+    }
+    if (!block) {
+        return;
+    }
+    pthread_mutex_lock(&fake_sched_lock);
+    while (!fake_ctx_done_before(ctx, before, false, NULL)) {
+        pthread_cond_wait(&fake_sched_cond, &fake_sched_lock);
+    }
+    pthread_mutex_unlock(&fake_sched_lock);
+}
+
+/* A synchronous command of the legacy NULL stream of the current context (cuMemcpyHtoD,
+ * cuMemsetD8): op enqueued there, and waited for. */
+static CUresult
+fake_null_stream_run(struct fake_op *op)
+{
+    struct CUstream_st *s = fake_stream(CU_STREAM_LEGACY);
+    CUresult res = fake_enqueue(CU_STREAM_LEGACY, op);
+
+    if (res == CUDA_SUCCESS) {
+        fake_stream_wait_idle(s);
+    }
+    return res;
+}
+
+CUresult
+fake_null_stream_copy(void *dst, const void *src, size_t bytes)
+{
+    struct fake_op *op = fake_op_new(FAKE_OP_COPY);
+
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->dst = dst;
+    op->src = src;
+    op->bytes = bytes;
+    return fake_null_stream_run(op);
+}
+
+CUresult
+fake_null_stream_set(void *dst, unsigned char value, size_t bytes)
+{
+    struct fake_op *op = fake_op_new(FAKE_OP_SET);
+
+    if (op == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->dst = dst;
+    op->value = value;
+    op->bytes = bytes;
+    return fake_null_stream_run(op);
+}
+
 /* --- streams -------------------------------------------------------------------------------- */
 
 FAKE_API CUresult
@@ -464,9 +846,13 @@ cuStreamCreate(CUstream *stream, unsigned int flags)
 
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT(); /* a stream of the current context */
-    (void)flags;
     FAKE_STICKY_CHECK();
-    *stream = fake_stream_new(ctx);
+    if ((flags & ~(unsigned int)CU_STREAM_NON_BLOCKING) != 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&fake_sched_lock);
+    *stream = fake_stream_new(ctx, (flags & CU_STREAM_NON_BLOCKING) == 0, false);
+    pthread_mutex_unlock(&fake_sched_lock);
     if (*stream == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -474,18 +860,18 @@ cuStreamCreate(CUstream *stream, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
-/* As CUDA: returns at once; the stream goes once its work is done. */
+/* As CUDA: returns at once; the stream goes once its work is done (then a later
+ * cuStreamCreate may make it again). */
 FAKE_API CUresult
 cuStreamDestroy(CUstream stream)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    if (stream == NULL) {
+    if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    pthread_mutex_lock(&stream->lock);
+    pthread_mutex_lock(&fake_sched_lock);
     stream->destroyed = true;
-    pthread_cond_broadcast(&stream->cond);
-    pthread_mutex_unlock(&stream->lock);
+    pthread_mutex_unlock(&fake_sched_lock);
     FAKE_STAT_ADD(streams, -1);
     return CUDA_SUCCESS;
 }
@@ -501,12 +887,7 @@ cuStreamSynchronize(CUstream handle)
     }
     FAKE_STREAM_STICKY_CHECK(s);
     /* A fault meanwhile ends the wait: the context's streams then drain without running. */
-    pthread_mutex_lock(&s->lock);
-    uint64_t target = s->enqueued;
-    while (s->completed < target && fake_ctx_sticky(s->ctx) == CUDA_SUCCESS) {
-        pthread_cond_wait(&s->cond, &s->lock);
-    }
-    pthread_mutex_unlock(&s->lock);
+    fake_stream_wait_idle(s);
     return fake_ctx_sticky(s->ctx);
 }
 
@@ -519,9 +900,9 @@ cuStreamQuery(CUstream handle)
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     FAKE_STREAM_STICKY_CHECK(s);
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&fake_sched_lock);
     bool idle = s->completed == s->enqueued;
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&fake_sched_lock);
     return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -1147,7 +1528,8 @@ fake_stream_free(CUstream stream, uintptr_t p)
     return fake_enqueue(stream, op);
 }
 
-/* A host function runs on the stream's worker, holding the stream up until it returns. */
+/* A host function runs on the callback thread when its stream gets there, holding up its
+ * queue until it returns. */
 FAKE_API CUresult
 cuLaunchHostFunc(CUstream stream, CUhostFn fn, void *data)
 {
@@ -1246,9 +1628,9 @@ fake_capture_check_unsafe(const char *call)
         struct CUstream_st *c = fake_captures[i];
         if (c != NULL && fake_capture_forbids(c)) {
             /* As the driver: the call fails and the capture it would have broken is lost. */
-            pthread_mutex_lock(&c->lock);
+            pthread_mutex_lock(&fake_sched_lock);
             c->invalidated = true;
-            pthread_mutex_unlock(&c->lock);
+            pthread_mutex_unlock(&fake_sched_lock);
             forbidden = true;
         }
     }
@@ -1280,9 +1662,10 @@ fake_capture_track(struct CUstream_st *s, bool begin)
 /* --- user objects ------------------------------------------------------------------------ */
 
 /* cuUserObjectCreate: the destructor runs when the last reference goes, "executed by a shared
- * internal thread", and "cannot make CUDA API calls" (it runs as a host function does: a call
- * from it complains). References: the caller's, a graph's, an instantiated graph's, and each
- * launch's until its work is done. */
+ * internal thread": the callback thread, which runs host functions too, after whatever is
+ * due there already; it "cannot make CUDA API calls" (a call from it complains). References:
+ * the caller's, a graph's, an instantiated graph's, and each launch's until its work is
+ * done. */
 struct CUuserObject_st {
     void *ptr;
     CUhostFn destroy;
@@ -1291,18 +1674,7 @@ struct CUuserObject_st {
 
 static pthread_mutex_t fake_user_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void *
-fake_user_destroy_main(void *arg)
-{
-    struct CUuserObject_st *object = arg;
-
-    fake_in_host_fn = true;
-    object->destroy(object->ptr);
-    free(object);
-    return NULL;
-}
-
-/* Drops count references; the last runs the destructor on a thread of its own. */
+/* Drops count references; the last one makes the destructor due on the callback thread. */
 static CUresult
 fake_user_release(struct CUuserObject_st *object, unsigned int count)
 {
@@ -1316,14 +1688,14 @@ fake_user_release(struct CUuserObject_st *object, unsigned int count)
         return CUDA_ERROR_INVALID_VALUE;
     }
     if (last) {
-        pthread_t thread;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&thread, &attr, fake_user_destroy_main, object) != 0) {
-            fake_user_destroy_main(object);
+        struct fake_callback *cb = calloc(1, sizeof(*cb));
+        if (cb == NULL) {
+            fake_complain("out of memory for a user object's destructor");
+            abort();
         }
-        pthread_attr_destroy(&attr);
+        *cb = (struct fake_callback){.fn = object->destroy, .data = object->ptr,
+                                     .object = object};
+        fake_cb_due(cb);
     }
     return CUDA_SUCCESS;
 }
@@ -1434,12 +1806,12 @@ fake_stream_get_capture_info_v11030(CUstream handle, CUstreamCaptureStatus *stat
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&fake_sched_lock);
     struct CUgraph_st *graph = s->graph;
     *status_out = graph == NULL   ? CU_STREAM_CAPTURE_STATUS_NONE
                   : s->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                    : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&fake_sched_lock);
     if (id_out != NULL) {
         *id_out = (cuuint64_t)(uintptr_t)graph;
     }
@@ -1471,7 +1843,7 @@ cuStreamBeginCapture(CUstream handle, CUstreamCaptureMode mode)
     if (graph == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&fake_sched_lock);
     bool busy = s->graph != NULL || s->capturing;
     if (!busy) {
         s->graph = graph;
@@ -1480,7 +1852,7 @@ cuStreamBeginCapture(CUstream handle, CUstreamCaptureMode mode)
         s->capture_thread = pthread_self();
         __atomic_store_n(&s->capturing, true, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&fake_sched_lock);
     if (busy) {
         free(graph);
         return CUDA_ERROR_ILLEGAL_STATE;
@@ -1501,12 +1873,12 @@ cuStreamEndCapture(CUstream handle, CUgraph *graph_out)
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&fake_sched_lock);
     struct CUgraph_st *graph = s->graph;
     bool invalidated = s->invalidated;
     s->graph = NULL;
     __atomic_store_n(&s->capturing, false, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&fake_sched_lock);
     if (graph == NULL) {
         return CUDA_ERROR_ILLEGAL_STATE;
     }
