@@ -39,8 +39,22 @@ cipc_cache_find(struct cipc_cache *cache, int rank, uint32_t how, uint64_t key, 
     return NULL;
 }
 
+/* Keeps a registered segment for cipc_cache_clear; false if there is no room to. */
+static bool
+cipc_cache_retire(struct cipc_cache *cache, const struct gpu_host_import *segment)
+{
+    struct gpu_host_import *more =
+        realloc(cache->retired, (size_t)(cache->nretired + 1) * sizeof(*more));
+    if (more == NULL) {
+        return false;
+    }
+    more[cache->nretired++] = *segment;
+    cache->retired = more;
+    return true;
+}
+
 static void
-cipc_map_close(struct cipc_map *m)
+cipc_map_close(struct cipc_cache *cache, struct cipc_map *m, bool now)
 {
     switch (m->how) {
     case CIPC_BUF_LEGACY:
@@ -52,8 +66,10 @@ cipc_map_close(struct cipc_map *m)
     case CIPC_BUF_STAGED:
         if (m->imported.base != 0) {
             gpu_mem_unimport(&m->imported); /* cuMem host memory */
+        } else if (!now && cipc_cache_retire(cache, &m->segment)) {
+            break; /* a driver's without: registered, unregistered with the cache */
         } else {
-            gpu_host_unimport(&m->segment); /* a driver's without: registered */
+            gpu_host_unimport(&m->segment);
         }
         break;
     }
@@ -169,7 +185,7 @@ cipc_cache_reap(struct cipc_cache *cache, uint32_t completed)
             INFO(SHIM_P2P, "cudaipc: unmapped rank %d's %s %llu; %d mappings", m->rank,
                  m->how == CIPC_BUF_STAGED ? "staging segment" : "allocation",
                  (unsigned long long)m->key, cache->count - 1);
-            cipc_map_close(m);
+            cipc_map_close(cache, m, false);
             cache->count--;
             cache->forgotten--;
         }
@@ -181,9 +197,13 @@ cipc_cache_clear(struct cipc_cache *cache)
 {
     for (int i = 0; i < cache->cap; i++) {
         if (cache->maps[i].rank >= 0) {
-            cipc_map_close(&cache->maps[i]);
+            cipc_map_close(cache, &cache->maps[i], true);
         }
     }
+    for (int i = 0; i < cache->nretired; i++) {
+        gpu_host_unimport(&cache->retired[i]);
+    }
+    free(cache->retired);
     free(cache->maps);
     memset(cache, 0, sizeof(*cache));
 }

@@ -38,6 +38,11 @@ struct cipc_cache {
     struct cipc_map *maps;
     int count, cap;
     int forgotten;        /* entries waiting to be unmapped */
+    /* Registered staging segments (a driver without cuMem host memory) let go of but still
+     * registered: cuMemHostUnregister may wait for the context's queued work, which may wait
+     * for this very thread, so they are unregistered only when the cache goes. */
+    struct gpu_host_import *retired;
+    int nretired;
 };
 
 /* The entry for (rank, how, key) with its last use set to `use`, or NULL if not mapped (or

@@ -269,12 +269,18 @@ gpu_host_cumem_alloc(size_t size, int device, int *fd_out, struct gpu_mem_import
     struct gpu_mem_import imp = {0};
     int fd = -1;
 
-    if (gpu_cu.cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device) !=
-            CUDA_SUCCESS ||
-        numa < 0) {
-        INFO(SHIM_ALLOC, "device %d names no host NUMA node: no cuMem host memory", device);
+    int vmm = 0;
+    if (gpu_cu.cuDeviceGetAttribute(&vmm,
+                                    CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                    device) != CUDA_SUCCESS ||
+        !vmm ||
+        gpu_cu.cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device) !=
+            CUDA_SUCCESS) {
+        INFO(SHIM_ALLOC, "device %d has no cuMem host memory", device);
         return ncclUnhandledCudaError;
     }
+    /* -1 "when system does not support NUMA", where cuMemCreate wants node 0. */
+    numa = numa < 0 ? 0 : numa;
     CUmemAllocationProp prop = {
         .type = CU_MEM_ALLOCATION_TYPE_PINNED,
         .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,

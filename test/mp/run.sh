@@ -242,6 +242,9 @@ device_cases() {
             run_case "device-streams-staging-n3-3gpu-$kind" 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
                 FAKE_CUDA_SYNC_STRICT=1 -- "$bindir/streams" -p staging -k "$kind"
         done
+        # A driver without cuMem host memory: host staging is registered shared memory.
+        run_case device-streams-staging-n3-3gpu-nohostcumem 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
+            FAKE_CUDA_NO_HOST_CUMEM=1 -- "$bindir/streams" -p staging -k registered
         # A GPU per rank: each leader runs its GPU's share on its own stream (ownstream.c), so
         # its calls return at once (returns, above), one queue takes a capture, and a group is
         # run in the order its operations match, whatever the order in which the rank gave them.

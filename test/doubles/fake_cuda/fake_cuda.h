@@ -32,7 +32,8 @@
  *     contiguous for the double too), cuMemGetAddressRange the mapped region, RANGE_START_ADDR
  *     the reservation, BUFFER_ID per allocation (FAKE_CUDA_BUFFER_ID=reservation: one per
  *     reservation, as cuda.h also allows); cuMem memory on the host (HOST_NUMA, node 0) is a
- *     memfd too, reached through its mappings once cuMemSetAccess opened them; memory pools
+ *     memfd too, reached through its mappings once cuMemSetAccess opened them
+ *     (FAKE_CUDA_NO_HOST_CUMEM=1: a driver or device without it); memory pools
  *     (cuMemAllocFromPoolAsync) whose allocations no cuMemMap made;
  *   - streams and hardware queues: a context's streams share CUDA_DEVICE_MAX_CONNECTIONS
  *     queues (default 8), given out round-robin in the order the streams are made (the
@@ -129,6 +130,7 @@ struct fake_config {
     bool host_visible;  /* FAKE_CUDA_HOST_VISIBLE=1: host code may touch device memory */
     bool no_peer;
     bool can_flush;     /* FAKE_CUDA_FLUSH_REMOTE_WRITES=1: CU_STREAM_WAIT_VALUE_FLUSH works */
+    bool no_host_cumem; /* FAKE_CUDA_NO_HOST_CUMEM=1: cuMemCreate refuses host locations */
     /* FAKE_CUDA_BUFFER_ID=reservation: a cuMem mapping's BUFFER_ID is its reservation's, one
      * for every allocation mapped into it (cuda.h's "unique ID for an allocated memory
      * region" allows either reading); by default each allocation (cuMemCreate) has its own. */

@@ -886,6 +886,8 @@ fake_prop_check(const CUmemAllocationProp *prop, const char *call)
         res = CUDA_ERROR_INVALID_VALUE;
     } else if (where == CU_MEM_LOCATION_TYPE_DEVICE && fake_device(prop->location.id) == NULL) {
         res = CUDA_ERROR_INVALID_DEVICE;
+    } else if (where != CU_MEM_LOCATION_TYPE_DEVICE && fake_config()->no_host_cumem) {
+        res = CUDA_ERROR_NOT_SUPPORTED; /* HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 0 */
     } else if ((prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ||
                prop->allocFlags.usage != 0) {
         res = CUDA_ERROR_NOT_SUPPORTED;

@@ -47,6 +47,7 @@ fake_setup(void)
     fake_cfg.host_visible = fake_env_int("FAKE_CUDA_HOST_VISIBLE", 0) != 0;
     fake_cfg.no_peer = fake_env_int("FAKE_CUDA_NO_PEER", 0) != 0;
     fake_cfg.can_flush = fake_env_int("FAKE_CUDA_FLUSH_REMOTE_WRITES", 0) != 0;
+    fake_cfg.no_host_cumem = fake_env_int("FAKE_CUDA_NO_HOST_CUMEM", 0) != 0;
     const char *ids = getenv("FAKE_CUDA_BUFFER_ID");
     fake_cfg.reservation_ids = ids != NULL && strcmp(ids, "reservation") == 0;
     fake_cfg.store_delay_us = fake_env_int("FAKE_CUDA_STORE_DELAY_US", 20);
@@ -339,6 +340,10 @@ fake_attribute_value(CUdevice_attribute attrib, int dev, int *value)
     case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: v = CU_DEVICE_NUMA_CONFIG_NONE; break;
     case CU_DEVICE_ATTRIBUTE_NUMA_ID: v = -1; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: v = 0; break; /* unsure: the node nearest the GPU */
+    /* unsure: cuMem host memory (CUDA 12.2 on); FAKE_CUDA_NO_HOST_CUMEM=1 says it has none. */
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        v = !fake_config()->no_host_cumem;
+        break;
     case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = 0; break;
     default:
         return false;
