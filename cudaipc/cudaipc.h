@@ -13,8 +13,9 @@
  * rank over its own links (7 S in and out for an all-reduce of S at 8 GPUs, where a ring moves
  * 1.75 S through each). Why one leader for the ranks sharing a GPU: processes on one GPU have
  * one context each, and every hand-over of GPU work from one context to another costs about
- * 140 us (../shared/GPU.md); one context per GPU runs the kernels, and an operation reads
- * each input once per GPU that needs it and writes each output once.
+ * 140 us (measured on an H100: docs/device.md, "Figures from a GPU"); one context per GPU runs
+ * the kernels, and an operation reads each input once per GPU that needs it and writes each
+ * output once.
  *
  * One operation, for rank r (post.c, leader.c):
  *
