@@ -2,7 +2,7 @@
 /*
  * The table of every environment variable ncclshim reads. Each entry is read once, on first
  * use, and logged under NCCL_DEBUG_SUBSYS=ENV when set. To add a tunable: one enum entry in
- * env.h, one row here, one line in the README.
+ * env.h, one row here, one row in docs/environment.md.
  */
 #include "env.h"
 
@@ -33,7 +33,8 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
                                     "seconds init may wait for the root and the other ranks"},
     [SHIM_ENV_SPIN_US] = {"NCCLSHIM_SPIN_US", NULL,
                           "microseconds a waiting rank polls before it sleeps (default 200 "
-                          "on shared memory with a CPU per rank, else 20)"},
+                          "on shared memory and device work, growing while sleeps end soon; "
+                          "20 on the network)"},
     [SHIM_ENV_WAIT_MS] = {"NCCLSHIM_WAIT_MS", "100",
                           "longest sleep between checks for abort and peer failure"},
     [SHIM_ENV_CHUNK_BYTES] = {"NCCLSHIM_CHUNK_BYTES", "131072",
@@ -59,7 +60,7 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
     [SHIM_ENV_SHM_SLOT_BYTES] = {"NCCLSHIM_SHM_SLOT_BYTES", "131072",
                                  "chunk of the shared-memory collectives (equal on all ranks)"},
     [SHIM_ENV_SHM_DIRECT_BYTES] = {"NCCLSHIM_SHM_DIRECT_BYTES", "16384",
-                                   "all-reduce up to this size: every rank reduces it all"},
+                                   "all-reduce and reduce up to this size: every rank reduces it all"},
     [SHIM_ENV_TIMEOUT] = {"NCCLSHIM_TIMEOUT", "0",
                           "seconds without progress before an operation fails (0: never)"},
     [SHIM_ENV_CHECK] = {"NCCLSHIM_CHECK", "0",

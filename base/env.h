@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Every environment variable the library reads, declared once in env.c's table with its
- * default and meaning (the README's list is that table). NCCL's own variables mean what they
+ * default and meaning (docs/environment.md lists that table). NCCL's own variables mean what they
  * mean in NCCL; ours are NCCLSHIM_*. Values are read on first use and then kept.
  */
 #ifndef SHIM_ENV_H

@@ -14,7 +14,7 @@ that rotates from pass to pass; a size's figure is the median over passes.
 
 Prints, per collective and rank count, the out-of-place busbw (GB/s) of each library and
 ncclshim's ratio to the best other library; writes build/compare/results.csv (every pass),
-table.txt, summary.md (the README's table) and one PNG per collective (plot.py).
+table.txt, summary.md (the table of docs/performance.md) and one PNG per collective (plot.py).
 --from-csv reports on the results.csv of an earlier run without measuring. Exits non-zero if any run failed or any
 result was wrong, after printing what it measured.
 
@@ -199,7 +199,7 @@ SUMMARY_SIZES = [8, 64 << 10, 1 << 20, 64 << 20, 256 << 20]
 
 
 def summary(med, libs):
-    """The README's table, in Markdown: ncclshim's busbw and ratio at a few sizes, and every
+    """docs/performance.md's table, in Markdown: ncclshim's busbw and ratio at a few sizes, and every
     size at which a peer was faster."""
     peers = [lib for lib in libs if lib != "ncclshim"]
     head = ["collective, ranks"] + [human(s) for s in SUMMARY_SIZES] + \
