@@ -258,15 +258,6 @@ cipc_release_give_back(int slot)
 }
 
 bool
-cipc_hostpost_quiet(struct cipc_team *team)
-{
-    pthread_mutex_lock(&team->release_lock);
-    bool held = team->nreleases > 0;
-    pthread_mutex_unlock(&team->release_lock);
-    return !held && __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) == 0;
-}
-
-bool
 cipc_hostpost_release(struct cipc_team *team, bool all)
 {
     pthread_mutex_lock(&team->release_lock);

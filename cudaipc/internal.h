@@ -334,9 +334,6 @@ void cipc_hostpost_detach(struct cipc_team *team);
  * let go with the last one that prepared them, unless a group was ever captured. */
 ncclResult_t cipc_hostpost_prepare(const struct gpu_device *gpu);
 void cipc_hostpost_unprepare(void);
-/* Whether no host-posted group of this rank is queued (its host function not run) or held (its
- * stream waiting on its release word). */
-bool cipc_hostpost_quiet(struct cipc_team *team);
 /* Opens the release words of groups done (all: every one); whether some are still held. The
  * team's thread calls it every turn. */
 bool cipc_hostpost_release(struct cipc_team *team, bool all);
@@ -388,9 +385,18 @@ void cipc_team_set_error(struct cipc_team *team, ncclResult_t res);
 const char *cipc_team_cause(const struct cipc_team *team);
 
 /* post.c */
-/* Keeps a group just posted (descs, which may go now) for cipc_post_launch. */
-void cipc_post_launch_keep(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
-                           enum cipc_post_from from);
+/* Keeps a group just posted (descs, which may go now) for cipc_post_launch. Inline: both a
+ * call's post (post.c) and a host-posted one (hostpost.c) keep theirs. */
+static inline void
+cipc_post_launch_keep(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
+                      enum cipc_post_from from)
+{
+    for (int i = 0; i < nops; i++) {
+        team->launch_descs[i] = *descs[i];
+    }
+    team->launch_n = nops;
+    team->launch_from = (int)from;
+}
 /* Waits until every stream this rank gated has run past its gates (released, or done) and
  * past the staged copies: then nothing of this rank's reads the control block or staging. */
 void cipc_post_quiesce(struct cipc_team *team);

@@ -178,17 +178,6 @@ out:
     return res;
 }
 
-void
-cipc_post_launch_keep(struct cipc_team *team, struct cipc_desc *const *descs, int nops,
-                      enum cipc_post_from from)
-{
-    for (int i = 0; i < nops; i++) {
-        team->launch_descs[i] = *descs[i];
-    }
-    team->launch_n = nops;
-    team->launch_from = (int)from;
-}
-
 ncclResult_t
 cipc_post_launch(struct cipc_team *team, CUstream stream)
 {

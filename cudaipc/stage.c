@@ -193,6 +193,17 @@ cipc_stage_seg_device(struct cipc_team *team, struct cipc_stage_seg *seg)
     return cipc_export_pin(team, seg->id, base, 1);
 }
 
+/* Whether no host-posted group of this rank is queued (its host function not run) or held (its
+ * stream waiting on its release word: hostpost.c). */
+static bool
+cipc_stage_hostposts_quiet(struct cipc_team *team)
+{
+    pthread_mutex_lock(&team->release_lock);
+    bool held = team->nreleases > 0;
+    pthread_mutex_unlock(&team->release_lock);
+    return !held && __atomic_load_n(&team->hostposts_queued, __ATOMIC_ACQUIRE) == 0;
+}
+
 /* Waits on the host until this rank's streams wait on nothing of the team's: every operation
  * it posted done, no host-posted group queued or held, its runner's streams idle (see above).
  * Those wait only for earlier work, the host and other processes, never for what this call
@@ -201,7 +212,7 @@ static ncclResult_t
 cipc_stage_quiet(struct cipc_team *team)
 {
     while (!cipc_done_reached(team, team->rank, __atomic_load_n(&team->seq, __ATOMIC_ACQUIRE)) ||
-           !cipc_hostpost_quiet(team) || !team->runner->quiet(team)) {
+           !cipc_stage_hostposts_quiet(team) || !team->runner->quiet(team)) {
         SHIM_CHECK(cipc_team_error(team));
         if (__atomic_load_n(&team->released, __ATOMIC_ACQUIRE) ||
             __atomic_load_n(&team->stop, __ATOMIC_ACQUIRE)) {

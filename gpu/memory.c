@@ -264,16 +264,14 @@ gpu_host_unimport(struct gpu_host_import *imp)
 ncclResult_t
 gpu_host_cumem_alloc(size_t size, int device, int *fd_out, struct gpu_mem_import *out)
 {
-    int numa = -1;
+    const CUdevice_attribute host_vmm =
+        CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
+    int vmm = 0, numa = -1;
     size_t granularity = 0;
     struct gpu_mem_import imp = {0};
     int fd = -1;
 
-    int vmm = 0;
-    if (gpu_cu.cuDeviceGetAttribute(&vmm,
-                                    CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                    device) != CUDA_SUCCESS ||
-        !vmm ||
+    if (gpu_cu.cuDeviceGetAttribute(&vmm, host_vmm, device) != CUDA_SUCCESS || !vmm ||
         gpu_cu.cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device) !=
             CUDA_SUCCESS) {
         INFO(SHIM_ALLOC, "device %d has no cuMem host memory", device);
