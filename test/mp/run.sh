@@ -324,7 +324,7 @@ device_cases() {
             run_case "device-streams-abort-n4-4gpu-leader2-$algo" 4 60 "${dev[@]}" \
                 FAKE_CUDA_DEVICES=4 NCCL_ALGO=$algo -- "$bindir/streams" -p abort -r 2
             run_case "device-soak-n4-4gpu-$algo" 4 120 "${dev[@]}" FAKE_CUDA_DEVICES=4 \
-                NCCL_ALGO=$algo -- "$bindir/soak" -D -n 1500
+                NCCL_ALGO=$algo -- "$bindir/soak" -D -n 800
         done
         run_case device-hang-algomismatch-n3-3gpu 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 -- \
             "$bindir/hang" -p devalgomismatch
@@ -558,7 +558,12 @@ else
         else
             run_case "api-n$n" "$n" 60 -- "$bindir/api"
         fi
-        run_case "allreduce-n$n" "$n" 300 -- "$bindir/allreduce"
+        # The full matrix at 1, 2, 3 and 8 ranks; its quick subset between.
+        if ((n == 4 || n == 5)); then
+            run_case "allreduce-quick-n$n" "$n" 300 -- "$bindir/allreduce" -q
+        else
+            run_case "allreduce-n$n" "$n" 300 -- "$bindir/allreduce"
+        fi
     done
     # The functions NCCL 2.29-2.32 added.
     run_case api-new-n1 1 60 -- "$bindir/api_new"
