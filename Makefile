@@ -205,8 +205,18 @@ $(BUILD)/test/dropin/dropin: test/mp/dropin.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(NCCL_LIBDIR) -lnccl
 
+# Everything the tests run is built first, a compiler per core; then the tests run one at a
+# time (they time out and spin on their own: running two at once gains nothing).
+BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_BUILT = lib tools $(UNIT_BINS) $(MP_BINS) $(FAKE_CUDA) $(BUILD)/bin/from_check \
+              $(BUILD)/test/dropin/dropin $(BUILD)/test/netns/hostloss $(FUZZ_BINS) \
+              $(BUILD)/fuzz/gen_seeds $(BUILD)/fuzz/root_abuse
+
 test: DEPS_FOR = test
 test: deps
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) $(TEST_BUILT)
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) BUILD=build/asan SANITIZE=address \
+	    $(ASAN_BUILT)
 	@$(MAKE) --no-print-directory test-layers test-kernels test-unit test-abi test-headers \
 	    test-mp test-dropin \
 	    test-asan test-fuzz test-netns
@@ -247,9 +257,9 @@ test-dropin: $(BUILD)/test/dropin/dropin $(LIB) $(LAUNCHER)
 	@BUILD=$(BUILD) NCCL_LIBDIR=$(NCCL_LIBDIR) test/mp/dropin.sh
 
 # The multi-process tests again, library and programs built with AddressSanitizer.
+ASAN_BUILT = lib tools $(MP_SRCS:test/mp/%.c=build/asan/test/mp/%) build/asan/test/doubles/libcuda.so.1
 test-asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address lib tools $(MP_SRCS:test/mp/%.c=build/asan/test/mp/%) \
-	    build/asan/test/doubles/libcuda.so.1
+	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address $(ASAN_BUILT)
 	@BUILD=build/asan MP_QUICK=1 test/mp/run.sh
 
 # --- main job -------------------------------------------------------------------------------
