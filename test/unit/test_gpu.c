@@ -23,34 +23,10 @@
 #include "base/debug.h"
 #include "doubles/fake_cuda/fake_cuda.h"
 #include "eventually.h"
-#include "gpu/driver.h"
 #include "gpu/memory.h"
+#include "gpu_fixture.h"
 #include "gpu/stream.h"
 #include "kernels/device.h"
-
-static const struct gpu_device *device;
-
-static void
-setup(void)
-{
-    cr_assert(gpu_driver_present(), "no driver: run with LD_LIBRARY_PATH=build/test/doubles");
-    cr_assert_eq(gpu_device_get(0, &device), ncclSuccess);
-    cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
-}
-
-static void
-teardown(void)
-{
-    gpu_ctx_pop();
-}
-
-/* A function of the loaded driver by name, the double's own ones included (NULL if absent). */
-static void *
-fake_fn(const char *name)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    return lib != NULL ? dlsym(lib, name) : NULL;
-}
 
 static CUstream
 new_stream(void)
