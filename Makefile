@@ -357,7 +357,7 @@ test-root-abuse: $(BUILD)/fuzz/root_abuse
 	    timeout 60 $(BUILD)/fuzz/root_abuse -f 400)
 
 test-fuzz:
-	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=8
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=5
 	@$(MAKE) --no-print-directory test-root-abuse
 
 # --- several hosts (network namespaces) ------------------------------------------------------

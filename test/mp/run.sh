@@ -328,6 +328,8 @@ device_cases() {
             done
             run_case "device-streams-abort-n4-4gpu-leader2-$algo" 4 60 "${dev[@]}" \
                 FAKE_CUDA_DEVICES=4 NCCL_ALGO=$algo -- "$bindir/streams" -p abort -r 2
+            # The soak with the ring's levels (the tree's run in the cases above).
+            [[ $algo == ring ]] || continue
             run_case "device-soak-n4-4gpu-$algo" 4 120 "${dev[@]}" FAKE_CUDA_DEVICES=4 \
                 NCCL_ALGO=$algo -- "$bindir/soak" -D -n 800
         done
