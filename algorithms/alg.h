@@ -106,6 +106,16 @@ enum alg_coll {
     ALG_COLL_COUNT
 };
 
+/* Which ranks share a host, for the schedules that keep traffic inside a host where they can:
+ * host_of[r] in [0, nhosts), hosts numbered in the order of their lowest rank; widest and
+ * narrowest count the ranks of the fullest and emptiest host. */
+struct alg_hosts {
+    int nhosts;
+    int widest;
+    int narrowest;
+    const int *host_of;
+};
+
 /* What a builder sees of an operation. */
 struct alg_args {
     enum alg_coll coll;
@@ -120,7 +130,15 @@ struct alg_args {
                            a builder raises it to what it needs to stay free of deadlock */
     bool prescale;      /* the op pre-multiplies inputs (PreMulSum, float Avg): raw input must
                            be scaled by its owner before it is sent */
+    const struct alg_hosts *hosts; /* NULL: every rank on one host (or nothing known) */
 };
+
+/* Whether args' ranks run on more than one host. */
+static inline bool
+alg_hosts_span(const struct alg_args *args)
+{
+    return args->hosts != NULL && args->hosts->nhosts > 1;
+}
 
 typedef ncclResult_t (*alg_builder_t)(const struct alg_args *args, struct alg_sched *sched);
 
@@ -151,6 +169,7 @@ alg_range_make(enum alg_buf buf, size_t off, size_t len)
  */
 struct alg_slots {
     int count;
+    size_t base;         /* where in SCRATCH the first slot starts: 0 unless set */
     size_t bytes;        /* of one slot */
     int *user;           /* per slot: the reduction that last read it, -1 for none */
     unsigned long taken; /* receives so far: the next one takes slot taken % count */
@@ -161,6 +180,9 @@ struct alg_slots {
  * be allocated. alg_slots_free frees it. */
 bool alg_slots_init(struct alg_slots *slots, struct alg_sched *sched, int count, size_t bytes);
 void alg_slots_free(struct alg_slots *slots);
+/* Takes the next slot for len bytes: its index (user[] holds the step that last used it, which
+ * whatever writes the slot must wait for; set it to the new last user) and *range_out. */
+int alg_slot_take(struct alg_slots *slots, size_t len, struct alg_range *range_out);
 /* Receives dst.len bytes from peer into the next slot, then dst = a op slot with `flags`,
  * waiting for the receive, dep0 and dep1. Returns the reduction. */
 int alg_recv_reduce(struct alg_sched *sched, struct alg_slots *slots, int peer,
@@ -227,6 +249,9 @@ ALG_DECLARE(direct_scatter);         /* direct.c: root talks to every rank */
 ALG_DECLARE(direct_gather);          /* direct.c */
 ALG_DECLARE(direct_send);            /* direct.c: ncclSend, one message */
 ALG_DECLARE(direct_recv);            /* direct.c: ncclRecv */
+ALG_DECLARE(hier_allreduce);         /* hier.c: inside each host, then between hosts */
+ALG_DECLARE(hier_allgather);         /* hier_allgather.c */
+ALG_DECLARE(hier_reducescatter);     /* hier_reducescatter.c */
 
 /* For communicator management (direct.c): every member sends SEND[0, bytes) to each other
  * member and receives member i's into RECV[i * bytes, (i + 1) * bytes). Members are ranks of
@@ -244,11 +269,16 @@ alg_bytes(const struct alg_args *args, size_t elems)
 
 /* What an algorithm costs one rank, for the cost model: messages in sequence on its critical
  * path, bytes it sends (or receives, whichever is on the critical path), and bytes it
- * reduces. Estimated time = steps * alpha + bytes * beta + reduce_bytes * gamma. */
+ * reduces; of the messages and bytes, those between hosts apart (net_). Estimated time =
+ * steps * alpha + bytes * beta + net_steps * alpha_net + net_bytes * beta_net +
+ * reduce_bytes * gamma. A row that does not know hosts leaves net_ at 0; where its ranks
+ * span hosts the model then charges all its messages at the network's price. */
 struct alg_cost {
     double steps;
     double bytes;
     double reduce_bytes;
+    double net_steps;
+    double net_bytes;
 };
 
 /* One row of the algorithm table (select.c). */
@@ -261,6 +291,7 @@ struct alg_algorithm {
      * schedule against it. */
     size_t (*bytes_sent)(const struct alg_args *args);
     void (*cost)(const struct alg_args *args, struct alg_cost *cost_out);
+    bool host_aware; /* its cost tells the messages between hosts apart (net_) */
 };
 
 /* Which rows the user allows, per collective (a bit per table row), from NCCL_ALGO and
@@ -270,11 +301,14 @@ struct alg_policy {
     uint64_t allowed[ALG_COLL_COUNT];
 };
 
-/* The machine's costs: seconds per message, per byte moved, per byte reduced. */
+/* The machine's costs: seconds per message, per byte moved, per byte reduced; per message
+ * and byte between hosts. */
 struct alg_cost_params {
     double alpha;
     double beta;
     double gamma;
+    double alpha_net;
+    double beta_net;
 };
 
 /* Parses NCCL_ALGO (families: "Ring", "Tree,Ring", "^Tree", "allreduce:tree;broadcast:ring")

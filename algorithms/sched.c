@@ -111,6 +111,7 @@ bool
 alg_slots_init(struct alg_slots *slots, struct alg_sched *sched, int count, size_t bytes)
 {
     slots->count = count > 0 ? count : 1;
+    slots->base = 0;
     slots->bytes = bytes;
     slots->taken = 0;
     slots->user = malloc((size_t)slots->count * sizeof(int));
@@ -132,12 +133,20 @@ alg_slots_free(struct alg_slots *slots)
 }
 
 int
+alg_slot_take(struct alg_slots *slots, size_t len, struct alg_range *range_out)
+{
+    const int slot = (int)(slots->taken++ % (unsigned long)slots->count);
+
+    *range_out = alg_range_make(ALG_BUF_SCRATCH, slots->base + (size_t)slot * slots->bytes, len);
+    return slot;
+}
+
+int
 alg_recv_reduce(struct alg_sched *sched, struct alg_slots *slots, int peer,
                 struct alg_range dst, struct alg_range a, unsigned flags, int dep0, int dep1)
 {
-    const int slot = (int)(slots->taken++ % (unsigned long)slots->count);
-    const struct alg_range scratch =
-        alg_range_make(ALG_BUF_SCRATCH, (size_t)slot * slots->bytes, dst.len);
+    struct alg_range scratch;
+    const int slot = alg_slot_take(slots, dst.len, &scratch);
     int rx = alg_recv(sched, peer, scratch, slots->user[slot], -1);
     int reduced = alg_reduce(sched, dst, a, scratch, flags, rx, dep0, dep1);
 

@@ -13,7 +13,10 @@
 /* One row per (algorithm, collective): name for NCCLSHIM_ALGO, NCCL_ALGO family, builder,
  * textbook traffic, cost. */
 #define ALG_ROW(algo, family, coll, fn)                                                      \
-    {algo, family, coll, alg_##fn, alg_##fn##_bytes, alg_##fn##_cost}
+    {algo, family, coll, alg_##fn, alg_##fn##_bytes, alg_##fn##_cost, false}
+/* A row whose cost tells messages between hosts apart. */
+#define ALG_HOST_ROW(algo, family, coll, fn)                                                 \
+    {algo, family, coll, alg_##fn, alg_##fn##_bytes, alg_##fn##_cost, true}
 
 static const struct alg_algorithm alg_algorithms[] = {
     ALG_ROW("ring", "ring", ALG_COLL_ALLREDUCE, ring_allreduce),
@@ -36,6 +39,9 @@ static const struct alg_algorithm alg_algorithms[] = {
     ALG_ROW("recdbl", "tree", ALG_COLL_ALLGATHER, recdbl_allgather),
     ALG_ROW("rabenseifner", "tree", ALG_COLL_ALLREDUCE, rabenseifner_allreduce),
     ALG_ROW("bruck", "ring", ALG_COLL_ALLGATHER, bruck_allgather),
+    ALG_HOST_ROW("hier", "ring", ALG_COLL_ALLREDUCE, hier_allreduce),
+    ALG_HOST_ROW("hier", "ring", ALG_COLL_ALLGATHER, hier_allgather),
+    ALG_HOST_ROW("hier", "ring", ALG_COLL_REDUCESCATTER, hier_reducescatter),
 };
 
 #define ALG_NALGORITHMS ((int)(sizeof(alg_algorithms) / sizeof(alg_algorithms[0])))
@@ -47,14 +53,30 @@ alg_table(int *count_out)
     return alg_algorithms;
 }
 
+/* alg's cost on args. A schedule blind to hosts, run across hosts, goes at the pace of its
+ * links between hosts: all its messages are charged as the network's. */
+static struct alg_cost
+alg_cost_of(const struct alg_algorithm *alg, const struct alg_args *args)
+{
+    struct alg_cost cost = {0};
+
+    alg->cost(args, &cost);
+    if (!alg->host_aware && alg_hosts_span(args)) {
+        cost.net_steps = cost.steps;
+        cost.net_bytes = cost.bytes;
+        cost.steps = cost.bytes = 0;
+    }
+    return cost;
+}
+
 static double
 alg_estimate(const struct alg_algorithm *alg, const struct alg_args *args,
              const struct alg_cost_params *params)
 {
-    struct alg_cost cost;
+    struct alg_cost cost = alg_cost_of(alg, args);
 
-    alg->cost(args, &cost);
     return cost.steps * params->alpha + cost.bytes * params->beta +
+           cost.net_steps * params->alpha_net + cost.net_bytes * params->beta_net +
            cost.reduce_bytes * params->gamma;
 }
 
@@ -87,14 +109,18 @@ alg_select_chunk(const struct alg_algorithm *alg, const struct alg_args *args,
                  const struct alg_cost_params *params)
 {
     const size_t min_chunk = 4096, max_chunk = args->chunk_bytes;
-    struct alg_cost cost;
+    const struct alg_cost cost = alg_cost_of(alg, args);
+    /* The pipeline runs at the pace of its slowest links: the network's, where it crosses. */
+    const bool net = cost.net_bytes > 0;
+    const double steps = cost.steps + cost.net_steps, bytes = net ? cost.net_bytes : cost.bytes;
+    const double alpha = net ? params->alpha_net : params->alpha;
+    const double beta = net ? params->beta_net : params->beta;
 
-    alg->cost(args, &cost);
-    if (cost.steps <= 1 || cost.bytes <= 0 || params->alpha <= 0) {
+    if (steps <= 1 || bytes <= 0 || alpha <= 0) {
         return max_chunk;
     }
-    double chunks = sqrt((cost.steps - 1) * params->beta * cost.bytes / params->alpha);
-    double chunk = chunks > 1 ? cost.bytes / chunks : cost.bytes;
+    double chunks = sqrt((steps - 1) * beta * bytes / alpha);
+    double chunk = chunks > 1 ? bytes / chunks : bytes;
     if (chunk < (double)min_chunk) {
         return min_chunk < max_chunk ? min_chunk : max_chunk;
     }

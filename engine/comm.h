@@ -67,6 +67,7 @@ struct ncclComm {
     struct alg_policy policy;      /* NCCL_ALGO and NCCLSHIM_ALGO, parsed at init */
     struct alg_cost_params cost;   /* the cost model's alpha, beta, gamma */
     struct shm_team *shm;          /* every rank on this host: shared-memory collectives */
+    struct alg_hosts hosts;        /* which ranks share a host; nhosts 0 until connected */
     /* Who carries out its operations on device memory (backend.h), chosen once it connected,
      * and that row's state, touched by the row alone. */
     const struct shim_backend *backend;

@@ -176,9 +176,44 @@ shim_connect_peers_free(struct shim_backend_peers *peers)
     }
 }
 
-/* If every rank runs on this host, they map each other's shared memory: collective over the
- * communicator; a rank that cannot share makes them all go without, which is not an error.
- * *peers_out: what the device team needs, where they formed a team. */
+/* Which ranks share a host, from every rank's hello, for the schedules (alg_hosts): hosts
+ * numbered in the order of their lowest rank. Kept only where ranks span hosts. */
+static ncclResult_t
+shim_connect_hosts(struct ncclComm *comm, const struct shim_shm_hello *all)
+{
+    const int n = comm->nranks;
+    int *host_of, *size, nhosts = 0;
+
+    SHIM_CHECK(shim_calloc(&host_of, 2 * (size_t)n));
+    size = host_of + n;
+    for (int r = 0; r < n; r++) {
+        int first = 0;
+        while (all[first].host != all[r].host) {
+            first++;
+        }
+        host_of[r] = first == r ? nhosts++ : host_of[first];
+        size[host_of[r]]++;
+    }
+    if (nhosts < 2) {
+        free(host_of);
+        return ncclSuccess;
+    }
+    comm->hosts = (struct alg_hosts){.nhosts = nhosts, .widest = size[0],
+                                     .narrowest = size[0], .host_of = host_of};
+    for (int h = 1; h < nhosts; h++) {
+        comm->hosts.widest = size[h] > comm->hosts.widest ? size[h] : comm->hosts.widest;
+        comm->hosts.narrowest = size[h] < comm->hosts.narrowest ? size[h]
+                                                                : comm->hosts.narrowest;
+    }
+    INFO(SHIM_INIT, "comm %p rank %d: %d ranks on %d hosts (%d to %d a host)", (void *)comm,
+         comm->rank, n, nhosts, comm->hosts.narrowest, comm->hosts.widest);
+    return ncclSuccess;
+}
+
+/* Every rank says which host it runs on (comm->hosts). If every rank runs on this host, they
+ * map each other's shared memory: collective over the communicator; a rank that cannot share
+ * makes them all go without, which is not an error. *peers_out: what the device team needs,
+ * where they formed a team. */
 static ncclResult_t
 shim_connect_shm(struct ncclComm *comm, struct shim_backend_peers **peers_out)
 {
@@ -192,17 +227,24 @@ shim_connect_shm(struct ncclComm *comm, struct shim_backend_peers **peers_out)
     ncclResult_t res;
 
     /* A slot must hold a 64-byte piece per rank (all-to-all, reduce-scatter, scatter). */
-    if (n < 2 || shim_env_int(SHIM_ENV_NCCL_SHM_DISABLE) != 0 || slot_bytes < 64 * (size_t)n) {
+    const bool sharing = shim_env_int(SHIM_ENV_NCCL_SHM_DISABLE) == 0 &&
+                         slot_bytes >= 64 * (size_t)n;
+    if (n < 2) {
         return ncclSuccess;
     }
     snprintf(tag, sizeof(tag), "%016" PRIx64 "-r%d", comm->id_hash, comm->rank);
     shim_connect_hello_device(comm, &me);
     me.rank_leaders = shim_env_int(SHIM_ENV_RANK_LEADERS) != 0;
-    if (shm_segment_create(tag, slot_bytes, &seg) == ncclSuccess) {
+    if (sharing && shm_segment_create(tag, slot_bytes, &seg) == ncclSuccess) {
         snprintf(me.name, sizeof(me.name), "%s", seg.name);
     }
     SHIM_CHECK_GOTO(shim_calloc(&all, (size_t)n), res, out_seg);
     SHIM_CHECK_GOTO(shim_connect_allgather(comm, &me, all, sizeof(me)), res, out_all);
+    SHIM_CHECK_GOTO(shim_connect_hosts(comm, all), res, out_all);
+    if (!sharing) {
+        res = ncclSuccess;
+        goto out_all;
+    }
 
     bool together = true;
     for (int r = 0; r < n; r++) {
@@ -304,6 +346,8 @@ shim_connect_close(struct ncclComm *comm, bool abort)
     shim_devexec_comm_free(comm, abort); /* before the segments its control blocks are in */
     shm_team_destroy(comm->shm);
     comm->shm = NULL;
+    free((void *)comm->hosts.host_of);
+    comm->hosts = (struct alg_hosts){0};
     if (comm->tp != NULL) {
         tp_worker_destroy(comm->tp);
         comm->tp = NULL;

@@ -154,6 +154,7 @@ shim_exec_args(const struct shim_op *op)
         .chunk_bytes = comm->chunk_bytes,
         .slots = comm->ring_slots,
         .prescale = op->redop.kind == KR_PREMULSUM,
+        .hosts = comm->hosts.nhosts > 1 ? &comm->hosts : NULL,
     };
 }
 

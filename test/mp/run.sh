@@ -86,7 +86,7 @@ fi
 # algorithms/select.c serves (groups go with direct, which serves ncclSend/ncclRecv).
 colls=allreduce,reduce,reducescatter,broadcast,allgather,alltoall,gather,scatter,sendrecv
 colls=$colls,groups,split
-algos=(ring chain tree dbtree recdbl rabenseifner bruck pairwise direct)
+algos=(ring chain tree dbtree recdbl rabenseifner bruck pairwise direct hier)
 declare -A algo_colls=(
     [ring]=allreduce,allgather,reducescatter
     [chain]=broadcast,reduce
@@ -97,6 +97,7 @@ declare -A algo_colls=(
     [bruck]=allgather
     [pairwise]=alltoall
     [direct]=gather,scatter,sendrecv,groups
+    [hier]=allreduce,allgather,reducescatter
 )
 
 # run_case NAME NRANKS TIMEOUT [VAR=VALUE...] -- PROGRAM [ARGS...]
@@ -639,6 +640,14 @@ else
                 "$bindir/collectives" -q -c "$colls"
         done
     done
+    # The host-aware schedules on pretend hosts (hosts.sh): 3 + 2 ranks, 3 + 3 + 2, and
+    # chosen by the cost model at 2 x 2.
+    run_case algo-hier-n5-hosts2 5 300 MP_HOSTS=2 NCCLSHIM_ALGO=hier -- "$here/hosts.sh" \
+        "$bindir/collectives" -c "${algo_colls[hier]}"
+    run_case algo-hier-quick-n8-hosts3 8 120 MP_HOSTS=3 NCCLSHIM_ALGO=hier -- "$here/hosts.sh" \
+        "$bindir/collectives" -q -c "${algo_colls[hier]}"
+    run_case collectives-quick-n4-hosts2 4 120 MP_HOSTS=2 -- "$here/hosts.sh" \
+        "$bindir/collectives" -q -c "$colls"
     run_case nccl-algo-per-coll-quick-n5 5 120 \
         NCCL_ALGO="allreduce:tree;broadcast:ring;reduce:tree" -- \
         "$bindir/collectives" -q -c "$colls"

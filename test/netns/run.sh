@@ -13,14 +13,16 @@
 #
 # Cases: test/mp/collectives, its full matrix (every collective, type, reduction, count,
 # root, in and out of place, groups, split) at 3, 4 and 6 ranks (at 4, host 0 holds two
-# ranks; at 6, every host does), and shrink at 4; then test/netns/hostloss at 4 ranks, where
+# ranks; at 6, every host does), shrink at 4, and the host-aware schedules (NCCLSHIM_ALGO=hier)
+# at 6; then test/netns/hostloss at 4 ranks, where
 # in the middle of a loop of all-reduces one host goes away, and every other rank must get an
 # error within HL_BOUND seconds and exit: host 2 (rank 2) and host 0 (ranks 0 and 3, and the
 # bootstrap root) by SIGKILL of their ranks, which the survivors see at once as closed
 # connections; and host 2 by deleting its veth (its rank lives on, cut off), which only
 # NCCLSHIM_TIMEOUT=10 can tell (nothing of TCP or UCX notices a silent peer for minutes).
 # Then device buffers across the hosts (collectives -D, staged through pinned memory over the
-# same TCP), at 3 and 4 ranks (and at 4 with one hardware queue per context), through the
+# same TCP), at 3 and 4 ranks (and at 4 with one hardware queue per context, and with the
+# host-aware schedules forced), through the
 # CUDA driver's test double, or with NETNS_GPU=1 on
 # the real driver of a GPU machine (tools/gpu-check), every rank on its one GPU.
 # NETNS_CASES='run_case ...; hostloss_case ...' runs those cases instead.
@@ -300,6 +302,9 @@ else
         run_case "collectives-n$n" "$n" 180 -- "$bindir/mp/collectives" -c "$colls"
     done
     run_case collectives-shrink-n4 4 60 -- "$bindir/mp/collectives" -c shrink
+    # The host-aware schedules forced, two ranks a host (host memory) and 2, 1, 1 (device).
+    run_case collectives-hier-n6 6 180 NCCLSHIM_ALGO=hier -- "$bindir/mp/collectives" \
+        -c allreduce,allgather,reducescatter
     # A host goes away: killed (host 2: rank 2; host 0: ranks 0 and 3, with the bootstrap
     # root), or cut off (its veth deleted), where only NCCLSHIM_TIMEOUT can tell.
     hostloss_case hostloss-kill-h2-n4 kill 2
@@ -310,6 +315,8 @@ else
         "$bindir/mp/collectives" -q -D mixed -c "$colls"
     run_case device-collectives-n4 4 180 "${dev[@]}" -- \
         "$bindir/mp/collectives" -D device -c "$colls"
+    run_case device-collectives-hier-n4 4 180 "${dev[@]}" NCCLSHIM_ALGO=hier -- \
+        "$bindir/mp/collectives" -q -D mixed -c allreduce,allgather,reducescatter
     # One hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1): the lanes share the
     # user's streams' queue.
     run_case device-collectives-quick-n4-onequeue 4 180 "${dev[@]}" \

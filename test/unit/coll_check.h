@@ -36,6 +36,7 @@ struct cc_case {
     size_t chunk_bytes;
     int slots;
     unsigned seed;
+    const struct alg_hosts *hosts; /* NULL: one host */
 };
 
 /* A buffer of len elements with one guard element either side; returns the first element. */
@@ -175,7 +176,8 @@ cc_check(const struct cc_case *c)
         .build = c->build, .send_bytes = send_bytes, .recv_bytes = recv_bytes,
         .args = {.coll = c->coll, .count = count, .elem_size = 4, .nranks = n,
                  .root = c->root, .in_place = c->in_place, .chunk_bytes = c->chunk_bytes,
-                 .slots = c->slots, .prescale = reduces && c->kind == KR_PREMULSUM},
+                 .slots = c->slots, .prescale = reduces && c->kind == KR_PREMULSUM,
+                 .hosts = c->hosts},
         .redops = redops, .send = send, .recv = recv, .seed = c->seed};
     struct sim_report report;
     bool ok = sim_run(&op, &report);
@@ -241,7 +243,7 @@ cc_count(int n, int which)
 
 /* Every n in 1..17, count, root (when `rooted`), in and out of place, op kinds when the
  * collective reduces, two chunk sizes. */
-static int
+static inline int
 cc_sweep(alg_builder_t build, size_t (*bytes)(const struct alg_args *),
          void (*cost)(const struct alg_args *, struct alg_cost *), enum alg_coll coll,
          bool rooted, bool reduces)

@@ -58,12 +58,14 @@ describe(const struct run *u, char *buf, size_t len)
 static bool
 cost_ok(const struct alg_algorithm *row, const struct alg_args *args, char *msg, size_t len)
 {
-    struct alg_cost cost = {-1, -1, -1};
+    struct alg_cost cost = {-1, -1, -1, 0, 0};
     row->cost(args, &cost);
     if (!isfinite(cost.steps) || !isfinite(cost.bytes) || !isfinite(cost.reduce_bytes) ||
-        cost.steps < 0 || cost.bytes < 0 || cost.reduce_bytes < 0) {
-        snprintf(msg, len, "rank %d: cost() gives steps %g bytes %g reduce_bytes %g",
-                 args->rank, cost.steps, cost.bytes, cost.reduce_bytes);
+        !isfinite(cost.net_steps) || !isfinite(cost.net_bytes) || cost.steps < 0 ||
+        cost.bytes < 0 || cost.reduce_bytes < 0 || cost.net_steps < 0 || cost.net_bytes < 0) {
+        snprintf(msg, len, "rank %d: cost() gives steps %g bytes %g reduce_bytes %g net_steps %g "
+                 "net_bytes %g", args->rank, cost.steps, cost.bytes, cost.reduce_bytes,
+                 cost.net_steps, cost.net_bytes);
         return false;
     }
     return true;

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ranks of each host (hosts.h).
+ */
+#include "hosts.h"
+
+#include <stdlib.h>
+
+bool
+alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
+                  struct alg_sched *sched)
+{
+    const int n = args->nranks;
+    const int nhosts = args->hosts != NULL ? args->hosts->nhosts : 1;
+
+    map->nhosts = nhosts;
+    map->host_of = args->hosts != NULL ? args->hosts->host_of : NULL;
+    map->members = malloc(2 * (size_t)n * sizeof(int));
+    map->first = calloc((size_t)nhosts + 1, sizeof(int));
+    if (map->members == NULL || map->first == NULL) {
+        alg_host_map_free(map);
+        sched->out_of_memory = true;
+        return false;
+    }
+    /* Count each host's ranks, turn counts into offsets, then place the ranks in order. */
+    for (int r = 0; r < n; r++) {
+        map->first[alg_host_of(map, r) + 1]++;
+    }
+    for (int h = 0; h < nhosts; h++) {
+        map->first[h + 1] += map->first[h];
+    }
+    for (int h = nhosts; h > 0; h--) {
+        map->first[h] = map->first[h - 1];
+    }
+    for (int r = 0; r < n; r++) {
+        map->members[map->first[alg_host_of(map, r) + 1]++] = r;
+    }
+    map->place = map->members + n;
+    for (int h = 0; h < nhosts; h++) {
+        for (int j = 0; j < alg_host_size(map, h); j++) {
+            map->place[alg_host_rank(map, h, j)] = j;
+        }
+    }
+    map->host = alg_host_of(map, args->rank);
+    map->local = map->place[args->rank];
+    return true;
+}
+
+void
+alg_host_map_free(struct alg_host_map *map)
+{
+    free(map->members);
+    free(map->first);
+    map->members = map->first = map->place = NULL;
+}

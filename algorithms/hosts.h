@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ranks of each host, for builders that keep traffic inside a host: args->hosts turned
+ * around, members listed host by host (in rank order within a host). Without args->hosts
+ * every rank is on one host.
+ *
+ *   host_of  = 0 1 0 1 1        (5 ranks on 2 hosts)
+ *   members  = 0 2 | 1 3 4      first = 0 2 5
+ */
+#ifndef ALG_HOSTS_H
+#define ALG_HOSTS_H
+
+#include "alg.h"
+
+struct alg_host_map {
+    int nhosts;
+    int *members; /* nranks ranks, host by host */
+    int *first;   /* nhosts + 1 offsets into members */
+    int *place;   /* per rank: its place among its host's ranks */
+    const int *host_of; /* per rank: its host; NULL: all on host 0 */
+    int host;     /* args->rank's host */
+    int local;    /* args->rank's place among its host's ranks */
+};
+
+/* false, the schedule marked out of memory, if the map cannot be allocated. */
+bool alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
+                       struct alg_sched *sched);
+void alg_host_map_free(struct alg_host_map *map);
+
+static inline int
+alg_host_size(const struct alg_host_map *map, int host)
+{
+    return map->first[host + 1] - map->first[host];
+}
+
+/* The rank at place `local` of host `host`. */
+static inline int
+alg_host_rank(const struct alg_host_map *map, int host, int local)
+{
+    return map->members[map->first[host] + local];
+}
+
+static inline int
+alg_host_of(const struct alg_host_map *map, int rank)
+{
+    return map->host_of != NULL ? map->host_of[rank] : 0;
+}
+
+/* Rank `rank`'s counterpart on `host`: the rank there at the same place, counted round when
+ * that host has fewer ranks. On its own host, a rank is its own counterpart. */
+static inline int
+alg_host_counterpart(const struct alg_host_map *map, int rank, int host)
+{
+    return alg_host_rank(map, host, map->place[rank] % alg_host_size(map, host));
+}
+
+#endif

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The host-aware rows (hier.c, hier_allgather.c, hier_reducescatter.c) in the simulator, on
+ * ranks spread over hosts: equal hosts (2 x 2, 4 x 1, 2 x 8, 3 x 3), uneven ones (1, 2 and 3
+ * ranks; 3 and 1; five hosts of 2, 1, 2, 1, 3), and ranks dealt to hosts round-robin rather
+ * than in blocks; every count class, sum, PreMulSum with a scalar per rank and integer
+ * average, in and out of place, tiny chunks and one slot, many interleavings; results
+ * against the reference (sim/reference.h), each rank's traffic against the row's textbook
+ * figure. Then what crosses between hosts: exactly what must, once (2.0 S for a 2 x 2
+ * all-reduce, where a flat ring puts 3.0 S on the network); and a cost alike on every rank.
+ * Without hosts the rows run in test_algorithms' sweep of the whole table.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithms/alg.h"
+#include "sim/reference.h"
+#include "sim/sim.h"
+
+#define CC_MAX_RANKS SIM_MAX_RANKS
+
+struct layout {
+    const char *name;
+    int n;
+    int host_of[CC_MAX_RANKS];
+};
+
+static const struct layout layouts[] = {
+    {"2x2", 4, {0, 0, 1, 1}},
+    {"2x2 round-robin", 4, {0, 1, 0, 1}},
+    {"4x1", 4, {0, 1, 2, 3}},
+    {"1+2+3", 6, {0, 1, 1, 2, 2, 2}},
+    {"3+2+1 mixed", 6, {0, 1, 0, 2, 1, 0}},
+    {"3+1", 4, {0, 0, 1, 0}},
+    {"3x3", 9, {0, 0, 0, 1, 1, 1, 2, 2, 2}},
+    {"2x8", 16, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}},
+    {"2+1+2+1+3", 9, {0, 0, 1, 2, 2, 3, 4, 4, 4}},
+};
+
+#define NLAYOUTS ((int)(sizeof(layouts) / sizeof(layouts[0])))
+
+static struct alg_hosts
+hosts_of(const struct layout *l)
+{
+    int size[CC_MAX_RANKS] = {0};
+    struct alg_hosts hosts = {.host_of = l->host_of};
+
+    for (int r = 0; r < l->n; r++) {
+        size[l->host_of[r]]++;
+        hosts.nhosts = l->host_of[r] + 1 > hosts.nhosts ? l->host_of[r] + 1 : hosts.nhosts;
+    }
+    hosts.widest = 0;
+    hosts.narrowest = l->n;
+    for (int h = 0; h < hosts.nhosts; h++) {
+        hosts.widest = size[h] > hosts.widest ? size[h] : hosts.widest;
+        hosts.narrowest = size[h] < hosts.narrowest ? size[h] : hosts.narrowest;
+    }
+    return hosts;
+}
+
+/* The three host-aware rows. */
+static const struct {
+    enum alg_coll coll;
+    alg_builder_t build;
+    size_t (*bytes)(const struct alg_args *args);
+    void (*cost)(const struct alg_args *args, struct alg_cost *cost_out);
+} rows[] = {
+    {ALG_COLL_ALLREDUCE, alg_hier_allreduce, alg_hier_allreduce_bytes, alg_hier_allreduce_cost},
+    {ALG_COLL_ALLGATHER, alg_hier_allgather, alg_hier_allgather_bytes, alg_hier_allgather_cost},
+    {ALG_COLL_REDUCESCATTER, alg_hier_reducescatter, alg_hier_reducescatter_bytes,
+     alg_hier_reducescatter_cost},
+};
+
+#define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
+
+/* One case of row `row` on layout l in the simulator: the reference result everywhere, guards
+ * and inputs intact, each rank's traffic as bytes() says. */
+static void
+check(int row, const struct layout *l, size_t count, enum kr_op_kind kind, bool in_place,
+      size_t chunk_bytes, int slots, unsigned seed)
+{
+    const struct alg_hosts hosts = hosts_of(l);
+    const struct ref_case c = {.coll = rows[row].coll, .nranks = l->n, .count = count,
+                               .in_place = in_place, .kind = kind};
+    struct ref_data *d = malloc(sizeof(*d));
+    struct sim_report report;
+    char why[1024];
+
+    cr_assert(d != NULL && ref_setup(&c, d), "out of memory");
+    struct sim_op op = {
+        .build = rows[row].build, .redops = d->redops, .send = d->send, .recv = d->recv,
+        .send_bytes = d->send_bytes, .recv_bytes = d->recv_bytes, .seed = seed,
+        .args = {.coll = c.coll, .count = count, .elem_size = 4, .nranks = l->n,
+                 .chunk_bytes = chunk_bytes, .slots = slots,
+                 .prescale = ref_coll_reduces(c.coll) && kind == KR_PREMULSUM,
+                 .hosts = &hosts}};
+    /* In place is per rank, as the executor decides it from the pointers. */
+    op.args.in_place = d->in_place[0];
+    bool ran = sim_run(&op, &report);
+    cr_assert(ran, "%s on %s, count %zu, %s, in place %d, chunk %zu, slots %d, seed %u: %s",
+              ref_coll_name(c.coll), l->name, count, ref_kind_name(kind), in_place, chunk_bytes,
+              slots, seed, report.error);
+    cr_assert(ref_check(d, why, sizeof(why)), "%s on %s, count %zu, %s, in place %d: %s",
+              ref_coll_name(c.coll), l->name, count, ref_kind_name(kind), in_place, why);
+    for (int r = 0; r < l->n; r++) {
+        struct alg_args args = op.args;
+        args.rank = r;
+        cr_assert_eq(report.bytes_sent[r], rows[row].bytes(&args),
+                     "%s on %s, count %zu: rank %d sent %zu, bytes() says %zu",
+                     ref_coll_name(c.coll), l->name, count, r, report.bytes_sent[r],
+                     rows[row].bytes(&args));
+    }
+    ref_free(d);
+    free(d);
+}
+
+Test(hier, every_row_on_every_layout)
+{
+    static const enum kr_op_kind kinds[] = {KR_SUM, KR_PREMULSUM, KR_SUMPOSTDIV};
+    static const size_t chunks[] = {1 << 20, 12, 64, 4};
+
+    for (int row = 0; row < NROWS; row++) {
+        const bool reduces = ref_coll_reduces(rows[row].coll);
+        for (int li = 0; li < NLAYOUTS; li++) {
+            const struct layout *l = &layouts[li];
+            const size_t counts[] = {0, 1, (size_t)l->n - 1, (size_t)l->n + 1, 37, 1001};
+            for (int w = 0; w < 6; w++) {
+                for (int k = 0; k < (reduces ? 3 : 1); k++) {
+                    for (int ip = 0; ip < 2; ip++) {
+                        /* One-element chunks on the small counts only: the big ones
+                         * would take the simulator minutes. */
+                        const size_t chunk = counts[w] > 100 ? ((k + ip) % 2 ? 256 : 1 << 20)
+                                                             : chunks[(w + k + ip) % 4];
+                        check(row, l, counts[w], kinds[k], ip, chunk,
+                              1 + (w + ip) % 3, (unsigned)(li * 7919 + w * 131 + k * 3 + ip));
+                    }
+                }
+            }
+        }
+    }
+}
+
+Test(hier, many_interleavings)
+{
+    for (int row = 0; row < NROWS; row++) {
+        for (int li = 0; li < NLAYOUTS; li++) {
+            for (unsigned seed = 1; seed <= 25; seed++) {
+                check(row, &layouts[li], 40 + seed % 7,
+                      seed % 3 == 0 ? KR_PREMULSUM : KR_SUMPOSTDIV, seed & 1, 32,
+                      1 + (int)seed % 2, seed);
+            }
+        }
+    }
+}
+
+/* Bytes every rank's schedule of `row` sends to ranks of other hosts, all ranks together. */
+static size_t
+bytes_between_hosts(int row, const struct layout *l, const struct alg_hosts *hosts,
+                    size_t count, size_t chunk_bytes)
+{
+    size_t total = 0;
+
+    for (int r = 0; r < l->n; r++) {
+        struct alg_args args = {.coll = rows[row].coll, .count = count, .elem_size = 4,
+                                .rank = r, .nranks = l->n, .chunk_bytes = chunk_bytes,
+                                .slots = 4, .hosts = hosts};
+        struct alg_sched sched;
+        alg_sched_init(&sched);
+        cr_assert_eq(rows[row].build(&args, &sched), ncclSuccess);
+        for (int i = 0; i < sched.nsteps; i++) {
+            const struct alg_step *step = &sched.steps[i];
+            if (step->kind == ALG_STEP_SEND && l->host_of[step->peer] != l->host_of[r]) {
+                total += step->src[0].len;
+            }
+        }
+        alg_sched_free(&sched);
+    }
+    return total;
+}
+
+/* Between H hosts: all-reduce, each host's sum of each share crosses to the H - 1 others
+ * (two hosts: each way once; a ring: 2(H-1)/H of the buffer per host); all-gather and
+ * reduce-scatter, each block once to (or from) each other host. */
+Test(hier, only_what_must_cross_crosses_once)
+{
+    const size_t count = 3 * 5 * 7 * 8 * 64, bytes = count * 4;
+
+    for (int row = 0; row < NROWS; row++) {
+        for (int li = 0; li < NLAYOUTS; li++) {
+            const struct layout *l = &layouts[li];
+            const struct alg_hosts hosts = hosts_of(l);
+            const size_t nh = (size_t)hosts.nhosts;
+            const size_t want = rows[row].coll != ALG_COLL_ALLREDUCE ? (nh - 1) * l->n * bytes
+                                : nh == 2                           ? 2 * bytes
+                                                                    : 2 * (nh - 1) * bytes;
+            for (size_t chunk = 4096; chunk <= (1u << 20); chunk *= 16) {
+                size_t crossed = bytes_between_hosts(row, l, &hosts, count, chunk);
+                cr_assert_eq(crossed, want,
+                             "%s on %s, chunk %zu: %zu bytes between hosts, want %zu",
+                             ref_coll_name(rows[row].coll), l->name, chunk, crossed, want);
+            }
+        }
+    }
+    /* Issue 33's bound: a 2 x 2 all-reduce of S bytes puts 2.0 S between the hosts. */
+    const struct alg_hosts two = hosts_of(&layouts[0]);
+    cr_assert_eq(bytes_between_hosts(0, &layouts[0], &two, count, 131072), 2 * bytes);
+}
+
+/* Every rank ranks the row alike: its cost depends on the layout, not on the rank. */
+Test(hier, cost_is_the_same_on_every_rank)
+{
+    for (int k = 0; k < NROWS * NLAYOUTS; k++) {
+        const int row = k / NLAYOUTS;
+        const struct layout *l = &layouts[k % NLAYOUTS];
+        const struct alg_hosts hosts = hosts_of(l);
+        struct alg_cost first = {0};
+        for (int r = 0; r < l->n; r++) {
+            struct alg_args args = {.coll = rows[row].coll, .count = 1 << 20,
+                                    .elem_size = 4, .rank = r, .nranks = l->n,
+                                    .chunk_bytes = 131072, .slots = 4, .hosts = &hosts};
+            struct alg_cost cost = {0};
+            rows[row].cost(&args, &cost);
+            if (r == 0) {
+                first = cost;
+            }
+            cr_assert(memcmp(&cost, &first, sizeof(cost)) == 0, "%s on %s: rank %d's cost differs",
+                      ref_coll_name(rows[row].coll), l->name, r);
+            cr_assert(cost.net_bytes > 0 && cost.net_steps > 0, "%s on %s: nothing crosses?",
+                      ref_coll_name(rows[row].coll), l->name);
+        }
+    }
+}
