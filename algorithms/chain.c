@@ -3,11 +3,13 @@
  * Pipelined chain broadcast and reduce: a ring without its closing link, rooted anywhere.
  * select.c's "chain" rows (NCCL_ALGO family "ring") for ncclBroadcast and ncclReduce.
  *
- * Ranks are rotated so the root sits at one end. For broadcast position p = rank - root
- * (mod n) and data flows from p to p+1; for reduce p = rank - root - 1 (mod n), so the root
- * is last, and partial sums flow towards it. n = 5, root 2:
+ * The chain is the ranks in host order from the root (hosts.h): the root, the other ranks of
+ * its host, then each other host's ranks, so it crosses between H hosts H - 1 times wherever
+ * the root is; on one host, the ranks from the root round. Broadcast flows from the root
+ * down that order; reduce flows up it, so the root is last and partial sums flow towards
+ * it. n = 5 on one host, root 2:
  *
- *   broadcast   2 -> 3 -> 4 -> 0 -> 1          reduce   3 -> 4 -> 0 -> 1 -> 2
+ *   broadcast   2 -> 3 -> 4 -> 0 -> 1          reduce   1 -> 0 -> 4 -> 3 -> 2
  *
  * The buffer is cut into nchunks chunks of at most chunk_bytes (the first ones an element
  * longer when they do not divide evenly; count 0 is an empty schedule), and chunk c+1 enters
@@ -28,8 +30,34 @@
  *       In place the root's recvbuff is its sendbuff, read and written element for element.
  */
 #include "alg.h"
+#include "hosts.h"
 
 #include <stdlib.h>
+
+/* Our place in the chain (0 sends first) and our neighbours; `toward_root` for reduce, whose
+ * data flows up the host order to the root. False if out of memory. */
+struct chain_links {
+    int pos, prev, next;
+};
+
+static bool
+chain_links(const struct alg_args *args, struct alg_sched *sched, bool toward_root,
+            struct chain_links *links)
+{
+    struct alg_host_map map;
+    const int n = args->nranks;
+
+    if (!alg_host_map_init(&map, args, sched)) {
+        return false;
+    }
+    const int at = alg_host_position(&map, args->root, args->rank);
+    const int up = toward_root ? -1 : 1;
+    links->pos = toward_root ? n - 1 - at : at;
+    links->next = alg_host_order(&map, args->root, alg_mod(at + up, n));
+    links->prev = alg_host_order(&map, args->root, alg_mod(at - up, n));
+    alg_host_map_free(&map);
+    return true;
+}
 
 static struct alg_range
 chain_chunk(const struct alg_args *args, enum alg_buf buf, int chunk, int nchunks)
@@ -43,13 +71,13 @@ chain_chunk(const struct alg_args *args, enum alg_buf buf, int chunk, int nchunk
 ncclResult_t
 alg_chain_broadcast(const struct alg_args *args, struct alg_sched *sched)
 {
-    const int n = args->nranks, rank = args->rank;
-    const int pos = alg_mod(rank - args->root, n);
-    const int next = alg_mod(rank + 1, n), prev = alg_mod(rank - 1, n);
+    const int n = args->nranks;
+    struct chain_links links;
 
-    if (args->count == 0) {
+    if (args->count == 0 || !chain_links(args, sched, false, &links)) {
         return alg_sched_finish(sched);
     }
+    const int pos = links.pos, next = links.next, prev = links.prev;
     const int nchunks = alg_nchunks(args, args->count);
     if (pos == 0) {
         const size_t bytes = alg_bytes(args, args->count);
@@ -73,9 +101,14 @@ alg_chain_broadcast(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_chain_broadcast_bytes(const struct alg_args *args)
 {
-    const int pos = alg_mod(args->rank - args->root, args->nranks);
+    struct alg_sched unused;
+    struct chain_links links;
 
-    return pos < args->nranks - 1 ? alg_bytes(args, args->count) : 0;
+    alg_sched_init(&unused);
+    if (!chain_links(args, &unused, false, &links)) {
+        return 0;
+    }
+    return links.pos < args->nranks - 1 ? alg_bytes(args, args->count) : 0;
 }
 
 /* Pipeline fill plus drain: nchunks + n - 2 chunk times on the critical path. */
@@ -100,9 +133,8 @@ alg_chain_broadcast_cost(const struct alg_args *args, struct alg_cost *cost_out)
 ncclResult_t
 alg_chain_reduce(const struct alg_args *args, struct alg_sched *sched)
 {
-    const int n = args->nranks, rank = args->rank;
-    const int pos = alg_mod(rank - args->root - 1, n);
-    const int next = alg_mod(rank + 1, n), prev = alg_mod(rank - 1, n);
+    const int n = args->nranks;
+    struct chain_links links;
 
     if (args->count == 0) {
         return alg_sched_finish(sched);
@@ -110,6 +142,10 @@ alg_chain_reduce(const struct alg_args *args, struct alg_sched *sched)
     if (n == 1) {
         return alg_reduce_alone(args, sched);
     }
+    if (!chain_links(args, sched, true, &links)) {
+        return alg_sched_finish(sched);
+    }
+    const int pos = links.pos, next = links.next, prev = links.prev;
 
     const int nchunks = alg_nchunks(args, args->count);
     const size_t slot_bytes =

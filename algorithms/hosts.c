@@ -46,6 +46,41 @@ alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
     return true;
 }
 
+int
+alg_host_order(const struct alg_host_map *map, int start, int p)
+{
+    const int home = alg_host_of(map, start), m = alg_host_size(map, home);
+
+    if (p < m) {
+        return alg_host_rank(map, home, (map->place[start] + p) % m);
+    }
+    p -= m;
+    for (int k = 1; k < map->nhosts; k++) {
+        const int host = (home + k) % map->nhosts;
+        if (p < alg_host_size(map, host)) {
+            return alg_host_rank(map, host, p);
+        }
+        p -= alg_host_size(map, host);
+    }
+    return -1; /* p out of range */
+}
+
+int
+alg_host_position(const struct alg_host_map *map, int start, int rank)
+{
+    const int home = alg_host_of(map, start), m = alg_host_size(map, home);
+    const int host = alg_host_of(map, rank);
+
+    if (host == home) {
+        return alg_mod(map->place[rank] - map->place[start], m);
+    }
+    int p = m;
+    for (int h = (home + 1) % map->nhosts; h != host; h = (h + 1) % map->nhosts) {
+        p += alg_host_size(map, h);
+    }
+    return p + map->place[rank];
+}
+
 void
 alg_host_map_free(struct alg_host_map *map)
 {

@@ -22,6 +22,13 @@ struct alg_host_map {
     int local;    /* args->rank's place among its host's ranks */
 };
 
+/* The ranks in host order from `start`: start's host first, from start's place round, then
+ * the hosts after it by number (round), each from place 0. alg_host_order gives the rank at
+ * position p, alg_host_position a rank's position. Without hosts: start + p (mod n). A chain
+ * or ring in this order crosses between hosts only H - 1 (H) times, wherever `start` is. */
+int alg_host_order(const struct alg_host_map *map, int start, int p);
+int alg_host_position(const struct alg_host_map *map, int start, int rank);
+
 /* false, the schedule marked out of memory, if the map cannot be allocated. */
 bool alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
                        struct alg_sched *sched);

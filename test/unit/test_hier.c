@@ -59,13 +59,15 @@ hosts_of(const struct layout *l)
     return hosts;
 }
 
-/* The three host-aware rows. */
-static const struct {
+struct row {
     enum alg_coll coll;
     alg_builder_t build;
     size_t (*bytes)(const struct alg_args *args);
     void (*cost)(const struct alg_args *args, struct alg_cost *cost_out);
-} rows[] = {
+};
+
+/* The three host-aware rows. */
+static const struct row rows[] = {
     {ALG_COLL_ALLREDUCE, alg_hier_allreduce, alg_hier_allreduce_bytes, alg_hier_allreduce_cost},
     {ALG_COLL_ALLGATHER, alg_hier_allgather, alg_hier_allgather_bytes, alg_hier_allgather_cost},
     {ALG_COLL_REDUCESCATTER, alg_hier_reducescatter, alg_hier_reducescatter_bytes,
@@ -74,14 +76,20 @@ static const struct {
 
 #define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
 
+/* The chains, which run in host order. */
+static const struct row chains[] = {
+    {ALG_COLL_BROADCAST, alg_chain_broadcast, alg_chain_broadcast_bytes, alg_chain_broadcast_cost},
+    {ALG_COLL_REDUCE, alg_chain_reduce, alg_chain_reduce_bytes, alg_chain_reduce_cost},
+};
+
 /* One case of row `row` on layout l in the simulator: the reference result everywhere, guards
  * and inputs intact, each rank's traffic as bytes() says. */
 static void
-check(int row, const struct layout *l, size_t count, enum kr_op_kind kind, bool in_place,
-      size_t chunk_bytes, int slots, unsigned seed)
+check_row(const struct row *row, const struct layout *l, int root, size_t count,
+          enum kr_op_kind kind, bool in_place, size_t chunk_bytes, int slots, unsigned seed)
 {
     const struct alg_hosts hosts = hosts_of(l);
-    const struct ref_case c = {.coll = rows[row].coll, .nranks = l->n, .count = count,
+    const struct ref_case c = {.coll = row->coll, .nranks = l->n, .count = count, .root = root,
                                .in_place = in_place, .kind = kind};
     struct ref_data *d = malloc(sizeof(*d));
     struct sim_report report;
@@ -89,14 +97,28 @@ check(int row, const struct layout *l, size_t count, enum kr_op_kind kind, bool 
 
     cr_assert(d != NULL && ref_setup(&c, d), "out of memory");
     struct sim_op op = {
-        .build = rows[row].build, .redops = d->redops, .send = d->send, .recv = d->recv,
+        .build = row->build, .redops = d->redops, .send = d->send, .recv = d->recv,
         .send_bytes = d->send_bytes, .recv_bytes = d->recv_bytes, .seed = seed,
         .args = {.coll = c.coll, .count = count, .elem_size = 4, .nranks = l->n,
-                 .chunk_bytes = chunk_bytes, .slots = slots,
+                 .root = root, .chunk_bytes = chunk_bytes, .slots = slots,
                  .prescale = ref_coll_reduces(c.coll) && kind == KR_PREMULSUM,
                  .hosts = &hosts}};
-    /* In place is per rank, as the executor decides it from the pointers. */
-    op.args.in_place = d->in_place[0];
+    /* In place is per rank, as the executor decides it from the pointers: for a rooted
+     * collective at the root only, so it runs as a group of one part per rank. */
+    struct sim_part parts[SIM_MAX_RANKS];
+    const struct sim_part *pp[SIM_MAX_RANKS];
+    int np[SIM_MAX_RANKS];
+    for (int r = 0; r < l->n; r++) {
+        struct alg_args args = op.args;
+        args.rank = r;
+        args.in_place = d->in_place[r];
+        parts[r] = (struct sim_part){row->build, args, d->send[r], d->recv[r], d->send_bytes[r],
+                                     d->recv_bytes[r]};
+        pp[r] = &parts[r];
+        np[r] = 1;
+    }
+    op.nparts = np;
+    op.parts = pp;
     bool ran = sim_run(&op, &report);
     cr_assert(ran, "%s on %s, count %zu, %s, in place %d, chunk %zu, slots %d, seed %u: %s",
               ref_coll_name(c.coll), l->name, count, ref_kind_name(kind), in_place, chunk_bytes,
@@ -106,10 +128,10 @@ check(int row, const struct layout *l, size_t count, enum kr_op_kind kind, bool 
     for (int r = 0; r < l->n; r++) {
         struct alg_args args = op.args;
         args.rank = r;
-        cr_assert_eq(report.bytes_sent[r], rows[row].bytes(&args),
+        cr_assert_eq(report.bytes_sent[r], row->bytes(&args),
                      "%s on %s, count %zu: rank %d sent %zu, bytes() says %zu",
                      ref_coll_name(c.coll), l->name, count, r, report.bytes_sent[r],
-                     rows[row].bytes(&args));
+                     row->bytes(&args));
     }
     ref_free(d);
     free(d);
@@ -132,7 +154,7 @@ Test(hier, every_row_on_every_layout)
                          * would take the simulator minutes. */
                         const size_t chunk = counts[w] > 100 ? ((k + ip) % 2 ? 256 : 1 << 20)
                                                              : chunks[(w + k + ip) % 4];
-                        check(row, l, counts[w], kinds[k], ip, chunk,
+                        check_row(&rows[row], l, 0, counts[w], kinds[k], ip, chunk,
                               1 + (w + ip) % 3, (unsigned)(li * 7919 + w * 131 + k * 3 + ip));
                     }
                 }
@@ -146,7 +168,7 @@ Test(hier, many_interleavings)
     for (int row = 0; row < NROWS; row++) {
         for (int li = 0; li < NLAYOUTS; li++) {
             for (unsigned seed = 1; seed <= 25; seed++) {
-                check(row, &layouts[li], 40 + seed % 7,
+                check_row(&rows[row], &layouts[li], 0, 40 + seed % 7,
                       seed % 3 == 0 ? KR_PREMULSUM : KR_SUMPOSTDIV, seed & 1, 32,
                       1 + (int)seed % 2, seed);
             }
@@ -156,18 +178,18 @@ Test(hier, many_interleavings)
 
 /* Bytes every rank's schedule of `row` sends to ranks of other hosts, all ranks together. */
 static size_t
-bytes_between_hosts(int row, const struct layout *l, const struct alg_hosts *hosts,
-                    size_t count, size_t chunk_bytes)
+bytes_between_hosts(const struct row *row, const struct layout *l, const struct alg_hosts *hosts,
+                    int root, size_t count, size_t chunk_bytes)
 {
     size_t total = 0;
 
     for (int r = 0; r < l->n; r++) {
-        struct alg_args args = {.coll = rows[row].coll, .count = count, .elem_size = 4,
-                                .rank = r, .nranks = l->n, .chunk_bytes = chunk_bytes,
+        struct alg_args args = {.coll = row->coll, .count = count, .elem_size = 4, .rank = r,
+                                .nranks = l->n, .root = root, .chunk_bytes = chunk_bytes,
                                 .slots = 4, .hosts = hosts};
         struct alg_sched sched;
         alg_sched_init(&sched);
-        cr_assert_eq(rows[row].build(&args, &sched), ncclSuccess);
+        cr_assert_eq(row->build(&args, &sched), ncclSuccess);
         for (int i = 0; i < sched.nsteps; i++) {
             const struct alg_step *step = &sched.steps[i];
             if (step->kind == ALG_STEP_SEND && l->host_of[step->peer] != l->host_of[r]) {
@@ -195,7 +217,7 @@ Test(hier, only_what_must_cross_crosses_once)
                                 : nh == 2                           ? 2 * bytes
                                                                     : 2 * (nh - 1) * bytes;
             for (size_t chunk = 4096; chunk <= (1u << 20); chunk *= 16) {
-                size_t crossed = bytes_between_hosts(row, l, &hosts, count, chunk);
+                size_t crossed = bytes_between_hosts(&rows[row], l, &hosts, 0, count, chunk);
                 cr_assert_eq(crossed, want,
                              "%s on %s, chunk %zu: %zu bytes between hosts, want %zu",
                              ref_coll_name(rows[row].coll), l->name, chunk, crossed, want);
@@ -204,7 +226,30 @@ Test(hier, only_what_must_cross_crosses_once)
     }
     /* Issue 33's bound: a 2 x 2 all-reduce of S bytes puts 2.0 S between the hosts. */
     const struct alg_hosts two = hosts_of(&layouts[0]);
-    cr_assert_eq(bytes_between_hosts(0, &layouts[0], &two, count, 131072), 2 * bytes);
+    cr_assert_eq(bytes_between_hosts(&rows[0], &layouts[0], &two, 0, count, 131072), 2 * bytes);
+}
+
+/* The chains run in host order from the root: right on every layout and root, and they cross
+ * between H hosts H - 1 times, S bytes each, wherever the root is. */
+Test(hier, chains_cross_each_host_boundary_once)
+{
+    const size_t count = 4096, bytes = count * 4;
+
+    for (int ci = 0; ci < 2; ci++) {
+        for (int li = 0; li < NLAYOUTS; li++) {
+            const struct layout *l = &layouts[li];
+            const struct alg_hosts hosts = hosts_of(l);
+            for (int root = 0; root < l->n; root++) {
+                const enum kr_op_kind kind = root % 2 ? KR_PREMULSUM : KR_SUMPOSTDIV;
+                check_row(&chains[ci], l, root, 37 + (size_t)root, kind, root % 3 == 0, 12,
+                          1 + root % 2, (unsigned)(li * 31 + root));
+                size_t crossed = bytes_between_hosts(&chains[ci], l, &hosts, root, count, 4096);
+                cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
+                             "%s on %s, root %d: %zu bytes between hosts",
+                             ref_coll_name(chains[ci].coll), l->name, root, crossed);
+            }
+        }
+    }
 }
 
 /* Every rank ranks the row alike: its cost depends on the layout, not on the rank. */
