@@ -34,12 +34,13 @@
 
 #include <stdlib.h>
 
-/* Our place in the chain (0 sends first) and our neighbours; `toward_root` for reduce, whose
- * data flows up the host order to the root. False if out of memory. */
+/* Our place in the chain (0 sends first) and our neighbours. */
 struct chain_links {
     int pos, prev, next;
 };
 
+/* `toward_root` for reduce, whose data flows up the host order to the root. False (sched, if
+ * any, marked out of memory) if the host map cannot be made. */
 static bool
 chain_links(const struct alg_args *args, struct alg_sched *sched, bool toward_root,
             struct chain_links *links)
@@ -101,11 +102,9 @@ alg_chain_broadcast(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_chain_broadcast_bytes(const struct alg_args *args)
 {
-    struct alg_sched unused;
     struct chain_links links;
 
-    alg_sched_init(&unused);
-    if (!chain_links(args, &unused, false, &links)) {
+    if (!chain_links(args, NULL, false, &links)) {
         return 0;
     }
     return links.pos < args->nranks - 1 ? alg_bytes(args, args->count) : 0;

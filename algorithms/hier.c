@@ -185,7 +185,7 @@ hier_lanes(const struct alg_host_map *map)
     return lanes;
 }
 
-/* Sets up h for args; false (the schedule marked out of memory) if it cannot. */
+/* Sets up h for args; false (the schedule, if any, marked out of memory) if it cannot. */
 static bool
 hier_init(struct hier *h, const struct alg_args *args, struct alg_sched *sched)
 {
@@ -198,7 +198,9 @@ hier_init(struct hier *h, const struct alg_args *args, struct alg_sched *sched)
     h->rs_send = malloc((size_t)h->map.nhosts * sizeof(int));
     h->final = malloc((size_t)h->map.nhosts * sizeof(int));
     if (h->rs_send == NULL || h->final == NULL) {
-        sched->out_of_memory = true;
+        if (sched != NULL) {
+            sched->out_of_memory = true;
+        }
         return false;
     }
     return true;
@@ -276,15 +278,13 @@ alg_hier_allreduce(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_hier_allreduce_bytes(const struct alg_args *args)
 {
-    struct alg_sched unused;
     struct hier h;
     size_t elems = 0;
 
-    alg_sched_init(&unused);
     if (args->nranks == 1) {
         return 0;
     }
-    if (!hier_init(&h, args, &unused)) {
+    if (!hier_init(&h, args, NULL)) {
         hier_free(&h);
         return 0;
     }
@@ -316,10 +316,8 @@ alg_hier_allreduce_bytes(const struct alg_args *args)
 void
 alg_hier_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    const bool hosts = args->hosts != NULL;
-    const double nh = hosts ? args->hosts->nhosts : 1;
-    const double lanes = hosts ? args->hosts->widest : args->nranks;
-    const double narrowest = hosts ? args->hosts->narrowest : args->nranks;
+    const struct alg_host_shape shape = alg_host_shape(args);
+    const double nh = shape.nhosts, lanes = shape.widest, narrowest = shape.narrowest;
     const double bytes = (double)alg_bytes(args, args->count);
     /* What one rank of the emptiest host carries across: its shares of the L. */
     const double carried = bytes * ((double)(int)((lanes + narrowest - 1) / narrowest)) / lanes;

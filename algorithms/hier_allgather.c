@@ -87,11 +87,9 @@ alg_hier_allgather(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_hier_allgather_bytes(const struct alg_args *args)
 {
-    struct alg_sched unused;
     struct alg_host_map map;
 
-    alg_sched_init(&unused);
-    if (!alg_host_map_init(&map, args, &unused)) {
+    if (!alg_host_map_init(&map, args, NULL)) {
         return 0;
     }
     const size_t m = (size_t)alg_host_size(&map, map.host);
@@ -113,14 +111,11 @@ void
 alg_hier_allgather_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
     const double n = args->nranks, block = (double)alg_bytes(args, args->count);
-    const double nh = args->hosts != NULL ? args->hosts->nhosts : 1;
-    const double wide = args->hosts != NULL ? args->hosts->widest : n;
-    const double narrow = args->hosts != NULL ? args->hosts->narrowest : n;
-    const double taken = (n - narrow) / narrow, across = taken > nh - 1 ? taken : nh - 1;
+    const struct alg_host_shape shape = alg_host_shape(args);
 
-    cost_out->steps = (wide - 1) * n / wide;
+    cost_out->steps = (shape.widest - 1) * n / shape.widest;
     cost_out->bytes = cost_out->steps * block;
-    cost_out->net_steps = nh - 1;
-    cost_out->net_bytes = across * block;
+    cost_out->net_steps = shape.nhosts - 1;
+    cost_out->net_bytes = shape.across * block;
     cost_out->reduce_bytes = 0;
 }

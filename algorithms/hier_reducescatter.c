@@ -164,14 +164,11 @@ void
 alg_hier_reducescatter_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
     const double n = args->nranks, block = (double)alg_bytes(args, args->count);
-    const double nh = args->hosts != NULL ? args->hosts->nhosts : 1;
-    const double wide = args->hosts != NULL ? args->hosts->widest : n;
-    const double narrow = args->hosts != NULL ? args->hosts->narrowest : n;
-    const double sent = (n - narrow) / narrow, across = sent > nh - 1 ? sent : nh - 1;
+    const struct alg_host_shape shape = alg_host_shape(args);
 
-    cost_out->steps = n - 1 - (n - wide) / wide;
+    cost_out->steps = n - 1 - (n - shape.widest) / shape.widest;
     cost_out->bytes = cost_out->steps * block;
-    cost_out->net_steps = across;
-    cost_out->net_bytes = across * block;
+    cost_out->net_steps = shape.across;
+    cost_out->net_bytes = shape.across * block;
     cost_out->reduce_bytes = (n - 1) * block;
 }

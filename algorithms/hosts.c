@@ -19,7 +19,9 @@ alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
     map->first = calloc((size_t)nhosts + 1, sizeof(int));
     if (map->members == NULL || map->first == NULL) {
         alg_host_map_free(map);
-        sched->out_of_memory = true;
+        if (sched != NULL) {
+            sched->out_of_memory = true;
+        }
         return false;
     }
     /* Count each host's ranks, turn counts into offsets, then place the ranks in order. */

@@ -29,7 +29,7 @@ struct alg_host_map {
 int alg_host_order(const struct alg_host_map *map, int start, int p);
 int alg_host_position(const struct alg_host_map *map, int start, int rank);
 
-/* false, the schedule marked out of memory, if the map cannot be allocated. */
+/* false, the schedule (if any) marked out of memory, if the map cannot be allocated. */
 bool alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
                        struct alg_sched *sched);
 void alg_host_map_free(struct alg_host_map *map);
@@ -59,6 +59,30 @@ static inline int
 alg_host_counterpart(const struct alg_host_map *map, int rank, int host)
 {
     return alg_host_rank(map, host, map->place[rank] % alg_host_size(map, host));
+}
+
+/* The layout as a cost function sees it, alike on every rank (every rank must choose the
+ * same row): hosts, the most and fewest ranks one has, and the blocks a rank of the emptiest
+ * host moves across when every block crosses once to (or from) each other host. Without
+ * args->hosts, one host of every rank. */
+struct alg_host_shape {
+    double nhosts, widest, narrowest, across;
+};
+
+static inline struct alg_host_shape
+alg_host_shape(const struct alg_args *args)
+{
+    const double n = args->nranks;
+    struct alg_host_shape shape = {1, n, n, 0};
+
+    if (args->hosts != NULL) {
+        shape.nhosts = args->hosts->nhosts;
+        shape.widest = args->hosts->widest;
+        shape.narrowest = args->hosts->narrowest;
+    }
+    const double taken = (n - shape.narrowest) / shape.narrowest;
+    shape.across = taken > shape.nhosts - 1 ? taken : shape.nhosts - 1;
+    return shape;
 }
 
 #endif
