@@ -606,6 +606,10 @@ else
     run_case fault-alltoall-n4-revoke 1 90 -- "$bindir/fault" -n 4 -c alltoall -r
     run_case fault-allreduce-n3-tcp-shrink 1 90 "${tcp[@]}" -- \
         "$bindir/fault" -n 3 -c allreduce -s
+    # A ring of 4 over TCP: rank 1 never talks to the victim (3) and waits on rank 0, which
+    # saw the death and goes on to shrink; only rank 0's failure notice can tell rank 1.
+    run_case fault-allreduce-n4-tcp-ring-shrink 1 90 "${tcp[@]}" NCCLSHIM_ALGO=ring -- \
+        "$bindir/fault" -n 4 -c allreduce -s
     run_case fault-sendrecv-n3-tcp 1 90 "${tcp[@]}" -- "$bindir/fault" -n 3 -c sendrecv
     # Hangs: timeout with a report, a report on request, mismatched calls.
     run_case hang-timeout-n3 3 60 NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p timeout
