@@ -273,6 +273,20 @@ tp_tls_has_shm(const char *tls)
     return negated ? !(posix && sysv) : (all || posix || sysv);
 }
 
+/* UCX's TCP transport, for bulk transfer: it cuts every message into segments of
+ * UCX_TCP_TX_SEG_SIZE (8 KiB by default) and receives into RX_SEG_SIZE ones (64 KiB), each a
+ * system call and a header, while ncclshim's messages are chunks of 128 KiB and more. Larger
+ * segments carry them in a few calls: the 2-host all-reduce's bus bandwidth from 256 KiB up
+ * about 1.5 times (docs/performance.md). UCX 1.13 reads a transport's settings from the
+ * environment when a worker opens it (ucp_config_modify takes only its own layer's), so they
+ * are set there, for this process, where the user set none (setenv without overwrite). */
+static void
+tp_config_tcp(void)
+{
+    setenv("UCX_TCP_TX_SEG_SIZE", "64k", 0);
+    setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
+}
+
 /* UCX 1.13's shared-memory transports (posix, sysv) do not advertise peer-failure handling,
  * so with UCP_ERR_HANDLING_MODE_PEER UCX would carry same-host traffic over TCP loopback
  * (16 MiB messages between two workers: 1.6 GB/s, against 3.8 GB/s over sysv, when this was
@@ -316,6 +330,7 @@ tp_context_create(void)
     ucs_status_t status;
 
     /* NULL prefix: UCX's own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...) apply. */
+    tp_config_tcp();
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         WARN("ucp_config_read failed: %s (check the UCX_* variables)", ucs_status_string(status));
