@@ -56,7 +56,7 @@ struct ncclComm {
     bool cuda_dev_chosen;    /* shim_comm_args.cuda_dev_chosen */
     uint64_t id_hash;        /* equal on every rank: from the unique id */
     uint8_t tag_base;        /* the communicator's bits in every message tag */
-    uint32_t seq;            /* collective sequence number, equal across ranks */
+    uint32_t seq;            /* collective sequence number, equal across ranks until a failure */
     uint32_t *p2p_sent;      /* per peer: ncclSends posted to it so far */
     uint32_t *p2p_received;  /* per peer: ncclRecvs posted from it so far */
     uint32_t *mgmt_sent;     /* per peer: split/shrink messages sent to it so far */

@@ -533,7 +533,8 @@ shim_exec_progress(struct shim_exec *exec, bool *progressed_out)
 /* ncclInvalidUsage if the communicator was aborted, or revoked (management exchanges, which
  * split and shrink run after a revoke, go on). A failed peer is not checked here: the
  * transport fails exactly the requests that involve it, and a peer that finished and closed
- * its side (destroy is local) must not fail an operation that no longer needs it. */
+ * its side (destroy is local) must not fail an operation that no longer needs it. A peer
+ * that gave up says so itself (shim_exec_check_notices). */
 static ncclResult_t
 shim_exec_check_comm(const struct shim_exec *exec)
 {
@@ -632,6 +633,33 @@ shim_exec_needs(const struct shim_exec *exec, int peer)
         }
     }
     return false;
+}
+
+/* A peer that sent its failure notice (its communicator failed) posts nothing more on this
+ * communicator but a shrink's exchanges: an operation that still needs it cannot complete,
+ * though what the peer waits for may be a third rank that we never hear from (a ring
+ * neighbour's neighbour, dead), or nothing failed near us at all (its timeout ran out). A
+ * management exchange goes on: a shrink is where the survivors, failed ones included, meet. */
+static ncclResult_t
+shim_exec_check_notices(const struct shim_exec *exec)
+{
+    struct ncclComm *comm = exec->op.comm;
+    const char *why;
+    int first = tp_worker_notice_first(comm->tp, &why);
+
+    if (first < 0 || exec->management) {
+        return ncclSuccess;
+    }
+    for (int peer = 0; peer < comm->nranks; peer++) {
+        if (peer != comm->rank && tp_worker_noticed(comm->tp, peer) &&
+            shim_exec_needs(exec, peer)) {
+            WARN("rank %d: rank %d gave up on communicator %p, so %s seq %u cannot complete "
+                 "(rank %d said: %s)", comm->rank, peer, (void *)comm,
+                 shim_coll_name(exec->op.coll), exec->seq, first, why);
+            return ncclRemoteError;
+        }
+    }
+    return ncclSuccess;
 }
 
 static ncclResult_t
@@ -805,6 +833,13 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
             if (res == ncclSuccess && !moved) {
                 res = shim_exec_check_comm(execs[i]);
             }
+            if (res == ncclSuccess && !moved) {
+                res = shim_exec_check_notices(execs[i]);
+                if (res != ncclSuccess) {
+                    /* As at a timeout: the peer's may have run out, and ours shows nothing. */
+                    shim_exec_report(execs, nexecs, "a peer gave up");
+                }
+            }
             if (res != ncclSuccess) {
                 failed = execs[i]->op.comm;
                 goto out;
@@ -884,9 +919,15 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         }
     }
 out:
-    /* A revoked communicator's operations stop, but it has not failed. */
+    /* A revoked communicator's operations stop, but it has not failed. One that failed tells
+     * its peers, whose operations may wait on it for what it will never send (a dead rank's
+     * neighbours see the death; the ranks that wait on them would not). An aborted one says
+     * nothing: its endpoints close at once, which every peer sees. */
     if (failed != NULL && !__atomic_load_n(&failed->revoked, __ATOMIC_ACQUIRE)) {
         shim_comm_set_async_error(failed, res);
+        if (!__atomic_load_n(&failed->abort_flag, __ATOMIC_ACQUIRE)) {
+            tp_worker_notice_send(failed->tp, shim_error_last(&failed->log));
+        }
     }
     if (workers != few_workers) {
         free(workers);

@@ -411,8 +411,8 @@ err_free:
 }
 
 ncclResult_t
-shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks, uint64_t id_hash,
-                       bool blocking, struct ncclComm **comm_out)
+shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks, bool blocking,
+                       struct ncclComm **comm_out)
 {
     struct shim_comm_args args = {.nranks = nranks, .rank = rank, .blocking = blocking,
                                   .cuda_dev = parent->cuda_dev,
@@ -420,8 +420,7 @@ shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks, uint
     struct ncclComm *comm;
     ncclResult_t res;
 
-    SHIM_CHECK(shim_comm_alloc(&args, id_hash, &comm));
-    comm->tag_base = (uint8_t)(id_hash >> 56);
+    SHIM_CHECK(shim_comm_alloc(&args, 0, &comm)); /* its identity comes at connect */
     shim_comm_register(comm);
     SHIM_CHECK_GOTO(shim_connect_open(comm), res, err_free);
     *comm_out = comm;
@@ -433,8 +432,11 @@ err_free:
 }
 
 ncclResult_t
-shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs, const size_t *lens)
+shim_comm_child_connect(struct ncclComm *comm, uint64_t id_hash, const void *const *addrs,
+                        const size_t *lens)
 {
+    comm->id_hash = id_hash;
+    comm->tag_base = (uint8_t)(id_hash >> 56);
     SHIM_CHECK(shim_connect_peers(comm, addrs, lens));
     __atomic_store_n(&comm->state, SHIM_COMM_READY, __ATOMIC_RELEASE);
     INFO(SHIM_INIT, "comm %p rank %d nranks %d cudaDev %d - Init COMPLETE (from a parent)",

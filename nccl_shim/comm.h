@@ -57,13 +57,12 @@ ncclResult_t shim_comm_async_error(struct ncclComm *comm);
 /* Blocks until a non-blocking init finished; returns its result. */
 ncclResult_t shim_comm_wait_init(struct ncclComm *comm);
 /* A communicator made from a parent's ranks (split.c): created with its transport worker,
- * then connected once the members' addresses were exchanged over the parent. Discard frees
- * one that never got connected. */
+ * then given its identity (id_hash, equal on every member) and connected once the members'
+ * addresses were exchanged over the parent. Discard frees one that never got connected. */
 ncclResult_t shim_comm_child_create(const struct ncclComm *parent, int rank, int nranks,
-                                    uint64_t id_hash, bool blocking,
-                                    struct ncclComm **comm_out);
-ncclResult_t shim_comm_child_connect(struct ncclComm *comm, const void *const *addrs,
-                                     const size_t *lens);
+                                    bool blocking, struct ncclComm **comm_out);
+ncclResult_t shim_comm_child_connect(struct ncclComm *comm, uint64_t id_hash,
+                                     const void *const *addrs, const size_t *lens);
 void shim_comm_child_discard(struct ncclComm *comm);
 
 /* Creates a fresh unique id for ncclCommInitAll (never from NCCL_COMM_ID). */

@@ -6,7 +6,10 @@
  * the new communicator (split: color and key), then the new transport workers' addresses.
  * Every member then connects its new worker to the others'. The child's identity mixes the
  * parent's with the parent's sequence number and the color, so it is equal on its members
- * and differs from every other communicator's.
+ * and differs from every other communicator's. The sequence number is the members' highest,
+ * sent with the addresses: ranks whose communicator failed may have given up in different
+ * operations (one told of the failure before a message already on its way arrived), and a
+ * shrink of theirs must still agree.
  *
  * ncclCommGrow is the other way round: new ranks have no parent to talk through, so every rank
  * joins a bootstrap root, as ncclCommInitRank does. One parent rank starts it
@@ -47,16 +50,37 @@ shim_split_build(struct ncclComm *parent, const int *members, int nmembers, int 
     struct shim_blobs blobs;
     const void *addr = NULL, **addrs = NULL;
     size_t len = 0, *lens = NULL;
+    uint64_t seq = parent->seq;
+    uint8_t *hello = NULL;
     ncclResult_t res;
 
-    uint64_t id_hash = shim_split_mix(parent->id_hash ^ shim_split_mix(parent->seq + salt));
     if (group != NULL) {
-        SHIM_CHECK(shim_comm_child_create(parent, new_rank, ngroup, id_hash, blocking, &child));
+        SHIM_CHECK(shim_comm_child_create(parent, new_rank, ngroup, blocking, &child));
         SHIM_CHECK_GOTO(shim_connect_address(child, &addr, &len), res, err_child);
     }
-    /* Everyone takes part in the exchange, those without a new communicator with nothing. */
-    SHIM_CHECK_GOTO(shim_exchange_blobs(parent, members, nmembers, me, addr, len, &blobs), res,
-                    err_child);
+    /* Everyone takes part in the exchange with its sequence number, those without a new
+     * communicator with nothing after it. */
+    SHIM_CHECK_GOTO(shim_calloc(&hello, sizeof(seq) + len), res, err_child);
+    memcpy(hello, &seq, sizeof(seq));
+    if (len > 0) {
+        memcpy(hello + sizeof(seq), addr, len);
+    }
+    res = shim_exchange_blobs(parent, members, nmembers, me, hello, sizeof(seq) + len, &blobs);
+    free(hello);
+    if (res != ncclSuccess) {
+        goto err_child;
+    }
+    for (int m = 0; m < nmembers; m++) {
+        uint64_t theirs;
+        if (blobs.lens[m] < sizeof(theirs)) {
+            WARN("rank %d: rank %d sent %zu bytes to make a communicator from, too few",
+                 parent->rank, members[m], blobs.lens[m]);
+            res = ncclRemoteError;
+            goto err_blobs;
+        }
+        memcpy(&theirs, blobs.data + blobs.offsets[m], sizeof(theirs));
+        seq = theirs > seq ? theirs : seq;
+    }
     if (group == NULL) {
         shim_blobs_free(&blobs);
         *newcomm_out = NULL;
@@ -69,10 +93,11 @@ shim_split_build(struct ncclComm *parent, const int *members, int nmembers, int 
         while (members[m] != group[r]) { /* group is a subset of members */
             m++;
         }
-        addrs[r] = blobs.data + blobs.offsets[m];
-        lens[r] = blobs.lens[m];
+        addrs[r] = blobs.data + blobs.offsets[m] + sizeof(seq);
+        lens[r] = blobs.lens[m] - sizeof(seq);
     }
-    SHIM_CHECK_GOTO(shim_comm_child_connect(child, addrs, lens), res, err_blobs);
+    uint64_t id_hash = shim_split_mix(parent->id_hash ^ shim_split_mix(seq + salt));
+    SHIM_CHECK_GOTO(shim_comm_child_connect(child, id_hash, addrs, lens), res, err_blobs);
     free(addrs);
     free(lens);
     shim_blobs_free(&blobs);

@@ -17,7 +17,9 @@
  * ncclRemoteError when a peer failed or went away; ncclInvalidUsage when a message's length
  * differs from the receive's (the ranks disagree on the operation); ncclSystemError for any
  * other UCX failure; ncclInternalError when the caller breaks this contract (posting on a
- * request in use, a peer without an endpoint, connecting twice).
+ * request in use, a peer without an endpoint, connecting twice). A request fails only for its
+ * own peer; that a peer gave up because of a third rank travels as a failure notice
+ * (tp_worker_notice_send), which the caller weighs.
  */
 #ifndef TP_TRANSPORT_H
 #define TP_TRANSPORT_H
@@ -126,5 +128,18 @@ bool tp_cuda_memory(void);
  * peer shows at once; over shared memory, by UCX's keepalive within UCX_KEEPALIVE_INTERVAL
  * (20 s by default) once its process is gone (a zombie not yet reaped still looks alive). */
 int tp_worker_failed_peer(const struct tp_worker *worker);
+
+/* Failure notices: how a rank whose operations on this worker failed for good (its
+ * communicator failed) tells the peers that wait on it, which no endpoint error would tell
+ * while it stays up (to shrink, say). tp_worker_notice_send sends one small message with
+ * `why` (its first 255 bytes) to every peer whose endpoint has not failed; once per worker,
+ * later calls do nothing. Nothing blocks: the notices go out as the worker progresses (or
+ * with tp_worker_destroy's bounded flush), outside the executor's tags, and a peer already
+ * gone simply misses its own. A peer records them as its worker progresses: tp_worker_noticed
+ * says whether `peer` sent one, tp_worker_notice_first names the first sender (-1 if none
+ * came) and its text (valid until the worker is destroyed). An orderly teardown sends none. */
+void tp_worker_notice_send(struct tp_worker *worker, const char *why);
+bool tp_worker_noticed(const struct tp_worker *worker, int peer);
+int tp_worker_notice_first(const struct tp_worker *worker, const char **why_out);
 
 #endif

@@ -17,6 +17,11 @@
  * immediate completion nor, for requests without a callback, what ucp_tag_recv_request_test
  * reports (it returns a previous message's length). So every receive gets a request
  * (UCP_OP_ATTR_FLAG_NO_IMM_CMPL) and a callback; sends may complete at once.
+ *
+ * Failure notices (tp_worker_notice_send) are UCX active messages, a namespace of their own,
+ * so the executor's tags stay its own and no receive has to wait for them: each worker's
+ * handler records the sender. Their requests are freed at once (UCX lets go of them when
+ * sent, or when the endpoint closes); header and text live in the worker.
  */
 #include "transport.h"
 
@@ -45,6 +50,10 @@
  * trusting the worker's fd and polls it on a timer, 1, 2, 4, ... up to TP_BACKOFF_MAX_MS. */
 #define TP_IDLE_WAKES 4
 #define TP_BACKOFF_MAX_MS 10
+/* The active message that carries a failure notice (tp_worker_notice_send), and how much of
+ * its text travels. */
+#define TP_AM_NOTICE 0x4e
+#define TP_NOTICE_TEXT 256
 
 /* A UCX call that returns ucs_status_t: WARN with its name and UCX's text, then jump. */
 #define TP_UCS_CHECK_GOTO(call, what, res, label)                                            \
@@ -75,6 +84,7 @@ struct tp_peer {
     ucp_ep_h ep;          /* NULL for self, and once closed */
     void *close_req;      /* in-flight ucp_ep_close_nbx request during teardown */
     _Atomic int status;   /* ucs_status_t the endpoint failed with; UCS_OK while healthy */
+    _Atomic bool noticed; /* the peer sent its failure notice */
 };
 
 /* A link of the worker's lists of registrations and keys, which teardown empties. */
@@ -116,6 +126,11 @@ struct tp_worker {
     struct tp_peer *peers;       /* nranks entries, NULL before tp_worker_connect */
     struct tp_ucx_req inflight;  /* list head of requests UCX still holds for us */
     _Atomic int failed_peer;     /* first peer whose endpoint failed, -1 if none */
+    _Atomic int notice_from;     /* first peer whose failure notice came, -1 if none */
+    char notice_text[TP_NOTICE_TEXT]; /* its text, written once before notice_from */
+    int32_t notice_rank;         /* what our own notice carries (once sent, never rewritten) */
+    char notice_out[TP_NOTICE_TEXT];
+    bool notice_sent;
     bool progressed;             /* tp_worker_progress did something since the last wait */
     bool woke;                   /* the last wait returned for this worker (or timed it) */
     int idle_wakes;              /* wakeups in a row after which progress found nothing */
@@ -258,6 +273,20 @@ tp_tls_has_shm(const char *tls)
     return negated ? !(posix && sysv) : (all || posix || sysv);
 }
 
+/* UCX's TCP transport, for bulk transfer: it cuts every message into segments of
+ * UCX_TCP_TX_SEG_SIZE (8 KiB by default) and receives into RX_SEG_SIZE ones (64 KiB), each a
+ * system call and a header, while ncclshim's messages are chunks of 128 KiB and more. Larger
+ * segments carry them in a few calls: the 2-host all-reduce's bus bandwidth from 256 KiB up
+ * about 1.5 times (docs/performance.md). UCX 1.13 reads a transport's settings from the
+ * environment when a worker opens it (ucp_config_modify takes only its own layer's), so they
+ * are set there, for this process, where the user set none (setenv without overwrite). */
+static void
+tp_config_tcp(void)
+{
+    setenv("UCX_TCP_TX_SEG_SIZE", "64k", 0);
+    setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
+}
+
 /* UCX 1.13's shared-memory transports (posix, sysv) do not advertise peer-failure handling,
  * so with UCP_ERR_HANDLING_MODE_PEER UCX would carry same-host traffic over TCP loopback
  * (16 MiB messages between two workers: 1.6 GB/s, against 3.8 GB/s over sysv, when this was
@@ -287,8 +316,10 @@ tp_context_create(void)
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED,
         /* RMA and 64-bit atomics: windows and one-sided signals (tp_put_post, tp_atomic_add_post).
          * Where no transport does them in hardware, UCX emulates them with active messages,
-         * which the target's worker serves whenever it progresses. */
-        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA | UCP_FEATURE_AMO64,
+         * which the target's worker serves whenever it progresses. Active messages: failure
+         * notices (tp_worker_notice_send), outside the tags the executor owns. */
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA | UCP_FEATURE_AMO64 |
+                    UCP_FEATURE_AM,
         .request_size = sizeof(struct tp_ucx_req),
         /* Workers of different communicators run on different threads at the same time
          * and share this context's state (memory registrations, resources), so the
@@ -299,6 +330,7 @@ tp_context_create(void)
     ucs_status_t status;
 
     /* NULL prefix: UCX's own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...) apply. */
+    tp_config_tcp();
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         WARN("ucp_config_read failed: %s (check the UCX_* variables)", ucs_status_string(status));
@@ -441,6 +473,35 @@ tp_request_check_idle(const struct tp_worker *w, const struct tp_request *req, c
 
 /* --- the worker --------------------------------------------------------------------------- */
 
+/* UCX calls this from ucp_worker_progress when a peer's failure notice arrives: the header is
+ * its rank, the data its text. Kept: which peers sent one, and the first one's text. */
+static ucs_status_t
+tp_notice_arrived(void *arg, const void *header, size_t header_length, void *data,
+                  size_t length, const ucp_am_recv_param_t *param)
+{
+    struct tp_worker *w = arg;
+    int32_t rank;
+
+    if (header_length != sizeof(rank)) {
+        return UCS_OK;
+    }
+    memcpy(&rank, header, sizeof(rank));
+    if (w->peers == NULL || rank < 0 || rank >= w->nranks || rank == w->self ||
+        atomic_exchange(&w->peers[rank].noticed, true)) {
+        return UCS_OK; /* a second one; or not connected yet, which a sender never sees */
+    }
+    if (atomic_load(&w->notice_from) < 0) {
+        /* An eager message's data is here; a rendezvous one (never, at this size) is not. */
+        bool here = !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+        snprintf(w->notice_text, sizeof(w->notice_text), "%.*s",
+                 here ? (int)(length < TP_NOTICE_TEXT ? length : TP_NOTICE_TEXT - 1) : 0,
+                 here ? (const char *)data : "");
+        atomic_store(&w->notice_from, rank);
+    }
+    INFO(SHIM_NET, "rank %d: peer %d's failure notice came", w->self, rank);
+    return UCS_OK;
+}
+
 ncclResult_t
 tp_worker_create(struct tp_worker **worker_out)
 {
@@ -461,6 +522,7 @@ tp_worker_create(struct tp_worker **worker_out)
     w->self = -1;
     w->inflight.prev = w->inflight.next = &w->inflight;
     atomic_init(&w->failed_peer, -1);
+    atomic_init(&w->notice_from, -1);
     SHIM_CHECK_GOTO(tp_context_acquire(&ctx), res, err_free);
 
     TP_UCS_CHECK_GOTO(ucp_worker_create(ctx, &params, &w->ucp), "ucp_worker_create", res,
@@ -473,6 +535,16 @@ tp_worker_create(struct tp_worker **worker_out)
         res = ncclSystemError;
         goto err_destroy_worker;
     }
+    ucp_am_handler_param_t notice = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = TP_AM_NOTICE,
+        .flags = UCP_AM_FLAG_WHOLE_MSG,
+        .cb = tp_notice_arrived,
+        .arg = w,
+    };
+    TP_UCS_CHECK_GOTO(ucp_worker_set_am_recv_handler(w->ucp, &notice),
+                      "ucp_worker_set_am_recv_handler", res, err_destroy_worker);
     TP_UCS_CHECK_GOTO(ucp_worker_get_efd(w->ucp, &w->efd), "ucp_worker_get_efd", res,
                       err_destroy_worker);
     TP_UCS_CHECK_GOTO(ucp_worker_get_address(w->ucp, &w->addr, &w->addr_len),
@@ -604,6 +676,7 @@ tp_worker_connect(struct tp_worker *worker, int nranks, int self, const void *co
         peers[r].worker = worker;
         peers[r].rank = r;
         atomic_init(&peers[r].status, (int)UCS_OK);
+        atomic_init(&peers[r].noticed, false);
     }
     /* Our own rank gets an endpoint too (UCX's loopback): NCCL allows ncclSend/ncclRecv to
      * oneself inside a group, and it then travels like any other message. */
@@ -692,6 +765,61 @@ int
 tp_worker_failed_peer(const struct tp_worker *worker)
 {
     return atomic_load(&worker->failed_peer);
+}
+
+/* --- failure notices ---------------------------------------------------------------------- */
+
+void
+tp_worker_notice_send(struct tp_worker *worker, const char *why)
+{
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+    };
+    int sent = 0;
+
+    if (worker->notice_sent || worker->peers == NULL) {
+        return;
+    }
+    /* Header and text live in the worker, which outlives every send of them. */
+    worker->notice_sent = true;
+    worker->notice_rank = worker->self;
+    snprintf(worker->notice_out, sizeof(worker->notice_out), "%s", why != NULL ? why : "");
+    for (int r = 0; r < worker->nranks; r++) {
+        struct tp_peer *p = &worker->peers[r];
+        if (r == worker->self || p->ep == NULL || atomic_load(&p->status) != UCS_OK) {
+            continue;
+        }
+        ucs_status_ptr_t sp = ucp_am_send_nbx(p->ep, TP_AM_NOTICE, &worker->notice_rank,
+                                              sizeof(worker->notice_rank), worker->notice_out,
+                                              strlen(worker->notice_out), &param);
+        if (UCS_PTR_IS_ERR(sp)) {
+            INFO(SHIM_NET, "rank %d: failure notice to peer %d not sent: %s", worker->self, r,
+                 ucs_status_string(UCS_PTR_STATUS(sp)));
+            continue;
+        }
+        if (sp != NULL) {
+            ucp_request_free(sp); /* UCX frees it once sent, or at the endpoint's close */
+        }
+        sent++;
+    }
+    INFO(SHIM_NET, "rank %d: failure notice to %d peers: %s", worker->self, sent,
+         worker->notice_out);
+}
+
+bool
+tp_worker_noticed(const struct tp_worker *worker, int peer)
+{
+    return worker->peers != NULL && peer >= 0 && peer < worker->nranks &&
+           atomic_load(&worker->peers[peer].noticed);
+}
+
+int
+tp_worker_notice_first(const struct tp_worker *worker, const char **why_out)
+{
+    int from = atomic_load(&worker->notice_from);
+    *why_out = from >= 0 ? worker->notice_text : "";
+    return from;
 }
 
 /* --- messages ----------------------------------------------------------------------------- */

@@ -13,6 +13,11 @@
  *   idle      the last rank comes 1.5 s late to an all-reduce: the ranks that wait for it
  *             sleep, so the waiting thread's CPU time is under a quarter of the wait, and the
  *             result is right.
+ *   shrink    rank 1 alone calls an all-reduce, which fails at its own NCCLSHIM_TIMEOUT=1
+ *             (the others have none); then every rank but the last shrinks the world without
+ *             the last, rank 1's failed world included, and the shrunk communicator works,
+ *             though rank 1's world counted one operation more than the others' (as when
+ *             ranks give up in different operations after a rank died).
  * and on device buffers (a CUDA driver, or its test double, needed):
  *   devtimeout   timeout, for a stream-ordered all-reduce: the call returns at once (but
  *                where it may wait for the other ranks: mp_device_call_may_wait); with
@@ -98,10 +103,12 @@ part_timeout(const struct mp_world *w)
     double t0 = mp_now();
     ncclResult_t res = ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, w->comm, NULL);
     double took = mp_now() - t0;
-    /* The rank whose clock runs out first reports and fails the team; a rank that learns of
-     * it before its own clock runs out reports where its operation stood then. */
+    /* The rank whose clock runs out first reports and fails the team (over UCX it tells the
+     * others that it gave up); a rank that learns of it before its own clock runs out reports
+     * where its operation stood then, and its last error quotes the first rank's. */
     bool reported = hang_capture_has("ncclshim report (NCCLSHIM_TIMEOUT)") ||
-                    hang_capture_has("ncclshim report (device team failed)");
+                    hang_capture_has("ncclshim report (device team failed)") ||
+                    hang_capture_has("ncclshim report (a peer gave up)");
     MP_EXPECT(res != ncclSuccess, "the all-reduce without rank %d succeeded", skipper);
     MP_EXPECT(took >= 1.5 && took < 9.0, "timed out after %.2f s (NCCLSHIM_TIMEOUT=2)", took);
     MP_EXPECT(reported, "no report on stderr");
@@ -234,10 +241,12 @@ part_devtimeout(const struct mp_world *w)
     double call = mp_now() - t0;
     ncclResult_t seen = mp_cuda_wait(&hang_cu, hang_stream, w->comm, 10);
     double took = mp_now() - t0;
-    /* The rank whose clock runs out first reports and fails the team; a rank that learns of
-     * it before its own clock runs out reports where its operation stood then. */
+    /* The rank whose clock runs out first reports and fails the team (over UCX it tells the
+     * others that it gave up); a rank that learns of it before its own clock runs out reports
+     * where its operation stood then, and its last error quotes the first rank's. */
     bool reported = hang_capture_has("ncclshim report (NCCLSHIM_TIMEOUT)") ||
-                    hang_capture_has("ncclshim report (device team failed)");
+                    hang_capture_has("ncclshim report (device team failed)") ||
+                    hang_capture_has("ncclshim report (a peer gave up)");
     MP_EXPECT(call < 0.5 || mp_device_call_may_wait(w->rank, w->nranks),
               "the call took %.2f s: it must return once enqueued", call);
     MP_EXPECT(seen == ncclRemoteError, "ncclCommGetAsyncError gave %s, not a remote error",
@@ -319,6 +328,39 @@ part_devalgomismatch(const struct mp_world *w)
               "the stream still waits after ncclCommAbort");
 }
 
+static void
+part_shrink(const struct mp_world *w)
+{
+    const int stray = 1;
+    int gone = w->nranks - 1;
+    ncclComm_t side = NULL, small = NULL;
+    float x[1024] = {0};
+
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &side, NULL));
+    if (w->rank == stray) {
+        ncclResult_t res = ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, w->comm, NULL);
+        MP_EXPECT(res == ncclRemoteError, "the all-reduce of rank %d alone gave %s", stray,
+                  ncclGetErrorString(res));
+    }
+    /* Everyone meets once the stray's all-reduce failed. */
+    MP_CHECK_COMM(side, ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, side, NULL));
+    if (w->rank != gone) {
+        MP_CHECK_COMM(w->comm, ncclCommShrink(w->comm, &gone, 1, &small, NULL,
+                                              NCCL_SHRINK_ABORT));
+        int srank, scount;
+        MP_CHECK_COMM(small, ncclCommUserRank(small, &srank));
+        MP_CHECK_COMM(small, ncclCommCount(small, &scount));
+        MP_EXPECT(scount == w->nranks - 1 && srank == w->rank,
+                  "shrunk communicator: rank %d of %d", srank, scount);
+        MP_EXPECT(mp_allreduce_check(small, srank, scount, ncclFloat, 4099, false, 7) == 0,
+                  "all-reduce on the shrunk communicator");
+        MP_CHECK_COMM(small, ncclCommDestroy(small));
+    }
+    MP_CHECK_COMM(side, ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, side, NULL));
+    MP_CHECK_COMM(side, ncclCommDestroy(side));
+    MP_CHECK(ncclCommAbort(w->comm));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -330,8 +372,8 @@ main(int argc, char **argv)
         if (opt == 'p') {
             part = optarg;
         } else {
-            fprintf(stderr, "usage: hang -p timeout|report|mismatch|idle|devtimeout|devreport|"
-                            "devmismatch|devalgomismatch\n");
+            fprintf(stderr, "usage: hang -p timeout|report|mismatch|idle|shrink|devtimeout|"
+                            "devreport|devmismatch|devalgomismatch\n");
             return 2;
         }
     }
@@ -343,14 +385,20 @@ main(int argc, char **argv)
     if (strcmp(part, "devalgomismatch") == 0 && world.rank == world.nranks - 1) {
         setenv("NCCL_ALGO", "Ring", 1); /* read when the communicator is made */
     }
+    if (strcmp(part, "shrink") == 0 && world.rank == 1) {
+        setenv("NCCLSHIM_TIMEOUT", "1", 1); /* read at the first operation */
+    }
     world.comm = mp_comm_create(&world);
     MP_ASSERT(world.nranks >= 2, "needs 2 or more ranks");
+    MP_ASSERT(strcmp(part, "shrink") != 0 || world.nranks >= 3, "shrink needs 3 or more ranks");
     if (strcmp(part, "timeout") == 0) {
         part_timeout(&world);
     } else if (strcmp(part, "report") == 0) {
         part_report(&world);
     } else if (strcmp(part, "idle") == 0) {
         part_idle(&world);
+    } else if (strcmp(part, "shrink") == 0) {
+        part_shrink(&world);
     } else if (strcmp(part, "devtimeout") == 0) {
         part_devtimeout(&world);
     } else if (strcmp(part, "devreport") == 0) {

@@ -20,8 +20,9 @@
 # badinput.c makes one bad call per row of its table at 2 and 3 ranks. fault.c kills a rank in
 # the middle of a loop of each collective (it forks its own ranks, so it runs as 1 launcher
 # rank) and checks the survivors' error, abort, shrink and revoke; hang.c turns a skipped call
-# into an NCCLSHIM_TIMEOUT error with a report, prints a report on SIGUSR1, and makes
-# NCCLSHIM_CHECK=1 refuse mismatched calls. soak.c runs a random mix of checked collectives on
+# into an NCCLSHIM_TIMEOUT error with a report, prints a report on SIGUSR1, makes
+# NCCLSHIM_CHECK=1 refuse mismatched calls, and shrinks a world on which one rank gave up
+# alone. soak.c runs a random mix of checked collectives on
 # two communicators from two threads per rank and bounds the growth of its RSS.
 #
 # The device cases run the same programs on device buffers (-D, and streams.c), through the
@@ -607,6 +608,10 @@ else
     run_case fault-alltoall-n4-revoke 1 90 -- "$bindir/fault" -n 4 -c alltoall -r
     run_case fault-allreduce-n3-tcp-shrink 1 90 "${tcp[@]}" -- \
         "$bindir/fault" -n 3 -c allreduce -s
+    # A ring of 4 over TCP: rank 1 never talks to the victim (3) and waits on rank 0, which
+    # saw the death and goes on to shrink; only rank 0's failure notice can tell rank 1.
+    run_case fault-allreduce-n4-tcp-ring-shrink 1 90 "${tcp[@]}" NCCLSHIM_ALGO=ring -- \
+        "$bindir/fault" -n 4 -c allreduce -s
     run_case fault-sendrecv-n3-tcp 1 90 "${tcp[@]}" -- "$bindir/fault" -n 3 -c sendrecv
     # Hangs: timeout with a report, a report on request, mismatched calls.
     run_case hang-timeout-n3 3 60 NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p timeout
@@ -617,6 +622,10 @@ else
     run_case hang-idle-n2-tcp 2 60 "${tcp[@]}" -- "$bindir/hang" -p idle
     run_case hang-mismatch-n3 3 60 NCCLSHIM_CHECK=1 -- "$bindir/hang" -p mismatch
     run_case hang-mismatch-n2-tcp 2 60 NCCLSHIM_CHECK=1 "${tcp[@]}" -- "$bindir/hang" -p mismatch
+    # A shrink among ranks whose world counted different numbers of operations (one gave up
+    # alone at its timeout).
+    run_case hang-shrink-n3 3 60 -- "$bindir/hang" -p shrink
+    run_case hang-shrink-n4-tcp 4 60 "${tcp[@]}" -- "$bindir/hang" -p shrink
     # Soak: two communicators, two threads, a mixed random stream; results and RSS checked.
     run_case soak-n4 4 120 -- "$bindir/soak" -n 10000
     run_case soak-n4-ucx 4 120 NCCL_SHM_DISABLE=1 -- "$bindir/soak" -n 5000

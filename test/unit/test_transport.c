@@ -875,3 +875,90 @@ Test(transport_tcp, dead_peer_is_an_error, .init = use_tcp, .timeout = 60)
                  ncclRemoteError);
     rig_down(&rig);
 }
+
+/* --- failure notices ---------------------------------------------------------------------- */
+
+/* Progresses every worker of rig until `to` has rank `from`'s notice; fails the test if it
+ * never comes. */
+static void
+notice_await(struct rig *rig, int to, int from)
+{
+    int64_t deadline = shim_clock_ms() + DEADLINE_MS;
+
+    while (!tp_worker_noticed(rig->w[to], from)) {
+        cr_assert(shim_clock_ms() < deadline, "rank %d's notice did not reach rank %d", from,
+                  to);
+        if (!rig_progress(rig)) {
+            tp_worker_wait(rig->w, rig->n, 10);
+        }
+    }
+}
+
+/* A rank's notice reaches every peer, over connections not yet used (the first message
+ * wires them up), with its text cut to 255 bytes; only once. With `teardown` (over TCP, where
+ * a closed connection shows at once), a peer that tears down in order sends none, though its
+ * endpoint fails as a dead one's would. */
+static void
+notices(bool teardown)
+{
+    struct rig rig;
+    char why[400];
+    const char *got;
+
+    rig_up(&rig, 3);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(tp_worker_notice_first(rig.w[r], &got), -1);
+        cr_assert_str_eq(got, "");
+    }
+    memset(why, 'x', sizeof(why) - 1);
+    why[sizeof(why) - 1] = '\0';
+    memcpy(why, "rank 0: peer 9 failed", 21);
+    tp_worker_notice_send(rig.w[0], why);
+    tp_worker_notice_send(rig.w[0], "a second one, which goes nowhere");
+    for (int r = 1; r < 3; r++) {
+        notice_await(&rig, r, 0);
+        cr_assert_eq(tp_worker_notice_first(rig.w[r], &got), 0);
+        cr_assert_eq(strlen(got), 255, "a notice of %zu bytes", strlen(got));
+        cr_assert(strncmp(got, why, 255) == 0, "notice text \"%s\"", got);
+        cr_assert(!tp_worker_noticed(rig.w[r], 3 - r), "rank %d sent no notice", 3 - r);
+    }
+    cr_assert(!tp_worker_noticed(rig.w[0], 0), "a rank does not notice itself");
+    if (!teardown) {
+        rig_down(&rig);
+        return;
+    }
+
+    /* Rank 2 goes in order: rank 1 sees its endpoint fail (once they talked), no notice. */
+    struct msg m[2];
+    msg_init(&m[0], 1, 2, 1, msg_tag(1, 2, 100));
+    msg_init(&m[1], 2, 1, 1, msg_tag(2, 1, 100));
+    for (int i = 0; i < 2; i++) {
+        msg_post_recv(&rig, &m[i]);
+        msg_post_send(&rig, &m[i]);
+    }
+    msgs_finish(&rig, m, 2);
+    msg_free(&m[0]);
+    msg_free(&m[1]);
+    tp_worker_destroy(rig.w[2]);
+    rig.n = 2;
+    int64_t deadline = shim_clock_ms() + DEADLINE_MS;
+    while (tp_worker_failed_peer(rig.w[1]) != 2) {
+        cr_assert(shim_clock_ms() < deadline, "rank 2's teardown was not seen");
+        if (!rig_progress(&rig)) {
+            tp_worker_wait(rig.w, rig.n, 10);
+        }
+    }
+    cr_assert(!tp_worker_noticed(rig.w[1], 2), "an orderly teardown sent a notice");
+    cr_assert_eq(tp_worker_notice_first(rig.w[1], &got), 0);
+    rig_down(&rig);
+}
+
+Test(transport, notices, .timeout = 60)
+{
+    notices(false);
+}
+
+Test(transport_tcp, notices, .init = use_tcp, .timeout = 60)
+{
+    notices(true);
+}
