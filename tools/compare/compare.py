@@ -31,8 +31,6 @@ import subprocess
 import sys
 import time
 
-import plot
-
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
 
 
@@ -273,6 +271,8 @@ def read_csv(path):
 def report(results, libs, layouts, out, text_tail="", md_tail=""):
     """Prints the table and writes table.txt, summary.md and the PNGs under out; text_tail and
     md_tail, when given, end table.txt and summary.md."""
+    import plot  # matplotlib: only here, so that hosts.py --probe runs before deps install it
+
     med = medians(results)
     text = table(med, libs, layouts) + text_tail
     print(text)
