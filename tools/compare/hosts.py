@@ -198,16 +198,22 @@ class Runner:
         self.hosts = hosts
         self.build = os.path.abspath(build)
         self.port = 30000  # a fresh pair of ports a run: no waiting for TIME_WAIT
+        self.hangs = []  # the runs that hung after their last row
 
     def run(self, lib, coll, layout, size_range):
         sizes, warmup, iters = size_range
         counts = sizes + ["-w", str(warmup), "-n", str(iters)]
         self.port += 2
         if lib in ("openmpi", "mpich"):
-            rows, error = compare.run_one(self.mpi_command(lib, coll, layout, counts), coll,
-                                          layout.nranks)
+            cmds = [self.mpi_command(lib, coll, layout, counts)]
         else:
-            rows, error = self.run_ranks(lib, coll, layout, counts)
+            cmds = self.rank_commands(lib, coll, layout, counts)
+        rows, error = self.execute(cmds, coll, layout.nranks)
+        if error == HUNG:
+            self.hangs.append(f"{lib} {coll} {layout} {' '.join(sizes)}")
+            print(f"compare-hosts: {lib} {coll} {layout}: hung after its last row; ended",
+                  file=sys.stderr)
+            error = None
         if error and error != compare.SKIPPED:
             self.hosts.kill_all()  # an MPI's daemons outlive a killed mpirun
         return rows, error
@@ -249,34 +255,50 @@ class Runner:
                         counts)
         return cmds
 
-    def run_ranks(self, lib, coll, layout, counts):
-        """Starts every rank, each in a process group of its own; the first to fail (exit
-        not 0) ends the others, as ncclshim-launch does. compare.outcome() of rank 0's rows
-        and the failed rank's (else rank 0's) messages."""
+    def execute(self, cmds, coll, nranks):
+        """Starts every command (an MPI's mpirun, or each rank), each in a process group of
+        its own; the first to fail (exit not 0) ends the others, as ncclshim-launch does.
+        compare.outcome() of the first one's rows and the failed one's (else the first one's)
+        messages; or HUNG as the error when the first one printed its last line (all rows
+        and the check's verdict) and FINALIZE_GRACE seconds later had not exited."""
         with tempfile.TemporaryDirectory() as tmp:
             procs = []
             try:
-                for r, cmd in enumerate(self.rank_commands(lib, coll, layout, counts)):
+                for r, cmd in enumerate(cmds):
                     with open(f"{tmp}/{r}.out", "w") as out, open(f"{tmp}/{r}.err", "w") as err:
                         procs.append(subprocess.Popen(cmd, stdout=out, stderr=err,
                                                       stdin=subprocess.DEVNULL,
                                                       start_new_session=True))
-                failed, returncode = wait_ranks(procs, compare.TIMEOUT)
+                failed, returncode = wait_ranks(procs, f"{tmp}/0.out")
             finally:
                 for proc in procs:
                     if proc.poll() is None:
                         os.killpg(proc.pid, signal.SIGKILL)
                         proc.wait()
-            if returncode is None:
-                return {}, "timed out"
             with open(f"{tmp}/0.out") as out, open(f"{tmp}/{failed or 0}.err") as err:
-                return compare.outcome(returncode, out.read(), err.read(), coll, layout.nranks)
+                text, messages = out.read(), err.read()
+        if returncode is None:
+            return {}, "timed out"
+        if returncode == HUNG:
+            verdict = [line for line in text.splitlines() if line.startswith(LAST_LINE)]
+            rows, error = compare.outcome(0 if verdict[0].endswith(" OK") else 1, text,
+                                          messages, coll, nranks)
+            return rows, error or HUNG
+        return compare.outcome(returncode, text, messages, coll, nranks)
 
 
-def wait_ranks(procs, timeout):
-    """(rank, status) of the first rank to fail, or (None, 0) when all exit 0, or (None,
-    None) after timeout seconds; the others are ended once one fails."""
-    deadline = time.monotonic() + timeout
+HUNG = "hung"  # the status of a run that printed everything but did not exit
+FINALIZE_GRACE = 10  # seconds a run may take to exit once it printed its last line
+LAST_LINE = "# Out of bounds values"  # how every benchmark here ends its output
+
+
+def wait_ranks(procs, out):
+    """(index, status) of the first process to fail, (None, 0) when all exit 0, (None, HUNG)
+    when they are still there FINALIZE_GRACE seconds after the file out (the first one's
+    output) got its last line, or (None, None) after compare.TIMEOUT seconds; the others are
+    ended once one fails."""
+    deadline = time.monotonic() + compare.TIMEOUT
+    grace_end = None
     while time.monotonic() < deadline:
         running = 0
         for r, proc in enumerate(procs):
@@ -290,7 +312,13 @@ def wait_ranks(procs, timeout):
                 return r, status
         if not running:
             return None, 0
-        time.sleep(0.02)
+        if grace_end is None:
+            with open(out) as f:
+                if LAST_LINE in f.read():
+                    grace_end = time.monotonic() + FINALIZE_GRACE
+        elif time.monotonic() > grace_end:
+            return None, HUNG
+        time.sleep(0.05)
     return None, None
 
 
@@ -475,6 +503,10 @@ def measure_all(hosts, args, libs, out):
     save(out, results, wire_rows, tcp_rows)
     report(out, results, libs, LAYOUTS, wire_rows, tcp_rows)
     print(f"compare-hosts: measured in {time.monotonic() - started:.0f} s")
+    if runner.hangs:
+        print(f"compare-hosts: {len(runner.hangs)} runs printed every row and their check's "
+              f"verdict but had not exited {FINALIZE_GRACE} s later (ended; their rows "
+              "count):\n  " + "\n  ".join(runner.hangs))
     return failures + wire_failures
 
 
