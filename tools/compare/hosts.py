@@ -46,8 +46,8 @@ table.txt, summary.md, a PNG per collective), plus wire.csv and tcp.csv, whose t
 table.txt and summary.md. --from-csv reports on an earlier run's CSVs without measuring.
 Exits non-zero if any run failed or gave a wrong result, after printing what it measured;
 prints why and exits 0 (77 with --probe) when it cannot make the hosts (not root, no
-`ip netns`). Full mode: about 3 hours on 2 cores; --quick (8 B, 8 KiB and 8 MiB, one pass,
-the wire at 1 MiB, iperf3 for 2 s) about 10 minutes.
+`ip netns`). --quick (8 B, 8 KiB and 8 MiB, one pass, the wire at 1 MiB, iperf3 for 2 s)
+took 7 minutes on 2 cores; the full mode is estimated at 2 to 3 hours there.
 
 Usage: tools/compare/hosts.py [--build DIR] [--quick] [--from-csv CSV] [--probe]
 """
@@ -518,7 +518,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default="build")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer sizes, one pass (about 10 minutes)")
+                        help="fewer sizes, one pass (7 minutes on 2 cores)")
     parser.add_argument("--from-csv", metavar="CSV",
                         help="measure nothing: report on the results.csv of an earlier run "
                              "(and its wire.csv and tcp.csv)")
