@@ -291,6 +291,19 @@ compare: deps
 	@$(MAKE) --no-print-directory all $(MPI_PERFS)
 	@/usr/bin/python3 tools/compare/compare.py --build $(BUILD) $(if $(QUICK),--quick)
 
+# The same across hosts made of network namespaces (tools/compare/hosts.py): 2 hosts x 1 rank,
+# 2 x 2 and 4 x 1, each MPI as a multi-node job; plus the bytes each library puts between the
+# hosts per call, and iperf3's TCP ceiling. Output in $(BUILD)/compare-hosts. Needs root and
+# `ip netns`; skips (exit 0) without them. QUICK=1 (a few sizes, one pass): 7 minutes on 2
+# cores; the full run: 2 to 3 hours there (an estimate).
+.PHONY: compare-hosts
+compare-hosts:
+	@status=0; /usr/bin/python3 tools/compare/hosts.py --probe || status=$$?; \
+	if [ $$status = 77 ]; then exit 0; elif [ $$status != 0 ]; then exit $$status; fi; \
+	$(MAKE) --no-print-directory deps DEPS_FOR=compare && \
+	$(MAKE) --no-print-directory all $(MPI_PERFS) && \
+	/usr/bin/python3 tools/compare/hosts.py --build $(BUILD) $(if $(QUICK),--quick)
+
 # The same MPI benchmark against each MPI, through that MPI's own compiler wrapper.
 $(BUILD)/compare/mpi_perf.%: tools/compare/mpi_perf.c
 	@mkdir -p $(dir $@)

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # tools/deps.sh [build|test|compare]: makes sure this machine has what `make` (build), `make
-# test` (test, the default) or `make compare` (compare: the build set, both MPIs and matplotlib,
-# plus python3-torch for Gloo when this Debian release has a candidate for it) needs.
+# test` (test, the default) or `make compare` and `make compare-hosts` (compare: the build set,
+# both MPIs and matplotlib, iproute2 and iperf3 for the hosts, plus python3-torch for Gloo when
+# this Debian release has a candidate for it) need.
 # Debian packages are checked with dpkg-query; missing ones are installed with apt-get when we
 # are root (after one `apt-get update`), or named on one line (exit 1) when we are not. The
 # genuine NCCL of the ABI ncclshim implements is not Debian's: the Makefile fetches it from
@@ -23,8 +24,9 @@ build_pkgs=(gcc make libucx-dev ucx-utils binutils python3 ca-certificates)
 # iproute2's `ip netns` builds the hosts of test/netns (make test-netns).
 test_pkgs=("${build_pkgs[@]}" libcriterion-dev pkg-config procps clang libclang-rt-dev
            iproute2)
+# compare-hosts makes its hosts with `ip netns` and measures their TCP with iperf3.
 compare_pkgs=("${build_pkgs[@]}" openmpi-bin libopenmpi-dev mpich libmpich-dev python3
-              python3-matplotlib)
+              python3-matplotlib iproute2 iperf3)
 case ${1:-test} in
     build) wanted=("${build_pkgs[@]}") ;;
     test) wanted=("${test_pkgs[@]}") ;;

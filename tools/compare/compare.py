@@ -22,6 +22,7 @@ Usage: tools/compare/compare.py [--build DIR] [--quick] [--from-csv CSV]
 """
 
 import argparse
+import collections
 import csv
 import os
 import shutil
@@ -30,10 +31,24 @@ import subprocess
 import sys
 import time
 
-import plot
-
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
-RANKS = [2, 4]
+
+
+class Layout(collections.namedtuple("Layout", "hosts per_host")):
+    """Where the ranks of a run are: on `hosts` hosts, `per_host` ranks each, rank r on host
+    r // per_host. `make compare` has one host; tools/compare/hosts.py several."""
+
+    @property
+    def nranks(self):
+        return self.hosts * self.per_host
+
+    def __str__(self):
+        if self.hosts == 1:
+            return f"{self.per_host} ranks"
+        return f"{self.hosts} hosts x {self.per_host}"
+
+
+LAYOUTS = [Layout(1, 2), Layout(1, 4)]
 LIBS = ["ncclshim", "openmpi", "mpich", "gloo"]
 # Each range is one run per library: small sizes take microseconds, so they get enough
 # iterations to rise above the noise of a shared machine; large sizes take milliseconds.
@@ -95,49 +110,54 @@ def gloo_available():
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
-def run_one(cmd, coll, nranks):
-    """(rows, None), (rows, SKIPPED) or (rows, what went wrong)."""
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT + 30)
-    except subprocess.TimeoutExpired:
-        return {}, "timed out"
-    rows = parse_rows(done.stdout, coll, nranks)
-    if done.returncode == SKIPPED:
+def outcome(returncode, stdout, stderr, coll, nranks):
+    """What a finished run gave: (rows, None), (rows, SKIPPED) or (rows, what went wrong)."""
+    rows = parse_rows(stdout, coll, nranks)
+    if returncode == SKIPPED:
         return rows, SKIPPED
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return rows, f"exit {done.returncode}: {tail}"
+    if returncode != 0:
+        tail = (stderr.strip().splitlines() or ["no message"])[-1]
+        return rows, f"exit {returncode}: {tail}"
     if not rows:
         return rows, "no result rows"
     return rows, None
 
 
-def measure(libs, build, mode):
-    """[(coll, nranks, lib, pass, size, busbw)] over every pass; and the failures seen."""
+def run_one(cmd, coll, nranks):
+    """Runs cmd, which prints the rows; outcome()'s answer."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT + 30)
+    except subprocess.TimeoutExpired:
+        return {}, "timed out"
+    return outcome(done.returncode, done.stdout, done.stderr, coll, nranks)
+
+
+def measure(libs, layouts, mode, run):
+    """[(coll, layout, lib, pass, size, busbw)] over every pass; and the failures seen.
+    run(lib, coll, layout, size_range) runs one program over one range: (rows, error)."""
     results, failures, broken = [], [], set()
     for p in range(mode["passes"]):
         started = time.monotonic()
         for coll in COLLS:
-            for nranks in RANKS:
+            for layout in layouts:
                 for k in range(len(libs)):
                     lib = libs[(k + p) % len(libs)]  # rotate who runs first
-                    if (coll, nranks, lib) in broken:
+                    if (coll, layout, lib) in broken:
                         continue
                     for size_range in mode["ranges"]:
-                        rows, error = run_one(command(lib, coll, nranks, build, size_range),
-                                              coll, nranks)
+                        rows, error = run(lib, coll, layout, size_range)
                         for size, (busbw, wrong) in rows.items():
-                            results.append((coll, nranks, lib, p, size, busbw))
+                            results.append((coll, layout, lib, p, size, busbw))
                             if wrong:
                                 error = error or f"{wrong} wrong elements at {size} B"
                         if error:
                             break
                     if error == SKIPPED:
-                        broken.add((coll, nranks, lib))
+                        broken.add((coll, layout, lib))
                         print(f"{lib}: {coll} skipped (not supported)", file=sys.stderr)
                     elif error:
-                        broken.add((coll, nranks, lib))
-                        failures.append(f"{lib} {coll} {nranks} ranks: {error}")
+                        broken.add((coll, layout, lib))
+                        failures.append(f"{lib} {coll} {layout}: {error}")
                         print(f"compare: {failures[-1]}", file=sys.stderr)
         print(f"compare: pass {p + 1}/{mode['passes']} took {time.monotonic() - started:.0f} s",
               file=sys.stderr)
@@ -145,32 +165,32 @@ def measure(libs, build, mode):
 
 
 def medians(results):
-    """{(coll, nranks, lib, size): median busbw over passes}."""
+    """{(coll, layout, lib, size): median busbw over passes}."""
     by_key = {}
-    for coll, nranks, lib, _, size, busbw in results:
-        by_key.setdefault((coll, nranks, lib, size), []).append(busbw)
+    for coll, layout, lib, _, size, busbw in results:
+        by_key.setdefault((coll, layout, lib, size), []).append(busbw)
     return {key: statistics.median(v) for key, v in by_key.items()}
 
 
-def table(med, libs):
-    """The text table: one block per (collective, ranks), one row per size."""
+def table(med, libs, layouts):
+    """The text table: one block per (collective, layout), one row per size."""
     peers = [lib for lib in libs if lib != "ncclshim"]
     lines = ["busbw in GB/s (out of place, median over passes); ratio = ncclshim / best other"]
     for coll in COLLS:
-        for nranks in RANKS:
-            sizes = sorted({k[3] for k in med if k[0] == coll and k[1] == nranks})
+        for layout in layouts:
+            sizes = sorted({k[3] for k in med if k[0] == coll and k[1] == layout})
             if not sizes:
                 continue
             lines.append("")
-            lines.append(f"{coll}, {nranks} ranks")
+            lines.append(f"{coll}, {layout}")
             lines.append("%12s" % "size (B)" + "".join("%10s" % lib for lib in libs) +
                          "%8s  %s" % ("ratio", "best other"))
             for size in sizes:
-                row = [med.get((coll, nranks, lib, size)) for lib in libs]
+                row = [med.get((coll, layout, lib, size)) for lib in libs]
                 cells = "".join("%10s" % ("-" if v is None else "%.4f" % v) for v in row)
-                ours = med.get((coll, nranks, "ncclshim", size))
-                best = max(((med[(coll, nranks, p, size)], p) for p in peers
-                            if (coll, nranks, p, size) in med), default=None)
+                ours = med.get((coll, layout, "ncclshim", size))
+                best = max(((med[(coll, layout, p, size)], p) for p in peers
+                            if (coll, layout, p, size) in med), default=None)
                 ratio = "-"
                 if ours is not None and best is not None and best[0] > 0:
                     ratio = "%.2f" % (ours / best[0])
@@ -179,10 +199,10 @@ def table(med, libs):
     return "\n".join(lines)
 
 
-def ratio_to_best(med, peers, coll, nranks, size):
+def ratio_to_best(med, peers, coll, layout, size):
     """(ncclshim's busbw, its ratio to the best peer), either None when unknown."""
-    ours = med.get((coll, nranks, "ncclshim", size))
-    best = max((med.get((coll, nranks, p, size), 0.0) for p in peers), default=0.0)
+    ours = med.get((coll, layout, "ncclshim", size))
+    best = max((med.get((coll, layout, p, size), 0.0) for p in peers), default=0.0)
     if ours is None or best <= 0:
         return ours, None
     return ours, ours / best
@@ -198,7 +218,7 @@ def human(size):
 SUMMARY_SIZES = [8, 64 << 10, 1 << 20, 64 << 20, 256 << 20]
 
 
-def summary(med, libs):
+def summary(med, libs, layouts):
     """docs/performance.md's table, in Markdown: ncclshim's busbw and ratio at a few sizes, and every
     size at which a peer was faster."""
     peers = [lib for lib in libs if lib != "ncclshim"]
@@ -206,45 +226,91 @@ def summary(med, libs):
         ["sizes slower than the best peer"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for coll in COLLS:
-        for nranks in RANKS:
-            sizes = sorted({k[3] for k in med if k[:3] == (coll, nranks, "ncclshim")})
+        for layout in layouts:
+            sizes = sorted({k[3] for k in med if k[:3] == (coll, layout, "ncclshim")})
             if not sizes:
                 continue
             cells = []
             for size in SUMMARY_SIZES:
-                ours, ratio = ratio_to_best(med, peers, coll, nranks, size)
+                ours, ratio = ratio_to_best(med, peers, coll, layout, size)
                 cells.append("-" if ratio is None else "%.3g (%.2fx)" % (ours, ratio))
             slower = [f"{human(size)} ({ratio:.2f})" for size in sizes
-                      for ratio in [ratio_to_best(med, peers, coll, nranks, size)[1]]
+                      for ratio in [ratio_to_best(med, peers, coll, layout, size)[1]]
                       if ratio is not None and ratio < 1]
-            lines.append(f"| {coll}, {nranks} ranks | " + " | ".join(cells) + " | " +
+            lines.append(f"| {coll}, {layout} | " + " | ".join(cells) + " | " +
                          (", ".join(slower) or "none") + " |")
     return "\n".join(lines)
 
 
+def write_csv(path, results):
+    """results.csv: a row per (collective, layout, library, pass, size); ranks counts all."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["collective", "hosts", "ranks", "library", "pass", "size", "busbw"])
+        for coll, layout, lib, p, size, busbw in results:
+            writer.writerow([coll, layout.hosts, layout.nranks, lib, p, size, busbw])
+
+
 def read_csv(path):
-    """The rows of a results.csv, typed as measure() returns them; and the libraries seen."""
-    results, libs = [], []
+    """The rows of a results.csv, typed as measure() returns them; the libraries and layouts
+    seen. A file without the hosts column (older runs) is of one host."""
+    results, libs, layouts = [], [], []
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            results.append((row["collective"], int(row["ranks"]), row["library"],
+            hosts = int(row.get("hosts") or 1)
+            layout = Layout(hosts, int(row["ranks"]) // hosts)
+            results.append((row["collective"], layout, row["library"],
                             int(row["pass"]), int(row["size"]), float(row["busbw"])))
             if row["library"] not in libs:
                 libs.append(row["library"])
-    return results, [lib for lib in LIBS if lib in libs]
+            if layout not in layouts:
+                layouts.append(layout)
+    return results, [lib for lib in LIBS if lib in libs], layouts
 
 
-def report(results, libs, out):
-    """Prints the table and writes table.txt, summary.md and the PNGs under out."""
+def report(results, libs, layouts, out, text_tail="", md_tail=""):
+    """Prints the table and writes table.txt, summary.md and the PNGs under out; text_tail and
+    md_tail, when given, end table.txt and summary.md."""
+    import plot  # matplotlib: only here, so that hosts.py --probe runs before deps install it
+
     med = medians(results)
-    text = table(med, libs)
+    text = table(med, libs, layouts) + text_tail
     print(text)
     with open(os.path.join(out, "table.txt"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(summary(med, libs) + "\n")
-    for path in plot.plot_all(med, COLLS, RANKS, libs, out):
+        f.write(summary(med, libs, layouts) + md_tail + "\n")
+    for path in plot.plot_all(med, COLLS, layouts, libs, out):
         print(f"compare: wrote {path}")
+
+
+def libraries():
+    """The libraries to measure; exits when an MPI is missing (Gloo is optional)."""
+    libs = [lib for lib in LIBS if lib != "gloo"]
+    if gloo_available():
+        libs.append("gloo")
+    else:
+        print("gloo: skipped (python3-torch not available)")
+    for tool in ("mpirun.openmpi", "mpirun.mpich"):
+        if shutil.which(tool) is None:
+            sys.exit(f"compare: {tool} not found: run tools/deps.sh compare")
+    return libs
+
+
+def describe(libs, mode, layouts):
+    """The line that says what a run will measure."""
+    ranges = "; ".join(f"{' '.join(sizes)} -w {warmup} -n {iters}"
+                       for sizes, warmup, iters in mode["ranges"])
+    return (f"{', '.join(libs)}; {ranges}; {mode['passes']} passes; "
+            f"{', '.join(str(layout) for layout in layouts)}")
+
+
+def conclude(failures):
+    """The exit status: 1, after listing them, if any run failed."""
+    if failures:
+        print("compare: FAILED runs:\n  " + "\n  ".join(failures))
+        return 1
+    return 0
 
 
 def main():
@@ -258,35 +324,23 @@ def main():
     out = os.path.join(args.build, "compare")
     os.makedirs(out, exist_ok=True)
     if args.from_csv:
-        results, libs = read_csv(args.from_csv)
-        report(results, libs, out)
+        results, libs, layouts = read_csv(args.from_csv)
+        report(results, libs, layouts, out)
         return 0
 
-    libs = [lib for lib in LIBS if lib != "gloo"]
-    if gloo_available():
-        libs.append("gloo")
-    else:
-        print("gloo: skipped (python3-torch not available)")
-    for tool in ("mpirun.openmpi", "mpirun.mpich"):
-        if shutil.which(tool) is None:
-            sys.exit(f"compare: {tool} not found: run tools/deps.sh compare")
-    ranges = "; ".join(f"{' '.join(sizes)} -w {warmup} -n {iters}"
-                       for sizes, warmup, iters in mode["ranges"])
-    print(f"compare: {', '.join(libs)}; {ranges}; {mode['passes']} passes; ranks {RANKS}",
-          flush=True)
+    libs = libraries()
+    print(f"compare: {describe(libs, mode, LAYOUTS)}", flush=True)
+
+    def run(lib, coll, layout, size_range):
+        cmd = command(lib, coll, layout.nranks, args.build, size_range)
+        return run_one(cmd, coll, layout.nranks)
 
     started = time.monotonic()
-    results, failures = measure(libs, args.build, mode)
-    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["collective", "ranks", "library", "pass", "size", "busbw"])
-        writer.writerows(results)
-    report(results, libs, out)
+    results, failures = measure(libs, LAYOUTS, mode, run)
+    write_csv(os.path.join(out, "results.csv"), results)
+    report(results, libs, LAYOUTS, out)
     print(f"compare: measured in {time.monotonic() - started:.0f} s")
-    if failures:
-        print("compare: FAILED runs:\n  " + "\n  ".join(failures))
-        return 1
-    return 0
+    return conclude(failures)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """plot.py: the PNGs of `make compare`, one per collective: busbw against size, one panel
-per rank count, one line per library. Called by compare.py with its medians."""
+per rank count (or layout of hosts and ranks), one line per library. Called by compare.py
+with its medians."""
 
 import os
 
@@ -18,8 +19,8 @@ def human(size):
 
 
 def plot_all(med, colls, ranks, libs, out, prefix="", ylabel="busbw (GB/s)"):
-    """med: {(coll, nranks, lib, size): busbw}; writes out/<prefix><coll>.png and returns
-    the paths."""
+    """med: {(coll, nranks, lib, size): busbw}, nranks a rank count or anything else that
+    names a panel (compare.Layout); writes out/<prefix><coll>.png and returns the paths."""
     paths = []
     for coll in colls:
         fig, axes = plt.subplots(1, len(ranks), figsize=(6 * len(ranks), 4.5), squeeze=False)
@@ -36,7 +37,8 @@ def plot_all(med, colls, ranks, libs, out, prefix="", ylabel="busbw (GB/s)"):
             if sizes:
                 ax.set_xticks(sizes)
                 ax.set_xticklabels([human(s) for s in sizes], rotation=60, fontsize=7)
-            ax.set_title(f"{coll}, {nranks} ranks")
+            ax.set_title(f"{coll}, {nranks} ranks" if isinstance(nranks, int) else
+                         f"{coll}, {nranks}")
             ax.set_xlabel("size (bytes)")
             ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
