@@ -15,8 +15,9 @@
 #include "base/check.h"
 #include "driver.h"
 
-void
-gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
+/* gpu_mem_query where a driver is there to ask. */
+static void
+gpu_mem_query_driver(const void *ptr, struct gpu_mem_info *info_out)
 {
     unsigned int type = 0, managed = 0, legacy = 0;
     int ordinal = -1;
@@ -32,10 +33,6 @@ gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
     };
     void *data[] = {&type, &managed, &ordinal, &id, &base, &size, &legacy, &handle_types};
 
-    *info_out = (struct gpu_mem_info){.kind = GPU_MEM_HOST, .device = -1};
-    if (ptr == NULL || !gpu_driver_present()) {
-        return;
-    }
     /* Unknown pointers (plain host memory) come back as success with every value zeroed:
      * "this function will not return an error when the ptr encountered is not a valid CUDA
      * pointer". */
@@ -56,6 +53,17 @@ gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
         info_out->alloc_size = size;
         info_out->legacy_ipc = legacy != 0;
         info_out->fd_ipc = (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+    }
+}
+
+/* Every collective asks this of both its buffers: without a driver (host memory only) the
+ * answer costs a check, not the attribute list's setup. */
+void
+gpu_mem_query(const void *ptr, struct gpu_mem_info *info_out)
+{
+    *info_out = (struct gpu_mem_info){.kind = GPU_MEM_HOST, .device = -1};
+    if (ptr != NULL && gpu_driver_present()) {
+        gpu_mem_query_driver(ptr, info_out);
     }
 }
 
