@@ -295,14 +295,16 @@ compare: deps
 # 2 x 2 and 4 x 1, each MPI as a multi-node job; plus the bytes each library puts between the
 # hosts per call, and iperf3's TCP ceiling. Output in $(BUILD)/compare-hosts. Needs root and
 # `ip netns`; skips (exit 0) without them. QUICK=1 (a few sizes, one pass): 7 minutes on 2
-# cores; the full run: 2 to 3 hours there (an estimate).
+# cores; COLUMNS=1 (the summary's sizes only, two passes); the full run: 2 to 3 hours there
+# (an estimate).
 .PHONY: compare-hosts
 compare-hosts:
 	@status=0; /usr/bin/python3 tools/compare/hosts.py --probe || status=$$?; \
 	if [ $$status = 77 ]; then exit 0; elif [ $$status != 0 ]; then exit $$status; fi; \
 	$(MAKE) --no-print-directory deps DEPS_FOR=compare && \
 	$(MAKE) --no-print-directory all $(MPI_PERFS) && \
-	/usr/bin/python3 tools/compare/hosts.py --build $(BUILD) $(if $(QUICK),--quick)
+	/usr/bin/python3 tools/compare/hosts.py --build $(BUILD) $(if $(QUICK),--quick) \
+	    $(if $(COLUMNS),--columns)
 
 # The same MPI benchmark against each MPI, through that MPI's own compiler wrapper.
 $(BUILD)/compare/mpi_perf.%: tools/compare/mpi_perf.c

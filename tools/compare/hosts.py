@@ -49,7 +49,10 @@ prints why and exits 0 (77 with --probe) when it cannot make the hosts (not root
 `ip netns`). --quick (8 B, 8 KiB and 8 MiB, one pass, the wire at 1 MiB, iperf3 for 2 s)
 took 7 minutes on 2 cores; the full mode is estimated at 2 to 3 hours there.
 
-Usage: tools/compare/hosts.py [--build DIR] [--quick] [--from-csv CSV] [--probe]
+--columns times only the sizes of the summary's columns (8 B, 64 KiB, 1 MiB, 4 MiB, 16 MiB,
+64 MiB) as the full mode does, in two passes, the wire at 1 MiB.
+
+Usage: tools/compare/hosts.py [--build DIR] [--quick | --columns] [--from-csv CSV] [--probe]
 """
 
 import argparse
@@ -67,6 +70,10 @@ from compare import Layout
 
 LAYOUTS = [Layout(2, 1), Layout(2, 2), Layout(4, 1)]
 QUICK = {"ranges": compare.QUICK["ranges"], "passes": 1}
+# The sizes of the summary's columns only (8 B, 64 KiB, 1 MiB, 16 MiB, 64 MiB, with 4 MiB
+# between), as the full mode times them, in two passes.
+COLUMNS = {"ranges": [(["-b", "8", "-e", "64K", "-f", "8192"], 10, 100),
+                      (["-b", "1M", "-e", "64M", "-f", "4"], 2, 10)], "passes": 2}
 NHOSTS = 4
 SUBNET = "10.78.0"
 NIC = "eth0"
@@ -75,8 +82,8 @@ WIRE_CALLS = (1, 5)  # timed calls of the two runs whose difference is the wire 
 # Calls a timed iteration makes: tools/bench times every size out of place and then in place,
 # -n calls each (the same bytes: in place changes addresses, not the algorithm).
 CALLS_PER_ITER = {"ncclshim": 2}
-WIRE_SIZES = {"full": [1 << 20, 64 << 20], "quick": [1 << 20]}
-IPERF_SECONDS = {"full": 10, "quick": 2}
+WIRE_SIZES = {"full": [1 << 20, 64 << 20], "columns": [1 << 20], "quick": [1 << 20]}
+IPERF_SECONDS = {"full": 10, "columns": 10, "quick": 2}
 TCP_TESTS = [("one stream, host 1 to host 0", [(1, 0)]),
              ("hosts 0 and 1 to each other at once", [(0, 1), (1, 0)]),
              ("ring of 4 hosts, each to the next at once", [(0, 1), (1, 2), (2, 3), (3, 0)])]
@@ -491,8 +498,8 @@ def report(out, results, libs, layouts, wire_rows, tcp_rows):
 
 def measure_all(hosts, args, libs, out):
     """Everything a run measures; the failures seen."""
-    kind = "quick" if args.quick else "full"
-    mode = QUICK if args.quick else compare.FULL
+    kind = "quick" if args.quick else "columns" if args.columns else "full"
+    mode = {"quick": QUICK, "columns": COLUMNS, "full": compare.FULL}[kind]
     print(f"compare-hosts: {compare.describe(libs, mode, LAYOUTS)}; wire at "
           f"{', '.join(compare.human(s) for s in WIRE_SIZES[kind])}", flush=True)
     started = time.monotonic()
@@ -521,6 +528,8 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--quick", action="store_true",
                         help="fewer sizes, one pass (7 minutes on 2 cores)")
+    parser.add_argument("--columns", action="store_true",
+                        help="only the summary's sizes (8 B, 64 KiB, 1 MiB-64 MiB), two passes")
     parser.add_argument("--from-csv", metavar="CSV",
                         help="measure nothing: report on the results.csv of an earlier run "
                              "(and its wire.csv and tcp.csv)")
