@@ -326,5 +326,7 @@ alg_hier_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out)
     cost_out->bytes = 2 * (lanes - 1) / lanes * bytes;
     cost_out->net_steps = nh == 1 ? 0 : nh == 2 ? 1 : 2 * (nh - 1);
     cost_out->net_bytes = nh == 1 ? 0 : nh == 2 ? carried : 2 * (nh - 1) / nh * carried;
-    cost_out->reduce_bytes = (lanes - 1) / lanes * bytes + (nh - 1) / nh * carried;
+    /* Two hosts swap whole pieces, each reducing all it carries; a ring reduces (H-1)/H. */
+    cost_out->reduce_bytes = (lanes - 1) / lanes * bytes +
+                             (nh == 2 ? carried : (nh - 1) / nh * carried);
 }
