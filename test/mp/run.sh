@@ -98,7 +98,7 @@ declare -A algo_colls=(
     [bruck]=allgather
     [pairwise]=alltoall
     [direct]=gather,scatter,sendrecv,groups
-    [hier]=allreduce,allgather,reducescatter
+    [hier]=allreduce,allgather,reducescatter,broadcast
 )
 
 # run_case NAME NRANKS TIMEOUT [VAR=VALUE...] -- PROGRAM [ARGS...]

@@ -304,7 +304,7 @@ else
     run_case collectives-shrink-n4 4 60 -- "$bindir/mp/collectives" -c shrink
     # The host-aware schedules forced, two ranks a host (host memory) and 2, 1, 1 (device).
     run_case collectives-hier-n6 6 180 NCCLSHIM_ALGO=hier -- "$bindir/mp/collectives" \
-        -c allreduce,allgather,reducescatter
+        -c allreduce,allgather,reducescatter,broadcast
     # A host goes away: killed (host 2: rank 2; host 0: ranks 0 and 3, with the bootstrap
     # root), or cut off (its veth deleted), where only NCCLSHIM_TIMEOUT can tell.
     hostloss_case hostloss-kill-h2-n4 kill 2
@@ -316,7 +316,7 @@ else
     run_case device-collectives-n4 4 180 "${dev[@]}" -- \
         "$bindir/mp/collectives" -D device -c "$colls"
     run_case device-collectives-hier-n4 4 180 "${dev[@]}" NCCLSHIM_ALGO=hier -- \
-        "$bindir/mp/collectives" -q -D mixed -c allreduce,allgather,reducescatter
+        "$bindir/mp/collectives" -q -D mixed -c allreduce,allgather,reducescatter,broadcast
     # One hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1): the lanes share the
     # user's streams' queue.
     run_case device-collectives-quick-n4-onequeue 4 180 "${dev[@]}" \

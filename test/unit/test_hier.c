@@ -252,6 +252,28 @@ Test(hier, chains_cross_each_host_boundary_once)
     }
 }
 
+/* The hierarchical broadcast: right on every layout and root, and exactly (H - 1) S between
+ * the hosts, one crossing per edge of the tree of hosts. */
+Test(hier, broadcast_crosses_each_tree_edge_once)
+{
+    static const struct row bcast = {ALG_COLL_BROADCAST, alg_hier_broadcast,
+                                     alg_hier_broadcast_bytes, alg_hier_broadcast_cost};
+    const size_t count = 4096, bytes = count * 4;
+
+    for (int li = 0; li < NLAYOUTS; li++) {
+        const struct layout *l = &layouts[li];
+        const struct alg_hosts hosts = hosts_of(l);
+        for (int root = 0; root < l->n; root++) {
+            check_row(&bcast, l, root, 37 + (size_t)root, KR_SUM, root % 3 == 0,
+                      root % 2 ? 12 : 1 << 20, 1, (unsigned)(li * 41 + root));
+            size_t crossed = bytes_between_hosts(&bcast, l, &hosts, root, count, 4096);
+            cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
+                         "broadcast on %s, root %d: %zu bytes between hosts", l->name, root,
+                         crossed);
+        }
+    }
+}
+
 /* Every rank ranks the row alike: its cost depends on the layout, not on the rank. */
 Test(hier, cost_is_the_same_on_every_rank)
 {
