@@ -172,19 +172,6 @@ hier_across(struct hier *h, int share, size_t first, size_t len, int ready)
     }
 }
 
-/* The lanes: the most ranks on one host. */
-static int
-hier_lanes(const struct alg_host_map *map)
-{
-    int lanes = 1;
-
-    for (int host = 0; host < map->nhosts; host++) {
-        int m = alg_host_size(map, host);
-        lanes = m > lanes ? m : lanes;
-    }
-    return lanes;
-}
-
 /* Sets up h for args; false (the schedule, if any, marked out of memory) if it cannot. */
 static bool
 hier_init(struct hier *h, const struct alg_args *args, struct alg_sched *sched)
@@ -193,7 +180,7 @@ hier_init(struct hier *h, const struct alg_args *args, struct alg_sched *sched)
     if (!alg_host_map_init(&h->map, args, sched)) {
         return false;
     }
-    h->lanes = hier_lanes(&h->map);
+    h->lanes = args->hosts != NULL ? args->hosts->widest : args->nranks;
     h->nchunks = alg_nchunks(args, (args->count + (size_t)h->lanes - 1) / (size_t)h->lanes);
     h->rs_send = malloc((size_t)h->map.nhosts * sizeof(int));
     h->final = malloc((size_t)h->map.nhosts * sizeof(int));
@@ -233,7 +220,7 @@ alg_hier_allreduce(const struct alg_args *args, struct alg_sched *sched)
     const size_t max_share = (args->count + (size_t)h.lanes - 1) / (size_t)h.lanes;
     const size_t slot_bytes = alg_bytes(args, (max_share + (size_t)h.nchunks - 1) /
                                                   (size_t)h.nchunks);
-    const int nblocks = hier_nblocks(h.map.nhosts), m = alg_host_size(&h.map, h.map.host);
+    const int nblocks = hier_nblocks(h.map.nhosts);
     const unsigned post_a = h.map.nhosts == 1 ? ALG_POST : 0;
 
     if (alg_slots_init(&h.slots, sched, args->slots, slot_bytes)) {
@@ -257,13 +244,10 @@ alg_hier_allreduce(const struct alg_args *args, struct alg_sched *sched)
                     continue;
                 }
                 hier_across(&h, k, first, len, hier_combine(&h, first, len, post_a));
-                for (int j = 0; j < m; j++) {
-                    const int mate = alg_host_rank(&h.map, h.map.host, j);
-                    for (int b = 0; b < nblocks && mate != args->rank; b++) {
-                        struct alg_range out = hier_block(&h, ALG_BUF_RECV, first, len, b);
-                        if (out.len > 0) {
-                            alg_send(sched, mate, out, h.final[b], -1);
-                        }
+                for (int b = 0; b < nblocks; b++) {
+                    struct alg_range out = hier_block(&h, ALG_BUF_RECV, first, len, b);
+                    if (out.len > 0) {
+                        alg_host_send_to_mates(sched, &h.map, out, h.final[b]);
                     }
                 }
             }

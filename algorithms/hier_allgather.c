@@ -29,18 +29,6 @@ hier_ag_chunk(const struct alg_args *args, int block, size_t first, size_t len)
                           alg_bytes(args, len));
 }
 
-/* The chunk of block `block` that has come to us, to each of our mates but ourselves. */
-static void
-hier_ag_to_mates(struct alg_sched *sched, const struct alg_host_map *map, struct alg_range chunk,
-                 int dep)
-{
-    for (int j = 0; j < alg_host_size(map, map->host); j++) {
-        if (j != map->local) {
-            alg_send(sched, alg_host_rank(map, map->host, j), chunk, dep, -1);
-        }
-    }
-}
-
 ncclResult_t
 alg_hier_allgather(const struct alg_args *args, struct alg_sched *sched)
 {
@@ -64,7 +52,7 @@ alg_hier_allgather(const struct alg_args *args, struct alg_sched *sched)
             if (s == me) {
                 struct alg_range own = alg_range_make(ALG_BUF_SEND, alg_bytes(args, first),
                                                       alg_bytes(args, len));
-                hier_ag_to_mates(sched, &map, own, -1);
+                alg_host_send_to_mates(sched, &map, own, -1);
                 for (int h = 0; h < map.nhosts; h++) {
                     if (h != map.host) {
                         alg_send(sched, alg_host_counterpart(&map, me, h), own, -1, -1);
@@ -73,7 +61,7 @@ alg_hier_allgather(const struct alg_args *args, struct alg_sched *sched)
             } else if (host == map.host) {
                 alg_recv(sched, s, chunk, -1, -1);
             } else if (alg_host_counterpart(&map, s, map.host) == me) {
-                hier_ag_to_mates(sched, &map, chunk, alg_recv(sched, s, chunk, -1, -1));
+                alg_host_send_to_mates(sched, &map, chunk, alg_recv(sched, s, chunk, -1, -1));
             } else {
                 alg_recv(sched, alg_host_counterpart(&map, s, map.host), chunk, -1, -1);
             }

@@ -84,6 +84,17 @@ alg_host_position(const struct alg_host_map *map, int start, int rank)
 }
 
 void
+alg_host_send_to_mates(struct alg_sched *sched, const struct alg_host_map *map,
+                       struct alg_range src, int dep)
+{
+    for (int j = 0; j < alg_host_size(map, map->host); j++) {
+        if (j != map->local) {
+            alg_send(sched, alg_host_rank(map, map->host, j), src, dep, -1);
+        }
+    }
+}
+
+void
 alg_host_map_free(struct alg_host_map *map)
 {
     free(map->members);

@@ -61,6 +61,10 @@ alg_host_counterpart(const struct alg_host_map *map, int rank, int host)
     return alg_host_rank(map, host, map->place[rank] % alg_host_size(map, host));
 }
 
+/* Sends `src` to each other rank of our host, in place order, each send after `dep`. */
+void alg_host_send_to_mates(struct alg_sched *sched, const struct alg_host_map *map,
+                            struct alg_range src, int dep);
+
 /* The layout as a cost function sees it, alike on every rank (every rank must choose the
  * same row): hosts, the most and fewest ranks one has, and the blocks a rank of the emptiest
  * host moves across when every block crosses once to (or from) each other host. Without
