@@ -287,6 +287,23 @@ tp_config_tcp(void)
     setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
 }
 
+/* UCX's shared-memory transports, likewise. Under peer error handling UCX 1.13 leaves out its
+ * zero-copy transport (cma has no peer-failure support), so a message between two ranks of
+ * one host that travel through UCX (communicators spanning hosts) goes through the receiver's
+ * FIFO in segments of UCX_MM_SEG_SIZE, 8 KiB by default: 16 FIFO slots per 128 KiB chunk, and
+ * a sender whose receiver's FIFO is full cannot sleep (ucp_worker_arm is busy). Segments of
+ * 60 KiB took the 2 x 2 broadcast from 0.34-0.40 to 0.65-0.77 GB/s from 4 MiB up
+ * (docs/performance.md). A FIFO element records a segment's length in 16 bits, so 64 KiB
+ * itself fails inside UCX (an assertion in its rendezvous). Receive buffers come 128 at a
+ * time (UCX: 512, which at 60 KiB would be 30 MiB of shared memory per worker and transport;
+ * a container's /dev/shm is often 64 MiB). The user's UCX_MM_*, UCX_POSIX_*, UCX_SYSV_* win. */
+static void
+tp_config_shm(void)
+{
+    setenv("UCX_MM_SEG_SIZE", "60k", 0);
+    setenv("UCX_MM_RX_BUFS_GROW", "128", 0);
+}
+
 /* UCX 1.13's shared-memory transports (posix, sysv) do not advertise peer-failure handling,
  * so with UCP_ERR_HANDLING_MODE_PEER UCX would carry same-host traffic over TCP loopback
  * (16 MiB messages between two workers: 1.6 GB/s, against 3.8 GB/s over sysv, when this was
@@ -331,6 +348,7 @@ tp_context_create(void)
 
     /* NULL prefix: UCX's own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...) apply. */
     tp_config_tcp();
+    tp_config_shm();
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         WARN("ucp_config_read failed: %s (check the UCX_* variables)", ucs_status_string(status));
