@@ -292,7 +292,7 @@ tp_config_tcp(void)
  * one host that travel through UCX (communicators spanning hosts) goes through the receiver's
  * FIFO in segments of UCX_MM_SEG_SIZE, 8 KiB by default: 16 FIFO slots per 128 KiB chunk, and
  * a sender whose receiver's FIFO is full cannot sleep (ucp_worker_arm is busy). Segments of
- * 60 KiB took the 2 x 2 broadcast from 0.34-0.40 to 0.65-0.77 GB/s from 4 MiB up
+ * 64 KiB took a 2 x 2 chain broadcast of 4-64 MiB from 0.34-0.40 to 0.65-0.77 GB/s
  * (docs/performance.md). A FIFO element records a segment's length in 16 bits, so 64 KiB
  * itself fails inside UCX (an assertion in its rendezvous). Receive buffers come 128 at a
  * time (UCX: 512, which at 60 KiB would be 30 MiB of shared memory per worker and transport;
