@@ -294,13 +294,15 @@ tp_config_tcp(void)
  * a sender whose receiver's FIFO is full cannot sleep (ucp_worker_arm is busy). Segments of
  * 64 KiB took a 2 x 2 chain broadcast of 4-64 MiB from 0.34-0.40 to 0.65-0.77 GB/s
  * (docs/performance.md). A FIFO element records a segment's length in 16 bits, so 64 KiB
- * itself fails inside UCX (an assertion in its rendezvous). Receive buffers come 128 at a
- * time (UCX: 512, which at 60 KiB would be 30 MiB of shared memory per worker and transport;
- * a container's /dev/shm is often 64 MiB). The user's UCX_MM_*, UCX_POSIX_*, UCX_SYSV_* win. */
+ * itself fails inside UCX (an assertion in its rendezvous); 48 KiB did as well as 60 across
+ * hosts and, unlike 60, kept 256 KiB messages between two ranks of one host at their pace.
+ * Receive buffers come 128 at a time (UCX: 512, which at 48 KiB would be 24 MiB of shared
+ * memory per worker and transport; a container's /dev/shm is often 64 MiB). The user's
+ * UCX_MM_*, UCX_POSIX_*, UCX_SYSV_* win. */
 static void
 tp_config_shm(void)
 {
-    setenv("UCX_MM_SEG_SIZE", "60k", 0);
+    setenv("UCX_MM_SEG_SIZE", "48k", 0);
     setenv("UCX_MM_RX_BUFS_GROW", "128", 0);
 }
 
