@@ -398,7 +398,12 @@ shim_wait_signal(struct ncclComm *comm, const ncclWaitSignalDesc_t *descs, int n
     if (ws == NULL || ws->row == NULL) {
         return ncclSuccess; /* no descriptor, and no signal of this rank's to see off */
     }
-    return ws->row->wait_signal(comm, *shim_window_state(ws, ws->row), descs, ndescs, stream);
+    void *state = *shim_window_state(ws, ws->row);
+    for (int i = 0; i < ndescs; i++) {
+        SHIM_CHECK(ws->row->wait_signal(comm, state, descs[i].peer, descs[i].sigIdx, descs[i].ctx,
+                                        (uint32_t)descs[i].opCnt, stream));
+    }
+    return ws->row->wait_done != NULL ? ws->row->wait_done(comm, state) : ncclSuccess;
 }
 
 void

@@ -460,9 +460,10 @@ out:
 }
 
 static ncclResult_t
-shim_dwin_wait_signal(struct ncclComm *comm, struct shim_dsignals *s, int peer, int sig,
-                      int ctx, uint32_t count, cudaStream_t stream)
+shim_wdev_wait_signal(struct ncclComm *comm, void *state, int peer, int sig, int ctx,
+                      uint32_t count, cudaStream_t stream)
 {
+    struct shim_dsignals *s = state;
     ncclResult_t res;
     size_t w = shim_signal_word(peer, sig, ctx);
 
@@ -576,17 +577,6 @@ shim_wdev_put_signal(struct ncclComm *comm, void *state, struct ncclWindow_vidme
 {
     return shim_dwin_put_signal(comm, state, win != NULL ? win->part : NULL, src, bytes, peer,
                                 offset, sig, ctx, stream);
-}
-
-static ncclResult_t
-shim_wdev_wait_signal(struct ncclComm *comm, void *state, const ncclWaitSignalDesc_t *descs,
-                      int ndescs, cudaStream_t stream)
-{
-    for (int i = 0; i < ndescs; i++) {
-        SHIM_CHECK(shim_dwin_wait_signal(comm, state, descs[i].peer, descs[i].sigIdx,
-                                         descs[i].ctx, (uint32_t)descs[i].opCnt, stream));
-    }
-    return ncclSuccess;
 }
 
 static void

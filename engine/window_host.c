@@ -415,26 +415,30 @@ shim_whost_await(struct ncclComm *comm, struct shim_whost *hs, size_t word, uint
 }
 
 static ncclResult_t
-shim_whost_wait_signal(struct ncclComm *comm, void *state, const ncclWaitSignalDesc_t *descs,
-                       int ndescs, cudaStream_t stream)
+shim_whost_wait_signal(struct ncclComm *comm, void *state, int peer, int sig, int ctx,
+                       uint32_t count, cudaStream_t stream)
 {
     struct shim_whost *hs = state;
+    size_t word = shim_signal_word(peer, sig, ctx);
+    uint64_t want = hs->counted[word] + count;
+    uint64_t now = __atomic_load_n(&hs->signals[word], __ATOMIC_ACQUIRE);
 
     (void)stream; /* the call returns once the signals came */
-    for (int i = 0; i < ndescs; i++) {
-        size_t word = shim_signal_word(descs[i].peer, descs[i].sigIdx, descs[i].ctx);
-        uint64_t want = hs->counted[word] + (uint64_t)descs[i].opCnt;
-        uint64_t now = __atomic_load_n(&hs->signals[word], __ATOMIC_ACQUIRE);
-        if (descs[i].peer == comm->rank && now < want) {
-            WARN("ncclWaitSignal: waits for %d signals from this rank itself, which raised "
-                 "%llu: they could never come", descs[i].opCnt,
-                 (unsigned long long)(now - hs->counted[word]));
-            return ncclInvalidUsage;
-        }
-        SHIM_CHECK(shim_whost_await(comm, hs, word, want, descs[i].peer));
-        hs->counted[word] = want;
+    if (peer == comm->rank && now < want) {
+        WARN("ncclWaitSignal: waits for %u signals from this rank itself, which raised %llu: "
+             "they could never come", count, (unsigned long long)(now - hs->counted[word]));
+        return ncclInvalidUsage;
     }
-    return shim_whost_pending_finish(comm, hs);
+    SHIM_CHECK(shim_whost_await(comm, hs, word, want, peer));
+    hs->counted[word] = want;
+    return ncclSuccess;
+}
+
+/* The waits are where a rank gives its own signals progress: they went before it returns. */
+static ncclResult_t
+shim_whost_wait_done(struct ncclComm *comm, void *state)
+{
+    return shim_whost_pending_finish(comm, state);
 }
 
 static void
@@ -463,6 +467,7 @@ const struct shim_window_row shim_window_host = {
     .peer_ptr = NULL, /* a peer's host memory is not this process's */
     .put_signal = shim_whost_put_signal,
     .wait_signal = shim_whost_wait_signal,
+    .wait_done = shim_whost_wait_done,
     .stop = shim_whost_stop,
     .destroy = shim_whost_destroy,
 };

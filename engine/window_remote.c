@@ -886,9 +886,10 @@ out:
 }
 
 static ncclResult_t
-shim_rwin_wait_signal(struct ncclComm *comm, struct shim_rproxy *p, int peer, int sig, int ctx,
+shim_wrem_wait_signal(struct ncclComm *comm, void *state, int peer, int sig, int ctx,
                       uint32_t count, cudaStream_t stream)
 {
+    struct shim_rproxy *p = state;
     size_t w = shim_signal_word(peer, sig, ctx);
     ncclResult_t res;
 
@@ -969,17 +970,6 @@ shim_wrem_put_signal(struct ncclComm *comm, void *state, struct ncclWindow_vidme
 {
     return shim_rwin_put_signal(comm, state, win != NULL ? win->part : NULL, src, bytes, peer,
                                 offset, sig, ctx, stream);
-}
-
-static ncclResult_t
-shim_wrem_wait_signal(struct ncclComm *comm, void *state, const ncclWaitSignalDesc_t *descs,
-                      int ndescs, cudaStream_t stream)
-{
-    for (int i = 0; i < ndescs; i++) {
-        SHIM_CHECK(shim_rwin_wait_signal(comm, state, descs[i].peer, descs[i].sigIdx,
-                                         descs[i].ctx, (uint32_t)descs[i].opCnt, stream));
-    }
-    return ncclSuccess;
 }
 
 static void

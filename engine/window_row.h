@@ -77,10 +77,12 @@ struct shim_window_row {
     ncclResult_t (*put_signal)(struct ncclComm *comm, void *state,
                                struct ncclWindow_vidmem *win, const void *src, size_t bytes,
                                int peer, size_t offset, int sig, int ctx, cudaStream_t stream);
-    /* ncclWaitSignal, its descriptors checked. */
-    ncclResult_t (*wait_signal)(struct ncclComm *comm, void *state,
-                                const ncclWaitSignalDesc_t *descs, int ndescs,
-                                cudaStream_t stream);
+    /* One descriptor of ncclWaitSignal, checked (window.c calls it for each, in order): count
+     * more signals from (peer, sig, ctx) than the waits before counted. */
+    ncclResult_t (*wait_signal)(struct ncclComm *comm, void *state, int peer, int sig, int ctx,
+                                uint32_t count, cudaStream_t stream);
+    /* After the last descriptor of an ncclWaitSignal; NULL where nothing is left to do. */
+    ncclResult_t (*wait_done)(struct ncclComm *comm, void *state);
     /* Teardown, once the communicator's worker went: stop ends whatever of the row still
      * runs (its windows are released after it), destroy frees the state. */
     void (*stop)(void *state);
