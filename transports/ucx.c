@@ -288,8 +288,8 @@ tp_config_tcp(void)
 }
 
 /* UCX's shared-memory transports, likewise. Under peer error handling UCX 1.13 leaves out its
- * zero-copy transport (cma has no peer-failure support), so a message between two ranks of
- * one host that travel through UCX (communicators spanning hosts) goes through the receiver's
+ * zero-copy transport (cma has no peer-failure support), so the messages between two ranks
+ * of one host that travel through UCX (communicators spanning hosts) go through the receiver's
  * FIFO in segments of UCX_MM_SEG_SIZE, 8 KiB by default: 16 FIFO slots per 128 KiB chunk, and
  * a sender whose receiver's FIFO is full cannot sleep (ucp_worker_arm is busy). Segments of
  * 64 KiB took a 2 x 2 chain broadcast of 4-64 MiB from 0.34-0.40 to 0.65-0.77 GB/s
