@@ -248,29 +248,52 @@ tp_ep_describe(ucp_ep_h ep, char *buf, size_t size)
     free(text);
 }
 
+/* Whether the comma-separated list of transports names `name`. */
+static bool
+tp_tls_names(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+
+    for (const char *t = list;; t++) {
+        if (strncmp(t, name, len) == 0 && (t[len] == ',' || t[len] == '\0')) {
+            return true;
+        }
+        t = strchr(t, ',');
+        if (t == NULL) {
+            return false;
+        }
+    }
+}
+
 /* Whether a UCX_TLS value lets UCX use posix or sysv shared memory; without them UCX would
- * warn that MM_ERROR_HANDLING applies to nothing. "sm", "shm" and "mm" name both. */
+ * warn that settings for them apply to nothing. "sm", "shm" and "mm" name both. */
 static bool
 tp_tls_has_shm(const char *tls)
 {
-    bool negated = tls != NULL && tls[0] == '^';
-    bool all = false;
-    bool posix = false;
-    bool sysv = false;
-    char list[256];
-    char *save = NULL;
-
     if (tls == NULL || tls[0] == '\0') {
         return true;
     }
-    snprintf(list, sizeof(list), "%s", tls + (negated ? 1 : 0));
-    for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-        bool group = strcmp(t, "sm") == 0 || strcmp(t, "shm") == 0 || strcmp(t, "mm") == 0;
-        all |= group || (!negated && strcmp(t, "all") == 0);
-        posix |= group || strcmp(t, "posix") == 0;
-        sysv |= group || strcmp(t, "sysv") == 0;
+    bool negated = tls[0] == '^';
+    const char *list = tls + (negated ? 1 : 0);
+    bool group = tp_tls_names(list, "sm") || tp_tls_names(list, "shm") ||
+                 tp_tls_names(list, "mm");
+    bool posix = group || tp_tls_names(list, "posix");
+    bool sysv = group || tp_tls_names(list, "sysv");
+
+    return negated ? !(posix && sysv) : (posix || sysv || tp_tls_names(list, "all"));
+}
+
+/* Whether a UCX_TLS value lets UCX use TCP, likewise. */
+static bool
+tp_tls_has_tcp(const char *tls)
+{
+    if (tls == NULL || tls[0] == '\0') {
+        return true;
     }
-    return negated ? !(posix && sysv) : (all || posix || sysv);
+    if (tls[0] == '^') {
+        return !tp_tls_names(tls + 1, "tcp");
+    }
+    return tp_tls_names(tls, "tcp") || tp_tls_names(tls, "all");
 }
 
 /* UCX's TCP transport, for bulk transfer: it cuts every message into segments of
@@ -279,10 +302,14 @@ tp_tls_has_shm(const char *tls)
  * segments carry them in a few calls: the 2-host all-reduce's bus bandwidth from 256 KiB up
  * about 1.5 times (docs/performance.md). UCX 1.13 reads a transport's settings from the
  * environment when a worker opens it (ucp_config_modify takes only its own layer's), so they
- * are set there, for this process, where the user set none (setenv without overwrite). */
+ * are set there, for this process, where the user set none (setenv without overwrite), and
+ * only where UCX_TLS lets TCP in (UCX warns of variables nothing read). */
 static void
 tp_config_tcp(void)
 {
+    if (!tp_tls_has_tcp(getenv("UCX_TLS"))) {
+        return;
+    }
     setenv("UCX_TCP_TX_SEG_SIZE", "64k", 0);
     setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
 }
@@ -292,16 +319,19 @@ tp_config_tcp(void)
  * of one host that travel through UCX (communicators spanning hosts) go through the receiver's
  * FIFO in segments of UCX_MM_SEG_SIZE, 8 KiB by default: 16 FIFO slots per 128 KiB chunk, and
  * a sender whose receiver's FIFO is full cannot sleep (ucp_worker_arm is busy). Segments of
- * 64 KiB took a 2 x 2 chain broadcast of 4-64 MiB from 0.34-0.40 to 0.65-0.77 GB/s
+ * 60 KiB took a 2 x 2 chain broadcast of 4-64 MiB from 0.34-0.40 to 0.65-0.77 GB/s
  * (docs/performance.md). A FIFO element records a segment's length in 16 bits, so 64 KiB
  * itself fails inside UCX (an assertion in its rendezvous); 48 KiB did as well as 60 across
  * hosts and, unlike 60, kept 256 KiB messages between two ranks of one host at their pace.
  * Receive buffers come 128 at a time (UCX: 512, which at 48 KiB would be 24 MiB of shared
  * memory per worker and transport; a container's /dev/shm is often 64 MiB). The user's
- * UCX_MM_*, UCX_POSIX_*, UCX_SYSV_* win. */
+ * UCX_MM_*, UCX_POSIX_*, UCX_SYSV_* win; without shared memory in UCX_TLS nothing is set. */
 static void
 tp_config_shm(void)
 {
+    if (!tp_tls_has_shm(getenv("UCX_TLS"))) {
+        return;
+    }
     setenv("UCX_MM_SEG_SIZE", "48k", 0);
     setenv("UCX_MM_RX_BUFS_GROW", "128", 0);
 }

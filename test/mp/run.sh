@@ -5,8 +5,9 @@
 # $BUILD/test/mp, linked with our libnccl.so.2) through $BUILD/bin/ncclshim-launch at 1, 2,
 # 3, 4, 5 and 8 ranks as a user runs them (on one host the collectives go through shared memory,
 # shm/), and at two rank counts again over UCX's TCP with shared memory disabled. Every case
-# runs under the launcher's timeout, which kills all its ranks. Prints each case's name, result and time (and the end of its log when it fails;
-# full logs stay in $BUILD/test/mp/logs), then `mp: N passed, M failed`; exits 1 on any
+# runs under the launcher's timeout, which kills all its ranks; a case also fails when UCX warns
+# of a UCX_* variable nothing read (the library sets some). Prints each case's name, result and
+# time (and the end of its log when it fails; full logs stay in $BUILD/test/mp/logs), then `mp: N passed, M failed`; exits 1 on any
 # failure. Run by `make test-mp`, and by `make test-asan` with MP_QUICK=1: a small subset,
 # under AddressSanitizer with leak detection. Network transports are kept on the loopback
 # device (UCX_NET_DEVICES=lo) unless the caller chose otherwise.
@@ -122,6 +123,12 @@ run_case() {
     if ((rc == 0)) && complaint=$(grep -m1 '^fake_cuda: ' "$log"); then
         rc=3
     fi
+    # UCX warns of UCX_* variables nothing read, and a user sees it: the defaults the library
+    # sets must follow UCX_TLS.
+    local unused=
+    if ((rc == 0)) && unused=$(grep -m1 -o 'unused env variables: [^ ]*' "$log"); then
+        rc=3
+    fi
     if ((rc == 0)); then
         printf 'ok   %-28s %4ds\n' "$name" "$took"
         grep -h '^device traffic:' "$log" | sed 's/^/     /' || true
@@ -130,6 +137,7 @@ run_case() {
         local why="exit $rc"
         ((rc == 124)) && why="timed out after ${limit}s"
         [[ -n $complaint ]] && why="the driver's double complained: ${complaint#fake_cuda: }"
+        [[ -n $unused ]] && why="UCX warned of $unused"
         printf 'FAIL %-28s %4ds  %s (log: %s)\n' "$name" "$took" "$why" "$log"
         tail -n 25 "$log" | sed 's/^/    /'
         failed=$((failed + 1))
