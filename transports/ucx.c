@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucp/api/ucp.h>
 
 #include "base/check.h"
@@ -50,6 +51,11 @@
  * trusting the worker's fd and polls it on a timer, 1, 2, 4, ... up to TP_BACKOFF_MAX_MS. */
 #define TP_IDLE_WAKES 4
 #define TP_BACKOFF_MAX_MS 10
+/* After this many BUSY arms in a row that gave progress nothing to do, tp_worker_wait sleeps
+ * TP_BUSY_SLEEP_US, doubling up to TP_BUSY_MAX_US (see tp_worker_busy_sleep). */
+#define TP_BUSY_ARMS 4
+#define TP_BUSY_SLEEP_US 16
+#define TP_BUSY_MAX_US 1000
 /* The active message that carries a failure notice (tp_worker_notice_send), and how much of
  * its text travels. */
 #define TP_AM_NOTICE 0x4e
@@ -134,6 +140,7 @@ struct tp_worker {
     bool progressed;             /* tp_worker_progress did something since the last wait */
     bool woke;                   /* the last wait returned for this worker (or timed it) */
     int idle_wakes;              /* wakeups in a row after which progress found nothing */
+    int busy_arms;               /* BUSY arms in a row after which progress found nothing */
     struct tp_node *mems;        /* registered memory, unmapped at the latest with the worker */
     struct tp_node *rkeys;       /* peers' keys, destroyed before their endpoints close */
 };
@@ -1039,8 +1046,7 @@ tp_worker_progress(struct tp_worker *worker)
 /* How long a worker may go unpolled, or -1 to poll its fd. UCX 1.13's TCP transport keeps a
  * connection's socket registered for writing while the connection is half established (the
  * peer has not progressed since it connected, e.g. it is still computing): the worker's fd
- * then stays readable, or arming reports BUSY, and progress finds nothing, so a waiting rank
- * would spin. Counting such empty wakeups and falling back to a timer for that worker bounds
+ * then stays readable and progress finds nothing, so a waiting rank would spin. Counting such empty wakeups and falling back to a timer for that worker bounds
  * the waste to one wakeup per TP_BACKOFF_MAX_MS and the added latency to as much; anything
  * progress does puts the fd back in use. */
 static int
@@ -1048,6 +1054,7 @@ tp_worker_backoff_ms(struct tp_worker *w)
 {
     if (w->progressed) {
         w->idle_wakes = 0;
+        w->busy_arms = 0;
     } else if (w->woke) {
         w->idle_wakes++;
     }
@@ -1059,6 +1066,27 @@ tp_worker_backoff_ms(struct tp_worker *w)
     w->woke = true; /* unpolled: the next empty progress counts as another empty wakeup */
     int shift = w->idle_wakes - TP_IDLE_WAKES;
     return shift < 4 && (1 << shift) < TP_BACKOFF_MAX_MS ? 1 << shift : TP_BACKOFF_MAX_MS;
+}
+
+/* Arming reported BUSY: events wait that progress has not consumed, or sends wait that UCX
+ * cannot post yet because the receiver's shared-memory FIFO is full. No fd will tell us when
+ * the receiver has drained it, and the timer of tp_worker_backoff_ms (milliseconds, for TCP's
+ * half-open connections) would leave the link idle for most of that time, so return at once
+ * the first times, then sleep microseconds, doubling while progress still finds nothing: the
+ * receiver may need our CPU to drain. A peer that leaves its FIFO full (computing) costs us at
+ * most one wakeup per TP_BUSY_MAX_US. */
+static void
+tp_worker_busy_sleep(struct tp_worker *w)
+{
+    if (w->busy_arms++ < TP_BUSY_ARMS) {
+        return;
+    }
+    int shift = w->busy_arms - TP_BUSY_ARMS - 1;
+    long us = shift < 8 && (TP_BUSY_SLEEP_US << shift) < TP_BUSY_MAX_US ?
+              TP_BUSY_SLEEP_US << shift : TP_BUSY_MAX_US;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
+
+    nanosleep(&ts, NULL);
 }
 
 ncclResult_t
@@ -1083,10 +1111,9 @@ tp_worker_wait(struct tp_worker *const *workers, int nworkers, int timeout_ms)
             timeout = timeout < 0 || backoff < timeout ? backoff : timeout;
             continue;
         }
-        /* BUSY: events are waiting that progress has not consumed yet, so do not sleep. */
         ucs_status_t status = ucp_worker_arm(w->ucp);
         if (status == UCS_ERR_BUSY) {
-            w->woke = true;
+            tp_worker_busy_sleep(w);
             goto out;
         }
         if (status != UCS_OK) {

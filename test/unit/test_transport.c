@@ -672,6 +672,44 @@ Test(transport_tcp, wait_times_out, .init = use_tcp, .timeout = 30)
     run_wait_times_out();
 }
 
+/* Rank 0 posts more messages than rank 1's shared-memory FIFO holds, and rank 1 does not
+ * progress for 300 ms: UCX keeps the rest of rank 0's sends pending, no fd will say when the
+ * FIFO drains, and arming rank 0's worker reports BUSY. Rank 0's waits must sleep meanwhile
+ * (microseconds each, so as not to leave the link idle long once rank 1 drains) rather than
+ * return at once; then every message arrives intact. */
+Test(transport, wait_sleeps_while_peer_fifo_full, .timeout = 60)
+{
+    enum { NMSGS = 512, LEN = 4096, IDLE_MS = 300 };
+    static struct msg m[NMSGS];
+    struct rig rig;
+    int calls = 0;
+
+    rng_init();
+    rig_up(&rig, 2);
+    warm_up(&rig);
+    for (int i = 0; i < NMSGS; i++) {
+        msg_init(&m[i], 0, 1, LEN, msg_tag(0, 1, 100 + i));
+        msg_post_send(&rig, &m[i]);
+    }
+    int64_t start = shim_clock_ms();
+    while (shim_clock_ms() - start < IDLE_MS) {
+        if (!tp_worker_progress(rig.w[0])) {
+            cr_assert_eq(tp_worker_wait(&rig.w[0], 1, 100), ncclSuccess);
+            calls++;
+        }
+    }
+    cr_assert_leq(calls, IDLE_MS * 3, "%d returns from tp_worker_wait in %d ms while the "
+                  "peer's FIFO was full: spinning", calls, IDLE_MS);
+    for (int i = 0; i < NMSGS; i++) {
+        msg_post_recv(&rig, &m[i]);
+    }
+    msgs_finish(&rig, m, NMSGS);
+    for (int i = 0; i < NMSGS; i++) {
+        msg_free(&m[i]);
+    }
+    rig_down(&rig);
+}
+
 /* --- cancellation, teardown, failure ------------------------------------------------------ */
 
 /* A cancelled receive is withdrawn: the message it would have matched goes to the next
