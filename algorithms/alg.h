@@ -113,6 +113,7 @@ struct alg_hosts {
     int nhosts;
     int widest;
     int narrowest;
+    int block; /* B where host h holds ranks h*B .. h*B+B-1 (equal runs in rank order), else 0 */
     const int *host_of;
 };
 
@@ -132,6 +133,10 @@ struct alg_args {
                            be scaled by its owner before it is sent */
     const struct alg_hosts *hosts; /* NULL: every rank on one host (or nothing known) */
 };
+
+/* alg_hosts.block of a layout (hosts.c): B where host h holds ranks h*B .. h*B+B-1 for every
+ * h, else 0. */
+int alg_hosts_block(const int *host_of, int nranks, int nhosts);
 
 /* Whether args' ranks run on more than one host. */
 static inline bool

@@ -46,6 +46,33 @@ alg_fold_real(const struct alg_fold *f, int i)
     return i < f->rem ? 2 * i : i + f->rem;
 }
 
+/* Where a fold's messages run, for cost functions (alike on every rank): how many of the
+ * power-of-two levels, from the first, pair ranks of one host, and whether the fold and
+ * unfold steps do. Known where hosts hold equal runs of consecutive ranks (alg_hosts.block):
+ * level k pairs ranks inside runs of 2^(k+1), and the fold pairs 2i with 2i + 1; elsewhere
+ * every message counts as crossing. On one host none crosses. */
+struct alg_fold_hosts {
+    int inner_levels;
+    bool inner_fold;
+};
+
+static inline struct alg_fold_hosts
+alg_fold_hosts(const struct alg_fold *f, const struct alg_args *args)
+{
+    if (!alg_hosts_span(args)) {
+        return (struct alg_fold_hosts){f->levels, true};
+    }
+    const int block = args->hosts->block;
+    struct alg_fold_hosts h = {0, block > 0 && block % 2 == 0};
+
+    /* With ranks folded away the new ranks no longer follow the runs: counted as crossing. */
+    while (f->rem == 0 && block > 0 && h.inner_levels < f->levels &&
+           block % (2 << h.inner_levels) == 0) {
+        h.inner_levels++;
+    }
+    return h;
+}
+
 /* One piece of an all-reduce's vector, as alg_fold_allreduce hands it to the core. */
 struct alg_fold_piece {
     size_t base, len;            /* elements */

@@ -101,3 +101,19 @@ alg_host_map_free(struct alg_host_map *map)
     free(map->first);
     map->members = map->first = map->place = NULL;
 }
+
+int
+alg_hosts_block(const int *host_of, int nranks, int nhosts)
+{
+    const int block = nhosts > 0 ? nranks / nhosts : 0;
+
+    if (block == 0 || block * nhosts != nranks) {
+        return 0;
+    }
+    for (int r = 0; r < nranks; r++) {
+        if (host_of[r] != r / block) {
+            return 0;
+        }
+    }
+    return block;
+}

@@ -87,16 +87,22 @@ alg_recdbl_allreduce_bytes(const struct alg_args *args)
     return vec * (size_t)sh.levels + (args->rank < 2 * sh.rem ? vec : 0);
 }
 
+/* Every step moves the whole vector; the levels that pair ranks of one host (and the fold, if
+ * it does) are the host's, the rest the network's. */
 void
 alg_recdbl_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
     const struct alg_fold sh = alg_fold_make(0, args->nranks);
+    const struct alg_fold_hosts where = alg_fold_hosts(&sh, args);
     const double vec = (double)alg_bytes(args, args->count);
-    const double fix = sh.rem > 0 ? 1 : 0;
+    const double fold = sh.rem > 0 ? 2 : 0; /* the fold and unfold steps */
+    const double inner = where.inner_levels + (where.inner_fold ? fold : 0);
 
-    cost_out->steps = sh.levels + 2 * fix;
-    cost_out->bytes = (sh.levels + 2 * fix) * vec;
-    cost_out->reduce_bytes = (sh.levels + fix) * vec;
+    cost_out->steps = inner;
+    cost_out->bytes = inner * vec;
+    cost_out->net_steps = sh.levels + fold - inner;
+    cost_out->net_bytes = cost_out->net_steps * vec;
+    cost_out->reduce_bytes = (sh.levels + fold / 2) * vec;
 }
 
 /* Elements new rank i's group of 2^k sends in round k of the all-gather. */
@@ -185,14 +191,24 @@ alg_recdbl_allgather_bytes(const struct alg_args *args)
     return alg_bytes(args, elems);
 }
 
+/* The levels carry n - 1 blocks in all, level k 2^k of them (the first levels, inside a host
+ * where they pair its ranks, carry the fewest); with a fold, its unfold carries n more. */
 void
 alg_recdbl_allgather_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
     const struct alg_fold sh = alg_fold_make(0, args->nranks);
+    const struct alg_fold_hosts where = alg_fold_hosts(&sh, args);
     const double block = (double)alg_bytes(args, args->count);
-    const double fix = sh.rem > 0 ? 1 : 0;
+    const double fold = sh.rem > 0 ? 2 : 0; /* the fold and unfold steps */
+    const double fold_bytes = sh.rem > 0 ? args->nranks * block : 0;
+    const double level_bytes = (args->nranks - 1) * block;
+    const double inner_level_bytes = where.inner_levels == sh.levels
+                                         ? level_bytes
+                                         : ((1 << where.inner_levels) - 1) * block;
 
-    cost_out->steps = sh.levels + 2 * fix;
-    cost_out->bytes = (args->nranks - 1 + fix * args->nranks) * block;
+    cost_out->steps = where.inner_levels + (where.inner_fold ? fold : 0);
+    cost_out->bytes = inner_level_bytes + (where.inner_fold ? fold_bytes : 0);
+    cost_out->net_steps = sh.levels + fold - cost_out->steps;
+    cost_out->net_bytes = level_bytes + fold_bytes - cost_out->bytes;
     cost_out->reduce_bytes = 0;
 }

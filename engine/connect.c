@@ -205,6 +205,7 @@ shim_connect_hosts(struct ncclComm *comm, const struct shim_shm_hello *all)
         comm->hosts.narrowest = size[h] < comm->hosts.narrowest ? size[h]
                                                                 : comm->hosts.narrowest;
     }
+    comm->hosts.block = alg_hosts_block(host_of, n, nhosts);
     INFO(SHIM_INIT, "comm %p rank %d: %d ranks on %d hosts (%d to %d a host)", (void *)comm,
          comm->rank, n, nhosts, comm->hosts.narrowest, comm->hosts.widest);
     return ncclSuccess;

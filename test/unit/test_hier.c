@@ -8,7 +8,8 @@
  * against the reference (sim/reference.h), each rank's traffic against the row's textbook
  * figure. Then what crosses between hosts: exactly what must, once (2.0 S for a 2 x 2
  * all-reduce, where a flat ring puts 3.0 S on the network); and a cost alike on every rank.
- * Without hosts the rows run in test_algorithms' sweep of the whole table.
+ * Recursive doubling's cost splits its levels between the host and the network as its
+ * schedule sends them. Without hosts the rows run in test_algorithms' sweep of the whole table.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ hosts_of(const struct layout *l)
         hosts.widest = size[h] > hosts.widest ? size[h] : hosts.widest;
         hosts.narrowest = size[h] < hosts.narrowest ? size[h] : hosts.narrowest;
     }
+    hosts.block = alg_hosts_block(l->host_of, l->n, hosts.nhosts);
     return hosts;
 }
 
@@ -295,6 +297,74 @@ Test(hier, cost_is_the_same_on_every_rank)
                       ref_coll_name(rows[row].coll), l->name, r);
             cr_assert(cost.net_bytes > 0 && cost.net_steps > 0, "%s on %s: nothing crosses?",
                       ref_coll_name(rows[row].coll), l->name);
+        }
+    }
+}
+
+/* Recursive doubling's rows charge the levels that pair ranks of one host to the host: where
+ * hosts are equal runs of ranks and no rank folds away, a rank sends, unchunked, exactly
+ * cost.bytes to its own host and cost.net_bytes to others (steps as many); elsewhere the cost
+ * may count a message as crossing that stays (never the reverse), and the total is the same. */
+Test(hier, recdbl_cost_splits_levels_as_the_schedule_sends)
+{
+    static const struct row recdbl[] = {
+        {ALG_COLL_ALLREDUCE, alg_recdbl_allreduce, alg_recdbl_allreduce_bytes,
+         alg_recdbl_allreduce_cost},
+        {ALG_COLL_ALLGATHER, alg_recdbl_allgather, alg_recdbl_allgather_bytes,
+         alg_recdbl_allgather_cost},
+    };
+    const size_t count = 1024;
+
+    for (int row = 0; row < 2; row++) {
+        for (int li = 0; li < NLAYOUTS; li++) {
+            const struct layout *l = &layouts[li];
+            const struct alg_hosts hosts = hosts_of(l);
+            const bool exact = hosts.block > 0 && (l->n & (l->n - 1)) == 0;
+            struct alg_cost cost = {0};
+            double most_inside = 0;
+            for (int r = 0; r < l->n; r++) {
+                struct alg_args args = {.coll = recdbl[row].coll, .count = count,
+                                        .elem_size = 4, .rank = r, .nranks = l->n,
+                                        .chunk_bytes = 1 << 30, .slots = 4, .hosts = &hosts};
+                struct alg_args blind = args;
+                struct alg_cost flat = {0};
+                struct alg_sched sched;
+                double inside = 0, across = 0;
+                int inside_sends = 0, across_sends = 0;
+
+                blind.hosts = NULL;
+                recdbl[row].cost(&args, &cost);
+                recdbl[row].cost(&blind, &flat);
+                alg_sched_init(&sched);
+                cr_assert_eq(recdbl[row].build(&args, &sched), ncclSuccess);
+                for (int i = 0; i < sched.nsteps; i++) {
+                    const struct alg_step *step = &sched.steps[i];
+                    if (step->kind != ALG_STEP_SEND) {
+                        continue;
+                    }
+                    if (l->host_of[step->peer] != l->host_of[r]) {
+                        across += (double)step->src[0].len;
+                        across_sends++;
+                    } else {
+                        inside += (double)step->src[0].len;
+                        inside_sends++;
+                    }
+                }
+                alg_sched_free(&sched);
+                most_inside = inside > most_inside ? inside : most_inside;
+                const char *name = ref_coll_name(recdbl[row].coll);
+                cr_assert_eq(cost.steps + cost.net_steps, flat.steps, "%s on %s", name, l->name);
+                cr_assert_eq(cost.bytes + cost.net_bytes, flat.bytes, "%s on %s", name, l->name);
+                cr_assert(!exact || (cost.bytes == inside && cost.net_bytes == across &&
+                          cost.steps == inside_sends && cost.net_steps == across_sends),
+                          "%s on %s, rank %d: cost %g B in %g steps inside, %g B in %g "
+                          "across; the schedule sends %g B in %d inside, %g B in %d across",
+                          name, l->name, r, cost.bytes, cost.steps, cost.net_bytes,
+                          cost.net_steps, inside, inside_sends, across, across_sends);
+            }
+            cr_assert_leq(cost.bytes, most_inside, "%s on %s: cost %g B inside, no rank sends "
+                          "as much inside (%g B)", ref_coll_name(recdbl[row].coll), l->name,
+                          cost.bytes, most_inside);
         }
     }
 }

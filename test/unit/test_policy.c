@@ -110,3 +110,28 @@ Test(policy, choice_follows_the_policy_and_the_cost)
     size_t chunk = alg_select_chunk(alg, &args, &params);
     cr_assert(chunk >= 4096 && chunk <= 131072, "chunk %zu", chunk);
 }
+
+/* Across two hosts of two ranks, recursive doubling's first level stays inside each host: one
+ * message on the network against the hierarchical all-reduce's one plus two inside, so a
+ * tiny all-reduce takes it; a large one takes the hierarchy, which carries half as much
+ * across. (The defaults of nccl_shim/comm.c: shared memory 1.5 us and 4 GB/s, the network
+ * 15 us and 1 GB/s.) */
+Test(policy, two_hosts_choose_by_what_crosses)
+{
+    const int host_of[] = {0, 0, 1, 1};
+    const struct alg_hosts hosts = {.nhosts = 2, .widest = 2, .narrowest = 2,
+                                    .block = alg_hosts_block(host_of, 4, 2), .host_of = host_of};
+    struct alg_cost_params params = {.alpha = 1.5e-6, .beta = 1 / 4e9, .gamma = 1 / 3.4e9,
+                                     .alpha_net = 15e-6, .beta_net = 1 / 1e9};
+    struct alg_args args = {.coll = ALG_COLL_ALLREDUCE, .count = 2, .elem_size = 4, .rank = 0,
+                            .nranks = 4, .chunk_bytes = 131072, .slots = 4, .hosts = &hosts};
+    struct alg_policy policy;
+
+    cr_assert_eq(hosts.block, 2);
+    cr_assert_eq(alg_policy_parse(NULL, NULL, &policy), ncclSuccess);
+    const struct alg_algorithm *alg = alg_select(&args, &policy, &params, NULL);
+    cr_assert(alg != NULL && strcmp(alg->name, "recdbl") == 0, "8 B: %s", alg->name);
+    args.count = 4 << 20;
+    alg = alg_select(&args, &policy, &params, NULL);
+    cr_assert(alg != NULL && strcmp(alg->name, "hier") == 0, "16 MiB: %s", alg->name);
+}
