@@ -285,6 +285,9 @@ struct alg_cost {
     double reduce_bytes;
     double net_steps;
     double net_bytes;
+    /* The steps count chunk times (a pipeline's fill and drain), so the cost depends on
+     * args->chunk_bytes: alg_select_chunk weighs such a row at each chunk size. */
+    bool chunked;
 };
 
 /* One row of the algorithm table (select.c). */
@@ -340,7 +343,8 @@ const struct alg_algorithm *alg_select(const struct alg_args *args,
                                        double *estimate_out);
 /* The pipeline chunk for algorithm alg on args: the classic optimum sqrt((steps - 1) beta B /
  * alpha) chunks, clamped to [4 KiB, args->chunk_bytes], so small messages are not cut up
- * and large ones keep every link busy. */
+ * and large ones keep every link busy; for a row whose cost counts its chunks (chunked), the
+ * size from args->chunk_bytes down, halving, that the model weighs least. */
 size_t alg_select_chunk(const struct alg_algorithm *alg, const struct alg_args *args,
                         const struct alg_cost_params *params);
 /* The table, for tests that iterate every algorithm. */

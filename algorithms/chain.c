@@ -121,6 +121,7 @@ chain_cost(const struct alg_args *args, struct alg_cost *cost_out, bool reduces)
     cost_out->steps = times;
     cost_out->bytes = times > 0 ? bytes / nchunks * times : 0;
     cost_out->reduce_bytes = reduces ? cost_out->bytes : 0;
+    cost_out->chunked = true;
 }
 
 void

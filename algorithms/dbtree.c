@@ -179,4 +179,5 @@ alg_dbtree_allreduce_cost(const struct alg_args *args, struct alg_cost *cost_out
     cost_out->steps = stages;
     cost_out->bytes = stages * chunk * 4;
     cost_out->reduce_bytes = stages * chunk * 2;
+    cost_out->chunked = true;
 }

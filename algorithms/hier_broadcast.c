@@ -115,4 +115,5 @@ alg_hier_broadcast_cost(const struct alg_args *args, struct alg_cost *cost_out)
     cost_out->steps = nchunks > 0 && depth == 0 && hops > 0 ? nchunks + hops - 1 : hops;
     cost_out->bytes = cost_out->steps * chunk;
     cost_out->reduce_bytes = 0;
+    cost_out->chunked = true;
 }

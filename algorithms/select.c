@@ -105,12 +105,41 @@ alg_select(const struct alg_args *args, const struct alg_policy *policy,
     return best;
 }
 
+/* A row whose cost counts its chunk times (its steps grow with the chunks, so the classic
+ * formula would take them for pipeline stages): the chunk, halving from the largest down to
+ * min_chunk, that the model weighs least. */
+static size_t
+alg_select_chunk_by_cost(const struct alg_algorithm *alg, const struct alg_args *args,
+                         const struct alg_cost_params *params, size_t min_chunk,
+                         size_t max_chunk)
+{
+    struct alg_args at = *args;
+    size_t best = max_chunk;
+    double best_time = INFINITY;
+
+    for (size_t chunk = max_chunk;; chunk /= 2) {
+        at.chunk_bytes = chunk;
+        double time = alg_estimate(alg, &at, params);
+        if (time < best_time) {
+            best = chunk;
+            best_time = time;
+        }
+        if (chunk / 2 < min_chunk) {
+            break;
+        }
+    }
+    return best;
+}
+
 size_t
 alg_select_chunk(const struct alg_algorithm *alg, const struct alg_args *args,
                  const struct alg_cost_params *params)
 {
     const size_t min_chunk = 4096, max_chunk = args->chunk_bytes;
     const struct alg_cost cost = alg_cost_of(alg, args);
+    if (cost.chunked) {
+        return alg_select_chunk_by_cost(alg, args, params, min_chunk, max_chunk);
+    }
     /* The pipeline runs at the pace of its slowest links: the network's, where it crosses. */
     const bool net = cost.net_bytes > 0;
     const double steps = cost.steps + cost.net_steps, bytes = net ? cost.net_bytes : cost.bytes;

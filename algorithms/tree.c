@@ -174,6 +174,7 @@ tree_pipeline_cost(const struct alg_args *args, size_t elems, int depth, double 
     cost_out->steps = stages;
     cost_out->bytes = stages * chunk * fanout;
     cost_out->reduce_bytes = 0;
+    cost_out->chunked = true;
 }
 
 void

@@ -58,7 +58,7 @@ describe(const struct run *u, char *buf, size_t len)
 static bool
 cost_ok(const struct alg_algorithm *row, const struct alg_args *args, char *msg, size_t len)
 {
-    struct alg_cost cost = {-1, -1, -1, 0, 0};
+    struct alg_cost cost = {-1, -1, -1, 0, 0, false};
     row->cost(args, &cost);
     if (!isfinite(cost.steps) || !isfinite(cost.bytes) || !isfinite(cost.reduce_bytes) ||
         !isfinite(cost.net_steps) || !isfinite(cost.net_bytes) || cost.steps < 0 ||

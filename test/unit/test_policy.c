@@ -135,3 +135,57 @@ Test(policy, two_hosts_choose_by_what_crosses)
     alg = alg_select(&args, &policy, &params, NULL);
     cr_assert(alg != NULL && strcmp(alg->name, "hier") == 0, "16 MiB: %s", alg->name);
 }
+
+/* The model's time for row `alg` on args (as select.c weighs it, on one host). */
+static double
+model_time(const struct alg_algorithm *alg, const struct alg_args *args,
+           const struct alg_cost_params *params)
+{
+    struct alg_cost cost = {0};
+
+    alg->cost(args, &cost);
+    return cost.steps * params->alpha + cost.bytes * params->beta +
+           cost.reduce_bytes * params->gamma;
+}
+
+/* The pipelined rows count chunk times in their steps; the chunk alg_select_chunk picks must
+ * still be near the best the model sees over every chunk size it allows (not cut small
+ * because a large message makes many chunk times): a chain of two ranks, which has nothing to
+ * pipeline, takes the largest. */
+Test(policy, pipeline_chunk_is_near_the_models_best)
+{
+    const struct alg_cost_params params = {.alpha = 1.5e-6, .beta = 1 / 4e9,
+                                           .gamma = 1 / 3.4e9};
+    const size_t max_chunk = 1 << 20;
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+
+    for (int i = 0; i < count; i++) {
+        const struct alg_algorithm *alg = &table[i];
+        const bool pipelined = strcmp(alg->name, "chain") == 0 || strcmp(alg->name, "tree") == 0
+                               || strcmp(alg->name, "dbtree") == 0;
+        if (!pipelined || (alg->coll != ALG_COLL_BROADCAST && alg->coll != ALG_COLL_ALLREDUCE &&
+                           alg->coll != ALG_COLL_REDUCE)) {
+            continue;
+        }
+        for (int n = 2; n <= 16; n *= 2) {
+            for (size_t count_elems = 1 << 14; count_elems <= (1u << 24); count_elems <<= 5) {
+                struct alg_args args = {.coll = alg->coll, .count = count_elems, .elem_size = 4,
+                                        .rank = 0, .nranks = n, .chunk_bytes = max_chunk,
+                                        .slots = 4};
+                args.chunk_bytes = alg_select_chunk(alg, &args, &params);
+                const double chosen = model_time(alg, &args, &params);
+                double best = chosen;
+                for (size_t c = 4096; c <= max_chunk; c *= 2) {
+                    args.chunk_bytes = c;
+                    double t = model_time(alg, &args, &params);
+                    best = t < best ? t : best;
+                }
+                cr_assert_leq(chosen, best * 1.05, "%s %s, %d ranks, %zu elements: the chosen "
+                              "chunk's time %.1f us, the best %.1f us", alg->name,
+                              alg->coll == ALG_COLL_BROADCAST ? "broadcast" : alg->coll == ALG_COLL_REDUCE ? "reduce" : "all-reduce", n, count_elems, chosen * 1e6,
+                              best * 1e6);
+            }
+        }
+    }
+}
