@@ -386,7 +386,7 @@ $(BUILD)/test/netns/hostloss: test/netns/hostloss.c $(wildcard test/mp/*.h) $(LI
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itest -o $@ $< $(CONSUMER_LDFLAGS) -lnccl -lm
 
 test-netns: $(BUILD)/test/mp/collectives $(BUILD)/test/mp/streams $(BUILD)/test/netns/hostloss \
-            $(FAKE_CUDA)
+            $(BUILD)/bin/broadcast_perf $(FAKE_CUDA)
 	@BUILD=$(BUILD) test/netns/run.sh
 
 install: $(LIB)

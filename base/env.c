@@ -37,8 +37,9 @@ static const struct shim_env_var shim_env_table[SHIM_ENV_COUNT] = {
                           "20 on the network)"},
     [SHIM_ENV_WAIT_MS] = {"NCCLSHIM_WAIT_MS", "100",
                           "longest sleep between checks for abort and peer failure"},
-    [SHIM_ENV_CHUNK_BYTES] = {"NCCLSHIM_CHUNK_BYTES", "131072",
-                              "pipeline chunk size of the ring algorithms"},
+    [SHIM_ENV_CHUNK_BYTES] = {"NCCLSHIM_CHUNK_BYTES", NULL,
+                              "largest pipeline chunk of the UCX algorithms (default 131072 on "
+                              "one host, 524288 across hosts)"},
     [SHIM_ENV_RING_SLOTS] = {"NCCLSHIM_RING_SLOTS", "4",
                              "chunks a ring rank may receive ahead of its reductions"},
     [SHIM_ENV_NCCL_ALGO] = {"NCCL_ALGO", NULL,

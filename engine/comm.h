@@ -29,6 +29,13 @@ struct shim_backend;
 #define SHIM_COMM_MAGIC 0x6e63636c7368696dULL /* "ncclshim" */
 #define SHIM_COMM_DEAD 0xdeadc0de0000deadULL
 #define SHIM_MAX_USER_OPS 64
+/* The largest pipeline chunk of the UCX schedules where the user set none: on one host, and
+ * where the ranks span hosts. Over TCP every message costs CPU time on both ends (UCX copies
+ * an eager message out of its receive buffer, the kernel walks its stack per segment), and on
+ * 2-core hosts a transfer is CPU-bound: 512 KiB took the 2 x 1 broadcast from about 1.6 to
+ * 2.2 GB/s and the 2 x 2 all-reduce from about 0.75-0.9 to 0.8-1.07 (docs/performance.md). */
+#define SHIM_CHUNK_BYTES_ONE_HOST ((size_t)128 << 10)
+#define SHIM_CHUNK_BYTES_ACROSS_HOSTS ((size_t)512 << 10)
 
 enum shim_comm_state {
     SHIM_COMM_INITIALIZING, /* non-blocking init still running */
@@ -62,7 +69,8 @@ struct ncclComm {
     uint32_t *mgmt_sent;     /* per peer: split/shrink messages sent to it so far */
     uint32_t *mgmt_received; /* per peer: split/shrink messages received from it so far */
     struct tp_worker *tp;
-    size_t chunk_bytes;      /* NCCLSHIM_CHUNK_BYTES, read at init */
+    size_t chunk_bytes;      /* NCCLSHIM_CHUNK_BYTES, else by layout (shim_connect_hosts) */
+    bool chunk_bytes_set;    /* the user set NCCLSHIM_CHUNK_BYTES */
     int ring_slots;          /* NCCLSHIM_RING_SLOTS */
     struct alg_policy policy;      /* NCCL_ALGO and NCCLSHIM_ALGO, parsed at init */
     struct alg_cost_params cost;   /* the cost model's alpha, beta, gamma */

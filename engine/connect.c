@@ -177,7 +177,8 @@ shim_connect_peers_free(struct shim_backend_peers *peers)
 }
 
 /* Which ranks share a host, from every rank's hello, for the schedules (alg_hosts): hosts
- * numbered in the order of their lowest rank. Kept only where ranks span hosts. */
+ * numbered in the order of their lowest rank. Kept only where ranks span hosts; there the
+ * pipeline chunk grows to SHIM_CHUNK_BYTES_ACROSS_HOSTS unless the user chose one. */
 static ncclResult_t
 shim_connect_hosts(struct ncclComm *comm, const struct shim_shm_hello *all)
 {
@@ -206,6 +207,9 @@ shim_connect_hosts(struct ncclComm *comm, const struct shim_shm_hello *all)
                                                                 : comm->hosts.narrowest;
     }
     comm->hosts.block = alg_hosts_block(host_of, n, nhosts);
+    if (!comm->chunk_bytes_set) {
+        comm->chunk_bytes = SHIM_CHUNK_BYTES_ACROSS_HOSTS;
+    }
     INFO(SHIM_INIT, "comm %p rank %d: %d ranks on %d hosts (%d to %d a host)", (void *)comm,
          comm->rank, n, nhosts, comm->hosts.narrowest, comm->hosts.widest);
     return ncclSuccess;

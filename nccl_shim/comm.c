@@ -335,7 +335,9 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
     comm->blocking = args->blocking;
     memcpy(comm->name, args->name, sizeof(comm->name));
     comm->state = SHIM_COMM_INITIALIZING;
-    comm->chunk_bytes = (size_t)shim_env_int(SHIM_ENV_CHUNK_BYTES);
+    comm->chunk_bytes_set = shim_env_str(SHIM_ENV_CHUNK_BYTES) != NULL;
+    comm->chunk_bytes = comm->chunk_bytes_set ? (size_t)shim_env_int(SHIM_ENV_CHUNK_BYTES)
+                                              : SHIM_CHUNK_BYTES_ONE_HOST;
     comm->ring_slots = (int)shim_env_int(SHIM_ENV_RING_SLOTS);
     if (comm->chunk_bytes == 0 || comm->ring_slots < 1 || comm->ring_slots > 64) {
         WARN("NCCLSHIM_CHUNK_BYTES must be > 0 and NCCLSHIM_RING_SLOTS in 1..64 (got %zu, %d)",

@@ -14,7 +14,8 @@
 # Cases: test/mp/collectives, its full matrix (every collective, type, reduction, count,
 # root, in and out of place, groups, split) at 3, 4 and 6 ranks (at 4, host 0 holds two
 # ranks; at 6, every host does), shrink at 4, and the host-aware schedules (NCCLSHIM_ALGO=hier)
-# at 6; then test/netns/hostloss at 4 ranks, where
+# at 6; the pipeline chunk a 64 MiB broadcast logs (512 KiB across hosts, or the user's
+# NCCLSHIM_CHUNK_BYTES); then test/netns/hostloss at 4 ranks, where
 # in the middle of a loop of all-reduces one host goes away, and every other rank must get an
 # error within HL_BOUND seconds and exit: host 2 (rank 2) and host 0 (ranks 0 and 3, and the
 # bootstrap root) by SIGKILL of their ranks, which the survivors see at once as closed
@@ -61,7 +62,8 @@ if ! probe=$(ip netns add "ns-probe-$tag" 2>&1); then
     skip "cannot create a network namespace: $probe"
 fi
 ip netns del "ns-probe-$tag"
-for prog in "$bindir/mp/collectives" "$bindir/mp/streams" "$bindir/netns/hostloss"; do
+for prog in "$bindir/mp/collectives" "$bindir/mp/streams" "$bindir/netns/hostloss" \
+    "$BUILD/bin/broadcast_perf"; do
     if [[ ! -x $prog ]]; then
         echo "netns: $prog is missing (run make test-netns)"
         echo "netns: 0 passed, 1 failed"
@@ -287,6 +289,23 @@ hostloss_case() {
         sed -n "s/$seen/     rank \\1: \\3 failed after \\2 s: \\4/p"
 }
 
+# chunk_case NAME WANT [VAR=VALUE...]: a 64 MiB broadcast over the 3 hosts (the benchmark,
+# with NCCL_DEBUG_SUBSYS=TUNING) must log the pipeline chunk WANT bytes, the largest the
+# communicator allows there: 512 KiB across hosts unless NCCLSHIM_CHUNK_BYTES says otherwise.
+chunk_case() {
+    local name=$1 want=$2
+    shift 2
+    run_case "$name" 3 120 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$@" -- \
+        "$BUILD/bin/broadcast_perf" -b 64M -e 64M -w 0 -n 1
+    local line
+    line=$(grep -h -o 'Broadcast: 67108864 bytes on 3 ranks -> .*' "$logdir/$name".r*.log |
+        head -n 1)
+    if [[ ${line:-} != *", chunk $want bytes"* ]]; then
+        passed=$((passed - 1))
+        report "$name" 0 "the 64 MiB broadcast chose \"${line:-nothing logged}\", not a chunk of $want bytes"
+    fi
+}
+
 colls=allreduce,reduce,reducescatter,broadcast,allgather,alltoall,gather,scatter,sendrecv
 colls=$colls,groups,split
 dev=(LD_LIBRARY_PATH="$(cd "$BUILD" && pwd)/test/doubles")
@@ -305,6 +324,9 @@ else
     # The host-aware schedules forced, two ranks a host (host memory) and 2, 1, 1 (device).
     run_case collectives-hier-n6 6 180 NCCLSHIM_ALGO=hier -- "$bindir/mp/collectives" \
         -c allreduce,allgather,reducescatter,broadcast
+    # The pipeline chunk across hosts: 512 KiB, or the user's.
+    chunk_case chunk-across-hosts-n3 524288
+    chunk_case chunk-user-n3 65536 NCCLSHIM_CHUNK_BYTES=65536
     # A host goes away: killed (host 2: rank 2; host 0: ranks 0 and 3, with the bootstrap
     # root), or cut off (its veth deleted), where only NCCLSHIM_TIMEOUT can tell.
     hostloss_case hostloss-kill-h2-n4 kill 2
