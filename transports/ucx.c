@@ -1046,9 +1046,10 @@ tp_worker_progress(struct tp_worker *worker)
 /* How long a worker may go unpolled, or -1 to poll its fd. UCX 1.13's TCP transport keeps a
  * connection's socket registered for writing while the connection is half established (the
  * peer has not progressed since it connected, e.g. it is still computing): the worker's fd
- * then stays readable and progress finds nothing, so a waiting rank would spin. Counting such empty wakeups and falling back to a timer for that worker bounds
- * the waste to one wakeup per TP_BACKOFF_MAX_MS and the added latency to as much; anything
- * progress does puts the fd back in use. */
+ * then stays readable and progress finds nothing, so a waiting rank would spin. Counting such
+ * empty wakeups and falling back to a timer for that worker bounds the waste to one wakeup per
+ * TP_BACKOFF_MAX_MS and the added latency to as much; anything progress does puts the fd back
+ * in use. */
 static int
 tp_worker_backoff_ms(struct tp_worker *w)
 {
@@ -1078,12 +1079,16 @@ tp_worker_backoff_ms(struct tp_worker *w)
 static void
 tp_worker_busy_sleep(struct tp_worker *w)
 {
-    if (w->busy_arms++ < TP_BUSY_ARMS) {
+    if (w->busy_arms < TP_BUSY_ARMS) {
+        w->busy_arms++;
         return;
     }
-    int shift = w->busy_arms - TP_BUSY_ARMS - 1;
-    long us = shift < 8 && (TP_BUSY_SLEEP_US << shift) < TP_BUSY_MAX_US ?
-              TP_BUSY_SLEEP_US << shift : TP_BUSY_MAX_US;
+    long us = (long)TP_BUSY_SLEEP_US << (w->busy_arms - TP_BUSY_ARMS);
+    if (us < TP_BUSY_MAX_US) {
+        w->busy_arms++; /* the next sleep doubles; the count stops growing at the cap */
+    } else {
+        us = TP_BUSY_MAX_US;
+    }
     struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
 
     nanosleep(&ts, NULL);

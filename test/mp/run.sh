@@ -7,10 +7,11 @@
 # shm/), and at two rank counts again over UCX's TCP with shared memory disabled. Every case
 # runs under the launcher's timeout, which kills all its ranks; a case also fails when UCX warns
 # of a UCX_* variable nothing read (the library sets some). Prints each case's name, result and
-# time (and the end of its log when it fails; full logs stay in $BUILD/test/mp/logs), then `mp: N passed, M failed`; exits 1 on any
-# failure. Run by `make test-mp`, and by `make test-asan` with MP_QUICK=1: a small subset,
-# under AddressSanitizer with leak detection. Network transports are kept on the loopback
-# device (UCX_NET_DEVICES=lo) unless the caller chose otherwise.
+# time (and the end of its log when it fails; full logs stay in $BUILD/test/mp/logs), then
+# `mp: N passed, M failed`; exits 1 on any failure. Run by `make test-mp`, and by
+# `make test-asan` with MP_QUICK=1: a small subset, under AddressSanitizer with leak
+# detection. Network transports are kept on the loopback device (UCX_NET_DEVICES=lo) unless
+# the caller chose otherwise.
 #
 # collectives.c runs every collective: its full matrix under the library's own choice of
 # algorithm at 3, 4, 5 and 8 ranks, and at 4 ranks again with NCCL_SHM_DISABLE=1 (the UCX

@@ -302,7 +302,8 @@ chunk_case() {
         head -n 1)
     if [[ ${line:-} != *", chunk $want bytes"* ]]; then
         passed=$((passed - 1))
-        report "$name" 0 "the 64 MiB broadcast chose \"${line:-nothing logged}\", not a chunk of $want bytes"
+        report "$name" 0 \
+            "the 64 MiB broadcast chose \"${line:-nothing logged}\", not a chunk of $want bytes"
     fi
 }
 

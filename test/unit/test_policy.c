@@ -136,6 +136,13 @@ Test(policy, two_hosts_choose_by_what_crosses)
     cr_assert(alg != NULL && strcmp(alg->name, "hier") == 0, "16 MiB: %s", alg->name);
 }
 
+static const char *
+coll_name(enum alg_coll coll)
+{
+    return coll == ALG_COLL_BROADCAST ? "broadcast" : coll == ALG_COLL_REDUCE ? "reduce"
+                                                                              : "all-reduce";
+}
+
 /* The model's time for row `alg` on args (as select.c weighs it, on one host). */
 static double
 model_time(const struct alg_algorithm *alg, const struct alg_args *args,
@@ -183,7 +190,7 @@ Test(policy, pipeline_chunk_is_near_the_models_best)
                 }
                 cr_assert_leq(chosen, best * 1.05, "%s %s, %d ranks, %zu elements: the chosen "
                               "chunk's time %.1f us, the best %.1f us", alg->name,
-                              alg->coll == ALG_COLL_BROADCAST ? "broadcast" : alg->coll == ALG_COLL_REDUCE ? "reduce" : "all-reduce", n, count_elems, chosen * 1e6,
+                              coll_name(alg->coll), n, count_elems, chosen * 1e6,
                               best * 1e6);
             }
         }
