@@ -113,16 +113,21 @@ alg_select_chunk_by_cost(const struct alg_algorithm *alg, const struct alg_args 
                          const struct alg_cost_params *params, size_t min_chunk,
                          size_t max_chunk)
 {
+    const size_t bytes = alg_bytes(args, args->count);
     struct alg_args at = *args;
     size_t best = max_chunk;
     double best_time = INFINITY;
 
     for (size_t chunk = max_chunk;; chunk /= 2) {
-        at.chunk_bytes = chunk;
-        double time = alg_estimate(alg, &at, params);
-        if (time < best_time) {
-            best = chunk;
-            best_time = time;
+        /* Sizes that hold the whole message all cost what the largest does: weigh it alone
+         * (a small call, on every call, weighs one). */
+        if (chunk == max_chunk || chunk < bytes) {
+            at.chunk_bytes = chunk;
+            double time = alg_estimate(alg, &at, params);
+            if (time < best_time) {
+                best = chunk;
+                best_time = time;
+            }
         }
         if (chunk / 2 < min_chunk) {
             break;
