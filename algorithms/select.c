@@ -71,14 +71,20 @@ alg_cost_of(const struct alg_algorithm *alg, const struct alg_args *args)
 }
 
 static double
+alg_time(const struct alg_cost *cost, const struct alg_cost_params *params)
+{
+    return cost->steps * params->alpha + cost->bytes * params->beta +
+           cost->net_steps * params->alpha_net + cost->net_bytes * params->beta_net +
+           cost->reduce_bytes * params->gamma;
+}
+
+static double
 alg_estimate(const struct alg_algorithm *alg, const struct alg_args *args,
              const struct alg_cost_params *params)
 {
     struct alg_cost cost = alg_cost_of(alg, args);
 
-    return cost.steps * params->alpha + cost.bytes * params->beta +
-           cost.net_steps * params->alpha_net + cost.net_bytes * params->beta_net +
-           cost.reduce_bytes * params->gamma;
+    return alg_time(&cost, params);
 }
 
 const struct alg_algorithm *
@@ -106,31 +112,29 @@ alg_select(const struct alg_args *args, const struct alg_policy *policy,
 }
 
 /* A row whose cost counts its chunk times (its steps grow with the chunks, so the classic
- * formula would take them for pipeline stages): the chunk, halving from the largest down to
- * min_chunk, that the model weighs least. */
+ * formula would take them for pipeline stages): the chunk, halving from the largest (whose
+ * time is max_time) down to min_chunk, that the model weighs least. Sizes that hold the whole
+ * message all cost what the largest does, so only those that cut it are weighed: a small
+ * call weighs none. */
 static size_t
 alg_select_chunk_by_cost(const struct alg_algorithm *alg, const struct alg_args *args,
                          const struct alg_cost_params *params, size_t min_chunk,
-                         size_t max_chunk)
+                         size_t max_chunk, double max_time)
 {
     const size_t bytes = alg_bytes(args, args->count);
     struct alg_args at = *args;
     size_t best = max_chunk;
-    double best_time = INFINITY;
+    double best_time = max_time;
 
-    for (size_t chunk = max_chunk;; chunk /= 2) {
-        /* Sizes that hold the whole message all cost what the largest does: weigh it alone
-         * (a small call, on every call, weighs one). */
-        if (chunk == max_chunk || chunk < bytes) {
-            at.chunk_bytes = chunk;
-            double time = alg_estimate(alg, &at, params);
-            if (time < best_time) {
-                best = chunk;
-                best_time = time;
-            }
+    for (size_t chunk = max_chunk / 2; chunk >= min_chunk; chunk /= 2) {
+        if (chunk >= bytes) {
+            continue;
         }
-        if (chunk / 2 < min_chunk) {
-            break;
+        at.chunk_bytes = chunk;
+        double time = alg_estimate(alg, &at, params);
+        if (time < best_time) {
+            best = chunk;
+            best_time = time;
         }
     }
     return best;
@@ -143,7 +147,8 @@ alg_select_chunk(const struct alg_algorithm *alg, const struct alg_args *args,
     const size_t min_chunk = 4096, max_chunk = args->chunk_bytes;
     const struct alg_cost cost = alg_cost_of(alg, args);
     if (cost.chunked) {
-        return alg_select_chunk_by_cost(alg, args, params, min_chunk, max_chunk);
+        return alg_select_chunk_by_cost(alg, args, params, min_chunk, max_chunk,
+                                        alg_time(&cost, params));
     }
     /* The pipeline runs at the pace of its slowest links: the network's, where it crosses. */
     const bool net = cost.net_bytes > 0;
