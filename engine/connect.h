@@ -12,7 +12,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "algorithms/alg.h"
+
 struct ncclComm;
+
+/* The cost model's parameters: the user's (NCCLSHIM_ALPHA_US, ...), else defaults for the
+ * transports UCX_TLS lets UCX use (inside a host TCP's when it leaves shared memory out). */
+struct alg_cost_params shim_connect_cost_params(void);
 
 /* Opens comm's worker (comm->tp). */
 ncclResult_t shim_connect_open(struct ncclComm *comm);

@@ -290,29 +290,6 @@ shim_comm_init_thread(void *arg)
     return NULL;
 }
 
-/* The cost model's parameters: the user's, else defaults for the transport UCX will use
- * (measured on this project's 2-core machines: shared memory about 1.5 us and 4 GB/s a
- * message stream, TCP loopback about 15 us and 1 GB/s; reductions about 3.4 GB/s). Between
- * hosts UCX takes TCP (or whatever network it has): TCP's figures unless the user says. */
-static struct alg_cost_params
-shim_comm_cost_params(void)
-{
-    const char *tls = shim_env_str(SHIM_ENV_UCX_TLS);
-    bool tcp_only = tls != NULL && strstr(tls, "tcp") != NULL && strstr(tls, "sm") == NULL &&
-                    strstr(tls, "posix") == NULL && strstr(tls, "sysv") == NULL &&
-                    strstr(tls, "all") == NULL;
-    double alpha_us = shim_env_double(SHIM_ENV_ALPHA_US, tcp_only ? 15.0 : 1.5);
-    double beta_gbps = shim_env_double(SHIM_ENV_BETA_GBPS, tcp_only ? 1.0 : 4.0);
-    double gamma_gbps = shim_env_double(SHIM_ENV_GAMMA_GBPS, 3.4);
-    double net_alpha_us = shim_env_double(SHIM_ENV_NET_ALPHA_US, 15.0);
-    double net_beta_gbps = shim_env_double(SHIM_ENV_NET_BETA_GBPS, 1.0);
-
-    return (struct alg_cost_params){
-        .alpha = alpha_us * 1e-6, .beta = 1.0 / (beta_gbps * 1e9),
-        .gamma = 1.0 / (gamma_gbps * 1e9), .alpha_net = net_alpha_us * 1e-6,
-        .beta_net = 1.0 / (net_beta_gbps * 1e9)};
-}
-
 static ncclResult_t
 shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct ncclComm **comm_out)
 {
@@ -324,7 +301,7 @@ shim_comm_alloc(const struct shim_comm_args *args, uint64_t id_hash, struct nccl
         free(comm);
         return ncclInvalidArgument;
     }
-    comm->cost = shim_comm_cost_params();
+    comm->cost = shim_connect_cost_params();
     shim_report_install();
     comm->id_hash = id_hash;
     comm->magic = SHIM_COMM_MAGIC;

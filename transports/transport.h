@@ -119,6 +119,11 @@ ncclResult_t tp_atomic_add_post(struct tp_worker *worker, int peer, const uint64
  * put over CMA and an atomic over shared memory, say: a flush does.) */
 ncclResult_t tp_flush_post(struct tp_worker *worker, int peer, struct tp_request *req);
 
+/* Whether a UCX_TLS value (NULL: unset) lets UCX use posix or sysv shared memory ("sm",
+ * "shm" and "mm" name both), and whether it lets UCX use TCP; a leading '^' excludes. */
+bool tp_tls_has_shm(const char *tls);
+bool tp_tls_has_tcp(const char *tls);
+
 /* Whether UCX moves CUDA device memory itself (the process's context reports the CUDA
  * memory type), so device buffers may go to tp_send_post and tp_recv_post as they are. */
 bool tp_cuda_memory(void);

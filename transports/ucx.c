@@ -272,9 +272,7 @@ tp_tls_names(const char *list, const char *name)
     }
 }
 
-/* Whether a UCX_TLS value lets UCX use posix or sysv shared memory; without them UCX would
- * warn that settings for them apply to nothing. "sm", "shm" and "mm" name both. */
-static bool
+bool
 tp_tls_has_shm(const char *tls)
 {
     if (tls == NULL || tls[0] == '\0') {
@@ -290,8 +288,7 @@ tp_tls_has_shm(const char *tls)
     return negated ? !(posix && sysv) : (posix || sysv || tp_tls_names(list, "all"));
 }
 
-/* Whether a UCX_TLS value lets UCX use TCP, likewise. */
-static bool
+bool
 tp_tls_has_tcp(const char *tls)
 {
     if (tls == NULL || tls[0] == '\0') {

@@ -789,6 +789,30 @@ Test(transport, message_to_self)
     rig_down(&rig);
 }
 
+/* UCX_TLS as UCX reads it: a comma-separated list of names, each whole, or '^' and the names
+ * to leave out. The cost model's "TCP inside a host" and the UCX defaults follow these. */
+Test(transport_tls, reads_ucx_tls_as_ucx_does)
+{
+    const struct {
+        const char *tls;
+        bool shm, tcp;
+    } cases[] = {
+        {NULL, true, true},         {"", true, true},          {"all", true, true},
+        {"tcp", false, true},       {"tcp,cma", false, true},  {"^tcp", true, false},
+        {"sm,self", true, false},   {"shm,tcp", true, true},   {"posix", true, false},
+        {"^sm", false, true},       {"^posix", true, true},    {"^posix,sysv", false, true},
+        {"tcpx,smx", false, false},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *tls = cases[i].tls != NULL ? cases[i].tls : "(unset)";
+        cr_expect_eq(tp_tls_has_shm(cases[i].tls), cases[i].shm, "UCX_TLS=%s: shared memory %s",
+                     tls, cases[i].shm ? "allowed" : "left out");
+        cr_expect_eq(tp_tls_has_tcp(cases[i].tls), cases[i].tcp, "UCX_TLS=%s: TCP %s", tls,
+                     cases[i].tcp ? "allowed" : "left out");
+    }
+}
+
 /* Mistakes of the caller are errors with a message, not crashes. */
 Test(transport, misuse_is_an_error)
 {
