@@ -164,18 +164,39 @@ def measure(libs, layouts, mode, run):
     return results, failures
 
 
+def by_key(results):
+    """{(coll, layout, lib, size): [busbw of each pass]}."""
+    found = {}
+    for coll, layout, lib, _, size, busbw in results:
+        found.setdefault((coll, layout, lib, size), []).append(busbw)
+    return found
+
+
 def medians(results):
     """{(coll, layout, lib, size): median busbw over passes}."""
-    by_key = {}
-    for coll, layout, lib, _, size, busbw in results:
-        by_key.setdefault((coll, layout, lib, size), []).append(busbw)
-    return {key: statistics.median(v) for key, v in by_key.items()}
+    return {key: statistics.median(v) for key, v in by_key(results).items()}
 
 
-def table(med, libs, layouts):
+def ratio_spread(passes, peers, coll, layout, size):
+    """The noise a run shows in one ratio: (lowest, highest) of ncclshim / the best peer (the
+    best by median) when each side's passes may pair with any of the other's; None when
+    unknown. Highest below 1: ncclshim was slower in every pass."""
+    ours = passes.get((coll, layout, "ncclshim", size))
+    theirs = [(statistics.median(passes[(coll, layout, p, size)]), passes[(coll, layout, p, size)])
+              for p in peers if (coll, layout, p, size) in passes]
+    if not ours or not theirs:
+        return None
+    best = max(theirs)[1]
+    if min(best) <= 0:
+        return None
+    return min(ours) / max(best), max(ours) / min(best)
+
+
+def table(med, passes, libs, layouts):
     """The text table: one block per (collective, layout), one row per size."""
     peers = [lib for lib in libs if lib != "ncclshim"]
-    lines = ["busbw in GB/s (out of place, median over passes); ratio = ncclshim / best other"]
+    lines = ["busbw in GB/s (out of place, median over passes); ratio = ncclshim / best other,",
+             "then its lowest and highest over any pairing of the two libraries' passes"]
     for coll in COLLS:
         for layout in layouts:
             sizes = sorted({k[3] for k in med if k[0] == coll and k[1] == layout})
@@ -184,7 +205,7 @@ def table(med, libs, layouts):
             lines.append("")
             lines.append(f"{coll}, {layout}")
             lines.append("%12s" % "size (B)" + "".join("%10s" % lib for lib in libs) +
-                         "%8s  %s" % ("ratio", "best other"))
+                         "%8s %11s  %s" % ("ratio", "passes", "best other"))
             for size in sizes:
                 row = [med.get((coll, layout, lib, size)) for lib in libs]
                 cells = "".join("%10s" % ("-" if v is None else "%.4f" % v) for v in row)
@@ -195,7 +216,9 @@ def table(med, libs, layouts):
                 if ours is not None and best is not None and best[0] > 0:
                     ratio = "%.2f" % (ours / best[0])
                 best_name = best[1] if best and best[0] > 0 else "-"
-                lines.append("%12d%s%8s  %s" % (size, cells, ratio, best_name))
+                spread = ratio_spread(passes, peers, coll, layout, size)
+                spread = "-" if spread is None else "%.2f-%.2f" % spread
+                lines.append("%12d%s%8s %11s  %s" % (size, cells, ratio, spread, best_name))
     return "\n".join(lines)
 
 
@@ -218,12 +241,13 @@ def human(size):
 SUMMARY_SIZES = [8, 64 << 10, 1 << 20, 64 << 20, 256 << 20]
 
 
-def summary(med, libs, layouts):
-    """docs/performance.md's table, in Markdown: ncclshim's busbw and ratio at a few sizes, and every
-    size at which a peer was faster."""
+def summary(med, passes, libs, layouts):
+    """docs/performance.md's table, in Markdown: ncclshim's busbw and ratio at a few sizes; every
+    size at which the best peer's median was higher, with the ratio's spread over passes; and
+    those at which ncclshim was slower in every pass, beyond the noise the run shows."""
     peers = [lib for lib in libs if lib != "ncclshim"]
     head = ["collective, ranks"] + [human(s) for s in SUMMARY_SIZES] + \
-        ["sizes slower than the best peer"]
+        ["sizes slower than the best peer (ratio; over passes)", "slower in every pass"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for coll in COLLS:
         for layout in layouts:
@@ -234,11 +258,18 @@ def summary(med, libs, layouts):
             for size in SUMMARY_SIZES:
                 ours, ratio = ratio_to_best(med, peers, coll, layout, size)
                 cells.append("-" if ratio is None else "%.3g (%.2fx)" % (ours, ratio))
-            slower = [f"{human(size)} ({ratio:.2f})" for size in sizes
-                      for ratio in [ratio_to_best(med, peers, coll, layout, size)[1]]
-                      if ratio is not None and ratio < 1]
+            slower, behind = [], []
+            for size in sizes:
+                ratio = ratio_to_best(med, peers, coll, layout, size)[1]
+                if ratio is None or ratio >= 1:
+                    continue
+                spread = ratio_spread(passes, peers, coll, layout, size)
+                slower.append(f"{human(size)} ({ratio:.2f}; {spread[0]:.2f}-{spread[1]:.2f})")
+                if spread[1] < 1:
+                    behind.append(human(size))
             lines.append(f"| {coll}, {layout} | " + " | ".join(cells) + " | " +
-                         (", ".join(slower) or "none") + " |")
+                         (", ".join(slower) or "none") + " | " + (", ".join(behind) or "none") +
+                         " |")
     return "\n".join(lines)
 
 
@@ -273,13 +304,14 @@ def report(results, libs, layouts, out, text_tail="", md_tail=""):
     md_tail, when given, end table.txt and summary.md."""
     import plot  # matplotlib: only here, so that hosts.py --probe runs before deps install it
 
+    passes = by_key(results)
     med = medians(results)
-    text = table(med, libs, layouts) + text_tail
+    text = table(med, passes, libs, layouts) + text_tail
     print(text)
     with open(os.path.join(out, "table.txt"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(summary(med, libs, layouts) + md_tail + "\n")
+        f.write(summary(med, passes, libs, layouts) + md_tail + "\n")
     for path in plot.plot_all(med, COLLS, layouts, libs, out):
         print(f"compare: wrote {path}")
 

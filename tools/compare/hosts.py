@@ -60,6 +60,7 @@ import csv
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -450,6 +451,26 @@ def tcp_tables(rows):
     return "\n".join(text), "\n".join(md)
 
 
+CEILING_CASE = ("all_reduce", Layout(2, 1), 64 << 20)  # what the two-way test bounds
+
+
+def ceiling_share(results, tcp_rows):
+    """(text, Markdown): ncclshim's 2 x 1 all-reduce at 64 MiB against the two-way iperf3
+    test. Its bus bandwidth is what each host sends and receives, so the bound is a
+    direction of that test: the mean of the two, and each."""
+    coll, layout, size = CEILING_CASE
+    busbw = compare.by_key(results).get((coll, layout, "ncclshim", size))
+    rates = [rate for test, _, _, rate in tcp_rows if test == TCP_TESTS[1][0]]
+    if not busbw or len(rates) != 2 or min(rates) <= 0:
+        return "", ""
+    ours, mean = statistics.median(busbw), sum(rates) / 2
+    line = (f"{coll}, {layout}, {compare.human(size)}: {ours:.3f} GB/s (passes "
+            f"{min(busbw):.3f}-{max(busbw):.3f}), {100 * ours / mean:.0f}% of a direction of "
+            f"'{TCP_TESTS[1][0]}' ({mean:.3f} GB/s mean; {100 * ours / max(rates):.0f}% of the "
+            f"faster, {100 * ours / min(rates):.0f}% of the slower)")
+    return "\n" + line, "\n" + line + "\n"
+
+
 def write_rows(path, head, rows):
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
@@ -492,8 +513,10 @@ def load(results_csv):
 def report(out, results, libs, layouts, wire_rows, tcp_rows):
     wire_text, wire_md = wire_tables(wire_rows, libs)
     tcp_text, tcp_md = tcp_tables(tcp_rows)
-    compare.report(results, libs, layouts, out, text_tail=wire_text + "\n" + tcp_text,
-                   md_tail="\n" + wire_md + "\n" + tcp_md)
+    share_text, share_md = ceiling_share(results, tcp_rows)
+    compare.report(results, libs, layouts, out,
+                   text_tail=wire_text + "\n" + tcp_text + share_text,
+                   md_tail="\n" + wire_md + "\n" + tcp_md + share_md)
 
 
 def measure_all(hosts, args, libs, out):
