@@ -776,13 +776,41 @@ shim_exec_report(struct shim_exec *const *execs, int nexecs, const char *why)
     }
 }
 
+/* A communicator's op failed in a run (res): its ops stop there, the others of the run go
+ * on (their communicators are sound, and their peers wait for them). The communicator keeps
+ * the error for ncclCommGetAsyncError and tells its peers, whose operations may wait on it for
+ * what it will never send (a dead rank's neighbours see the death; the ranks that wait on
+ * them would not). A revoked one has not failed; an aborted one says nothing: its endpoints
+ * close at once, which every peer sees. */
+static void
+shim_exec_fail_comm(struct shim_exec *const *execs, int nexecs, struct ncclComm *comm,
+                    ncclResult_t res)
+{
+    for (int i = 0; i < nexecs; i++) {
+        execs[i]->abandoned |= execs[i]->op.comm == comm;
+    }
+    if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+        return;
+    }
+    shim_comm_set_async_error(comm, res);
+    if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        tp_worker_notice_send(comm->tp, shim_error_last(&comm->log));
+    }
+}
+
+static bool
+shim_exec_running(const struct shim_exec *exec)
+{
+    return !exec->abandoned && !shim_exec_done(exec);
+}
+
 ncclResult_t
 shim_exec_run(struct shim_exec *const *execs, int nexecs)
 {
     struct tp_worker **workers;
     int nworkers = 0, remaining = 0;
     ncclResult_t res = ncclSuccess;
-    struct ncclComm *failed = NULL;
+    ncclResult_t first_failure = ncclSuccess;
 
     struct tp_worker *few_workers[16];
     bool transport_ops = false;
@@ -803,7 +831,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
         if (w == nworkers) {
             workers[nworkers++] = tp;
         }
-        remaining += !shim_exec_done(execs[i]);
+        remaining += shim_exec_running(execs[i]);
     }
 
     const struct shim_exec_tunables *tun = shim_exec_tunables();
@@ -823,10 +851,11 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
             progressed |= tp_worker_progress(workers[w]);
         }
         struct shim_exec_waits waits = {0};
+        bool failed_now = false;
         remaining = 0;
         for (int i = 0; i < nexecs; i++) {
             bool moved = false;
-            if (shim_exec_done(execs[i])) {
+            if (!shim_exec_running(execs[i])) {
                 continue;
             }
             res = shim_exec_progress(execs[i], &moved);
@@ -841,8 +870,11 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                 }
             }
             if (res != ncclSuccess) {
-                failed = execs[i]->op.comm;
-                goto out;
+                shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, res);
+                first_failure = first_failure != ncclSuccess ? first_failure : res;
+                res = ncclSuccess;
+                failed_now = true;
+                continue;
             }
             progressed |= moved;
             stepped |= moved;
@@ -850,6 +882,9 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                 remaining++;
                 shim_exec_note_wait(execs[i], &waits);
             }
+        }
+        if (failed_now) {
+            continue; /* what is left, counted again without the failed communicator's ops */
         }
         if (remaining == 0) {
             break;
@@ -871,15 +906,18 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
             watched = *waits.shm;
         }
         if (timeout_ns != 0 && now - last_step >= timeout_ns) {
+            /* Every op left is stuck: each communicator of one fails. */
             shim_exec_report(execs, nexecs, "NCCLSHIM_TIMEOUT");
-            for (int i = 0; i < nexecs && failed == NULL; i++) {
-                failed = shim_exec_done(execs[i]) ? NULL : execs[i]->op.comm;
+            for (int i = 0; i < nexecs; i++) {
+                if (shim_exec_running(execs[i])) {
+                    WARN("rank %d: no progress for NCCLSHIM_TIMEOUT=%llu s; giving up (the "
+                         "report above says what each operation waits for)",
+                         execs[i]->op.comm->rank, (unsigned long long)(timeout_ns / 1000000000u));
+                    shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, ncclRemoteError);
+                }
             }
-            WARN("rank %d: no progress for NCCLSHIM_TIMEOUT=%llu s; giving up (the report above "
-                 "says what each operation waits for)", failed->rank,
-                 (unsigned long long)(timeout_ns / 1000000000u));
-            res = ncclRemoteError;
-            goto out;
+            first_failure = first_failure != ncclSuccess ? first_failure : ncclRemoteError;
+            break;
         } else if (progressed) {
             last_progress = now;
         } else if (waits.shares_cpu && !waits.oversubscribed && !waits.transport) {
@@ -908,31 +946,21 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
          * UCX's keepalive would tell (tens of seconds over shared memory). */
         if (!stepped && shim_clock_ns() - last_step >= (uint64_t)wait_ms * 1000000u) {
             for (int i = 0; i < nexecs; i++) {
-                if (!shim_exec_done(execs[i]) && execs[i]->op.comm->shm != NULL) {
-                    res = shim_exec_check_shm_peers(execs[i]);
-                    if (res != ncclSuccess) {
-                        failed = execs[i]->op.comm;
-                        goto out;
+                if (shim_exec_running(execs[i]) && execs[i]->op.comm->shm != NULL) {
+                    ncclResult_t alive = shim_exec_check_shm_peers(execs[i]);
+                    if (alive != ncclSuccess) {
+                        shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, alive);
+                        first_failure = first_failure != ncclSuccess ? first_failure : alive;
                     }
                 }
             }
         }
     }
 out:
-    /* A revoked communicator's operations stop, but it has not failed. One that failed tells
-     * its peers, whose operations may wait on it for what it will never send (a dead rank's
-     * neighbours see the death; the ranks that wait on them would not). An aborted one says
-     * nothing: its endpoints close at once, which every peer sees. */
-    if (failed != NULL && !__atomic_load_n(&failed->revoked, __ATOMIC_ACQUIRE)) {
-        shim_comm_set_async_error(failed, res);
-        if (!__atomic_load_n(&failed->abort_flag, __ATOMIC_ACQUIRE)) {
-            tp_worker_notice_send(failed->tp, shim_error_last(&failed->log));
-        }
-    }
     if (workers != few_workers) {
         free(workers);
     }
-    return res;
+    return res != ncclSuccess ? res : first_failure;
 }
 
 /* Polls of a shared-memory op before the full run loop takes over. */

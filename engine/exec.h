@@ -49,8 +49,9 @@ bool shim_exec_done(const struct shim_exec *exec);
 
 /* Runs ops to completion together: the calling thread polls for NCCLSHIM_SPIN_US after the
  * last progress, then sleeps on the transports' events. An op's failure (or its
- * communicator's abort) stops all of them; the failing communicator keeps the error for
- * ncclCommGetAsyncError. */
+ * communicator's abort or revocation) stops the ops of that communicator, which keeps the
+ * error for ncclCommGetAsyncError; the ops of the others run on to completion, so that their
+ * peers are not left waiting. Returns the first failure. */
 ncclResult_t shim_exec_run(struct shim_exec *const *execs, int nexecs);
 
 /* Runs a schedule built by the caller (communicator management: split, shrink) to completion

@@ -37,6 +37,7 @@ struct shim_exec {
     int first_pending;       /* every step before it is done */
     bool management;         /* split/shrink exchange: per-peer numbering (tag.h) */
     int ndone;
+    bool abandoned;          /* its communicator failed during the run; the run's others go on */
     bool shm;                /* runs on the communicator's shared-memory team, no schedule */
     bool shm_done;
     struct shm_op shm_op;

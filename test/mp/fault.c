@@ -11,6 +11,14 @@
  *     and a plain shrink;
  *   - the survivors exit 0, and nothing of the library lingers (the process ends normally).
  *
+ * With -g, the victim's communicator runs in one group with a communicator it is not in: rank
+ * 0 and the victim share `pair`, on which they run COLL; rank 0 puts that call in a group with
+ * an all-reduce on the survivors' communicator, which the other survivors call alone. In the
+ * victim's last iteration they call it only a second after the victim died, so rank 0's group
+ * sees the failure while its all-reduce still waits for them. That all-reduce must complete
+ * (its peers would wait for it forever) with the right sums, the group must return the
+ * failure, and only `pair` may carry an asynchronous error.
+ *
  * With -D, the loop runs on device buffers and a stream, as a PyTorch program does: each call
  * returns at once, and a survivor waits for its stream while it polls
  * ncclCommGetAsyncError, as PyTorch's watchdog does. Then also: after ncclCommAbort the stream
@@ -21,7 +29,7 @@
  * checks that the victim died of SIGKILL and every survivor exited 0, all within -t seconds
  * (after which it kills them all). Run under ncclshim-launch -n 1 by test/mp/run.sh.
  *
- *   fault -n NRANKS -c COLL [-v VICTIM] [-k ITER] [-b SECONDS] [-t SECONDS] [-s] [-r] [-D]
+ *   fault -n NRANKS -c COLL [-v VICTIM] [-k ITER] [-b SECONDS] [-t SECONDS] [-s] [-r] [-D] [-g]
  *   COLL: allreduce broadcast reduce allgather reducescatter alltoall gather scatter sendrecv
  */
 #include <arpa/inet.h>
@@ -47,6 +55,7 @@ struct fault_opts {
     bool shrink;
     bool revoke;
     bool device;
+    bool grouped;
 };
 
 /* Device mode: this rank's driver and stream (each forked rank opens its own). */
@@ -200,8 +209,110 @@ fault_survivor(const struct fault_opts *o, int rank, ncclComm_t world, ncclComm_
     return mp_failures == 0 ? 0 : 1;
 }
 
+/* -g: one all-reduce on the survivors' communicator, its sums checked. Element 0 adds up the
+ * survivors' `stop`; the rest, their ranks in `others` plus one. Returns the call's result
+ * (and leaves the sum of stops in *stops); within a group with a call on `pair` when given. */
+static ncclResult_t
+fault_grouped_call(const struct fault_opts *o, ncclComm_t pair, ncclComm_t others, int orank,
+                   int ocount, float stop, float *stops, float *pair_buf)
+{
+    const size_t count = (size_t)o->nranks * FAULT_COUNT;
+    float *send = malloc(count * sizeof(float)), *recv = malloc(count * sizeof(float));
+    ncclResult_t res;
+
+    MP_ASSERT(send != NULL && recv != NULL, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        send[i] = (float)(orank + 1);
+        recv[i] = -1;
+    }
+    send[0] = stop;
+    if (pair != NULL) {
+        MP_CHECK(ncclGroupStart());
+        ncclResult_t a = fault_call(pair, o, 0, 2, pair_buf, pair_buf + count);
+        ncclResult_t b = ncclAllReduce(send, recv, count, ncclFloat, ncclSum, others, NULL);
+        res = ncclGroupEnd();
+        res = a != ncclSuccess ? a : b != ncclSuccess ? b : res;
+    } else {
+        res = ncclAllReduce(send, recv, count, ncclFloat, ncclSum, others, NULL);
+    }
+    const float sum = (float)ocount * (float)(ocount + 1) / 2;
+    size_t wrong = 0;
+    for (size_t i = 1; i < count; i++) {
+        wrong += recv[i] != sum;
+    }
+    MP_EXPECT(wrong == 0, "the survivors' all-reduce (call %s): %zu of %zu sums wrong",
+              ncclGetErrorString(res), wrong, count - 1);
+    *stops = recv[0];
+    free(send);
+    free(recv);
+    return res;
+}
+
+/* -g: a survivor. Rank 0 groups COLL on `pair` with the survivors' all-reduce until its group
+ * fails, then says stop in the next all-reduce; the others wait for the victim's death in its
+ * last iteration (death_fd reads end-of-file then) and one second more. */
 static int
-fault_rank(const struct fault_opts *o, int rank)
+fault_grouped(const struct fault_opts *o, int rank, ncclComm_t world, ncclComm_t pair,
+              ncclComm_t others, int death_fd)
+{
+    int orank, ocount;
+    float stops = 0, *pair_buf = calloc(2 * (size_t)o->nranks * FAULT_COUNT, sizeof(float));
+    ncclResult_t failure = ncclSuccess;
+    double seen = 0;
+
+    MP_ASSERT(pair_buf != NULL, "out of memory");
+    MP_CHECK_COMM(others, ncclCommUserRank(others, &orank));
+    MP_CHECK_COMM(others, ncclCommCount(others, &ocount));
+    for (int iter = 0; stops == 0; iter++) {
+        if (rank != 0 && iter == o->kill_iter) {
+            char byte;
+            MP_ASSERT(read(death_fd, &byte, 1) == 0, "the victim's pipe did not close");
+            struct timespec second = {1, 0};
+            nanosleep(&second, NULL);
+        }
+        bool grouped = rank == 0 && failure == ncclSuccess;
+        double t0 = mp_now();
+        ncclResult_t res = fault_grouped_call(o, grouped ? pair : NULL, others, orank, ocount,
+                                              grouped ? 0.0f : rank == 0 ? 1.0f : 0.0f, &stops,
+                                              pair_buf);
+        if (grouped && res != ncclSuccess) {
+            failure = res;
+            seen = mp_now() - t0;
+            ncclResult_t pair_async = ncclSuccess, others_async = ncclSuccess;
+            MP_CHECK(ncclCommGetAsyncError(pair, &pair_async));
+            MP_CHECK(ncclCommGetAsyncError(others, &others_async));
+            MP_EXPECT(pair_async != ncclSuccess && others_async == ncclSuccess,
+                      "after the group failed as %s: the victim's communicator %s, the "
+                      "survivors' %s", ncclGetErrorString(res), ncclGetErrorString(pair_async),
+                      ncclGetErrorString(others_async));
+        } else {
+            MP_EXPECT(res == ncclSuccess, "the survivors' all-reduce failed: %s",
+                      ncclGetErrorString(res));
+        }
+        MP_ASSERT(iter < o->kill_iter + 1000, "no stop after %d calls", iter);
+    }
+    if (rank == 0) {
+        MP_EXPECT(failure != ncclSuccess, "rank 0 stopped without a failure");
+        MP_CHECK_COMM(pair, ncclCommAbort(pair));
+    }
+    MP_EXPECT(mp_allreduce_check(others, orank, ocount, ncclFloat, 65537, false, 9) == 0,
+              "all-reduce on the survivors' communicator after the failure");
+    MP_CHECK_COMM(others, ncclCommDestroy(others));
+    MP_CHECK_COMM(world, ncclCommAbort(world));
+    if (rank == 0) {
+        printf("fault: rank 0: the group of %s and the survivors' all-reduce failed as %s "
+               "after %.3f s; the all-reduce completed\n", o->coll,
+               ncclGetErrorString(failure), seen);
+    } else {
+        printf("fault: rank %d: the survivors' all-reduce went on through rank 0's failure\n",
+               rank);
+    }
+    free(pair_buf);
+    return mp_failures == 0 ? 0 : 1;
+}
+
+static int
+fault_rank(const struct fault_opts *o, int rank, int death_fd)
 {
     struct mp_world world = {.rank = rank, .nranks = o->nranks};
     ncclComm_t others = NULL;
@@ -216,6 +327,22 @@ fault_rank(const struct fault_opts *o, int rank)
     MP_CHECK_COMM(world.comm, ncclCommSplit(world.comm,
                                             rank == o->victim ? NCCL_SPLIT_NOCOLOR : 0, rank,
                                             &others, NULL));
+    if (o->grouped) {
+        ncclComm_t pair = NULL;
+        bool in_pair = rank == 0 || rank == o->victim;
+        MP_CHECK_COMM(world.comm, ncclCommSplit(world.comm, in_pair ? 0 : NCCL_SPLIT_NOCOLOR,
+                                                rank, &pair, NULL));
+        if (rank != o->victim) {
+            return fault_grouped(o, rank, world.comm, pair, others, death_fd);
+        }
+        float *buf = fault_buffer(o);
+        for (int iter = 0;; iter++) {
+            if (iter == o->kill_iter) {
+                raise(SIGKILL);
+            }
+            MP_CHECK_COMM(pair, fault_call(pair, o, 1, 2, buf, buf));
+        }
+    }
     if (rank != o->victim) {
         return fault_survivor(o, rank, world.comm, others);
     }
@@ -254,7 +381,7 @@ main(int argc, char **argv)
                            .bound = 10, .timeout = 60};
     int opt;
 
-    while ((opt = getopt(argc, argv, "n:c:v:k:b:t:srD")) != -1) {
+    while ((opt = getopt(argc, argv, "n:c:v:k:b:t:srDg")) != -1) {
         switch (opt) {
         case 'n': o.nranks = atoi(optarg); break;
         case 'c': o.coll = optarg; break;
@@ -265,9 +392,10 @@ main(int argc, char **argv)
         case 's': o.shrink = true; break;
         case 'r': o.revoke = true; break;
         case 'D': o.device = true; break;
+        case 'g': o.grouped = true; break;
         default:
             fprintf(stderr, "usage: fault -n N -c COLL [-v VICTIM] [-k ITER] [-b S] [-t S] "
-                            "[-s] [-r] [-D]\n");
+                            "[-s] [-r] [-D] [-g]\n");
             return 2;
         }
     }
@@ -277,6 +405,12 @@ main(int argc, char **argv)
     MP_ASSERT(o.nranks >= 3 && (o.victim > 0 || (o.device && o.victim == 0)) &&
                   o.victim < o.nranks,
               "need 3+ ranks and a victim other than rank 0 (the root), but in device mode");
+    MP_ASSERT(!o.grouped || !(o.device || o.shrink || o.revoke),
+              "-g runs on host memory, without -s or -r");
+    /* Read end for the survivors: it reads end-of-file once the victim, the only holder of
+     * the write end, is dead. */
+    int death[2];
+    MP_ASSERT(pipe(death) == 0, "pipe failed");
 
     char comm_id[64];
     snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", fault_free_port());
@@ -288,9 +422,12 @@ main(int argc, char **argv)
         pids[r] = fork();
         MP_ASSERT(pids[r] >= 0, "fork failed");
         if (pids[r] == 0) {
-            exit(fault_rank(&o, r));
+            close(death[r == o.victim ? 0 : 1]);
+            exit(fault_rank(&o, r, death[0]));
         }
     }
+    close(death[0]);
+    close(death[1]);
 
     int failed = 0, left = o.nranks;
     double deadline = mp_now() + o.timeout;

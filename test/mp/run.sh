@@ -21,7 +21,8 @@
 # ncclCommShrink runs in cases of its own (-c shrink), so that a hang there is one failure.
 # badinput.c makes one bad call per row of its table at 2 and 3 ranks. fault.c kills a rank in
 # the middle of a loop of each collective (it forks its own ranks, so it runs as 1 launcher
-# rank) and checks the survivors' error, abort, shrink and revoke; hang.c turns a skipped call
+# rank) and checks the survivors' error, abort, shrink and revoke, and that a group of the
+# victim's communicator and another one still completes the other's call; hang.c turns a skipped call
 # into an NCCLSHIM_TIMEOUT error with a report, prints a report on SIGUSR1, makes
 # NCCLSHIM_CHECK=1 refuse mismatched calls, and shrinks a world on which one rank gave up
 # alone. soak.c runs a random mix of checked collectives on
@@ -622,6 +623,11 @@ else
     run_case fault-allreduce-n4-tcp-ring-shrink 1 90 "${tcp[@]}" NCCLSHIM_ALGO=ring -- \
         "$bindir/fault" -n 4 -c allreduce -s
     run_case fault-sendrecv-n3-tcp 1 90 "${tcp[@]}" -- "$bindir/fault" -n 3 -c sendrecv
+    # The victim's communicator in one group with one it is not in, whose all-reduce must
+    # still complete for the ranks that wait on it.
+    run_case fault-grouped-allreduce-n3 1 90 -- "$bindir/fault" -n 3 -c allreduce -g
+    run_case fault-grouped-allreduce-n4-tcp 1 90 "${tcp[@]}" -- \
+        "$bindir/fault" -n 4 -c allreduce -g
     # Hangs: timeout with a report, a report on request, mismatched calls.
     run_case hang-timeout-n3 3 60 NCCLSHIM_TIMEOUT=2 -- "$bindir/hang" -p timeout
     run_case hang-timeout-n2-tcp 2 60 NCCLSHIM_TIMEOUT=2 "${tcp[@]}" -- "$bindir/hang" -p timeout
