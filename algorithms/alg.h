@@ -257,7 +257,8 @@ ALG_DECLARE(direct_recv);            /* direct.c: ncclRecv */
 ALG_DECLARE(hier_allreduce);         /* hier.c: inside each host, then between hosts */
 ALG_DECLARE(hier_allgather);         /* hier_allgather.c */
 ALG_DECLARE(hier_reducescatter);     /* hier_reducescatter.c */
-ALG_DECLARE(hier_broadcast);         /* hier_broadcast.c: a tree of hosts, chains inside */
+ALG_DECLARE(hier_broadcast);         /* hier_tree.c: a tree of hosts, chains inside */
+ALG_DECLARE(hier_reduce);            /* hier_tree.c */
 
 /* For communicator management (direct.c): every member sends SEND[0, bytes) to each other
  * member and receives member i's into RECV[i * bytes, (i + 1) * bytes). Members are ranks of

@@ -43,6 +43,7 @@ static const struct alg_algorithm alg_algorithms[] = {
     ALG_HOST_ROW("hier", "ring", ALG_COLL_ALLGATHER, hier_allgather),
     ALG_HOST_ROW("hier", "ring", ALG_COLL_REDUCESCATTER, hier_reducescatter),
     ALG_HOST_ROW("hier", "tree", ALG_COLL_BROADCAST, hier_broadcast),
+    ALG_HOST_ROW("hier", "tree", ALG_COLL_REDUCE, hier_reduce),
 };
 
 #define ALG_NALGORITHMS ((int)(sizeof(alg_algorithms) / sizeof(alg_algorithms[0])))

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The host-aware rows (hier.c, hier_allgather.c, hier_reducescatter.c) in the simulator, on
- * ranks spread over hosts: equal hosts (2 x 2, 4 x 1, 2 x 8, 3 x 3), uneven ones (1, 2 and 3
- * ranks; 3 and 1; five hosts of 2, 1, 2, 1, 3), and ranks dealt to hosts round-robin rather
- * than in blocks; every count class, sum, PreMulSum with a scalar per rank and integer
+ * The host-aware rows (hier.c, hier_allgather.c, hier_reducescatter.c, hier_tree.c) in the
+ * simulator, on ranks spread over hosts: equal hosts (2 x 2, 4 x 1, 2 x 8, 3 x 3), uneven ones
+ * (1, 2 and 3 ranks; 3 and 1; five hosts of 2, 1, 2, 1, 3), and ranks dealt to hosts
+ * round-robin rather than in blocks; every count class, sum, PreMulSum with a scalar per rank and integer
  * average, in and out of place, tiny chunks and one slot, many interleavings; results
  * against the reference (sim/reference.h), each rank's traffic against the row's textbook
  * figure. Then what crosses between hosts: exactly what must, once (2.0 S for a 2 x 2
@@ -271,6 +271,32 @@ Test(hier, broadcast_crosses_each_tree_edge_once)
             size_t crossed = bytes_between_hosts(&bcast, l, &hosts, root, count, 4096);
             cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
                          "broadcast on %s, root %d: %zu bytes between hosts", l->name, root,
+                         crossed);
+        }
+    }
+}
+
+/* The hierarchical reduce, the broadcast's tree upward: right on every layout and root for
+ * every kind of reduction, chunk and slot count, and (H - 1) S between the hosts. */
+Test(hier, reduce_crosses_each_tree_edge_once)
+{
+    static const struct row reduce = {ALG_COLL_REDUCE, alg_hier_reduce, alg_hier_reduce_bytes,
+                                      alg_hier_reduce_cost};
+    static const enum kr_op_kind kinds[] = {KR_SUM, KR_PREMULSUM, KR_SUMPOSTDIV};
+    const size_t count = 4096, bytes = count * 4;
+
+    for (int li = 0; li < NLAYOUTS; li++) {
+        const struct layout *l = &layouts[li];
+        const struct alg_hosts hosts = hosts_of(l);
+        for (int root = 0; root < l->n; root++) {
+            for (int k = 0; k < 3; k++) {
+                check_row(&reduce, l, root, 37 + (size_t)root * 5 + (size_t)k, kinds[k],
+                          (root + k) % 3 == 0, (root + k) % 2 ? 12 : 1 << 20, 1 + (root + k) % 3,
+                          (unsigned)(li * 43 + root * 3 + k));
+            }
+            size_t crossed = bytes_between_hosts(&reduce, l, &hosts, root, count, 4096);
+            cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
+                         "reduce on %s, root %d: %zu bytes between hosts", l->name, root,
                          crossed);
         }
     }
