@@ -15,7 +15,7 @@
 # root, in and out of place, groups, split) at 3, 4 and 6 ranks (at 4, host 0 holds two
 # ranks; at 6, every host does), shrink at 4, and the host-aware schedules (NCCLSHIM_ALGO=hier)
 # at 6; the pipeline chunk a 64 MiB broadcast logs (512 KiB across hosts, or the user's
-# NCCLSHIM_CHUNK_BYTES); then test/netns/hostloss at 4 ranks, where
+# NCCLSHIM_CHUNK_BYTES; the whole message between two ranks); then test/netns/hostloss at 4 ranks, where
 # in the middle of a loop of all-reduces one host goes away, and every other rank must get an
 # error within HL_BOUND seconds and exit: host 2 (rank 2) and host 0 (ranks 0 and 3, and the
 # bootstrap root) by SIGKILL of their ranks, which the survivors see at once as closed
@@ -289,17 +289,18 @@ hostloss_case() {
         sed -n "s/$seen/     rank \\1: \\3 failed after \\2 s: \\4/p"
 }
 
-# chunk_case NAME WANT [VAR=VALUE...]: a 64 MiB broadcast over the 3 hosts (the benchmark,
-# with NCCL_DEBUG_SUBSYS=TUNING) must log the pipeline chunk WANT bytes, the largest the
-# communicator allows there: 512 KiB across hosts unless NCCLSHIM_CHUNK_BYTES says otherwise.
+# chunk_case NAME NRANKS WANT [VAR=VALUE...]: a 64 MiB broadcast over NRANKS hosts (the
+# benchmark, with NCCL_DEBUG_SUBSYS=TUNING) must log the pipeline chunk WANT bytes: at 3, the
+# largest the communicator allows there (512 KiB across hosts unless NCCLSHIM_CHUNK_BYTES says
+# otherwise); at 2, the whole message (no pipeline to fill) unless the user set a chunk.
 chunk_case() {
-    local name=$1 want=$2
-    shift 2
-    run_case "$name" 3 120 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$@" -- \
+    local name=$1 nranks=$2 want=$3
+    shift 3
+    run_case "$name" "$nranks" 120 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$@" -- \
         "$BUILD/bin/broadcast_perf" -b 64M -e 64M -w 0 -n 1
     local line
-    line=$(grep -h -o 'Broadcast: 67108864 bytes on 3 ranks -> .*' "$logdir/$name".r*.log |
-        head -n 1)
+    line=$(grep -h -o "Broadcast: 67108864 bytes on $nranks ranks -> .*" \
+        "$logdir/$name".r*.log | head -n 1)
     if [[ ${line:-} != *", chunk $want bytes"* ]]; then
         passed=$((passed - 1))
         report "$name" 0 \
@@ -325,9 +326,11 @@ else
     # The host-aware schedules forced, two ranks a host (host memory) and 2, 1, 1 (device).
     run_case collectives-hier-n6 6 180 NCCLSHIM_ALGO=hier -- "$bindir/mp/collectives" \
         -c allreduce,allgather,reducescatter,broadcast,reduce
-    # The pipeline chunk across hosts: 512 KiB, or the user's.
-    chunk_case chunk-across-hosts-n3 524288
-    chunk_case chunk-user-n3 65536 NCCLSHIM_CHUNK_BYTES=65536
+    # The pipeline chunk across hosts: 512 KiB, or the user's; two ranks, the whole message.
+    chunk_case chunk-across-hosts-n3 3 524288
+    chunk_case chunk-user-n3 3 65536 NCCLSHIM_CHUNK_BYTES=65536
+    chunk_case chunk-whole-n2 2 67108864
+    chunk_case chunk-user-n2 2 524288 NCCLSHIM_CHUNK_BYTES=524288
     # A host goes away: killed (host 2: rank 2; host 0: ranks 0 and 3, with the bootstrap
     # root), or cut off (its veth deleted), where only NCCLSHIM_TIMEOUT can tell.
     hostloss_case hostloss-kill-h2-n4 kill 2
