@@ -16,23 +16,17 @@
  * straight into RECV and forwarded from there; the root copies SEND to its RECV (skipped in
  * place) and sends from SEND. Each rank sends count elements per child.
  *
- * Reduce: the same tree upward, as tree.c's reduce with up to three children. A rank receives
- * chunk c of each child's partial sum into a scratch slot, adds them to its own input
- * (pre-multiplied by its own scalar: ALG_PRE_A) and sends the sum to its parent; the root sums
- * into RECV, its last addition of each element the final one (ALG_POST). Non-roots accumulate
- * in scratch; a leaf sends its input as is, or scaled into scratch when the op pre-multiplies.
- * Scratch is `slots` groups (accumulator and one slot per child) used round robin. Each rank
- * but the root sends count elements.
+ * Reduce: the same tree upward, through tree.c's pipelined reduce (alg_tree_reduce_up) with
+ * up to three children: each rank adds its children's partial sums to its own input and sends
+ * the sum to its parent; the root sums into RECV. Each rank but the root sends count elements.
  */
-#include <stdlib.h>
-
 #include "alg.h"
 #include "hosts.h"
 #include "tree.h"
 
 struct hier_tree_links {
     int parent; /* -1 at the root */
-    int children[3];
+    int children[ALG_TREE_MAX_CHILDREN];
     int nchildren;
 };
 
@@ -132,11 +126,9 @@ alg_hier_broadcast_cost(const struct alg_args *args, struct alg_cost *cost_out)
 ncclResult_t
 alg_hier_reduce(const struct alg_args *args, struct alg_sched *sched)
 {
-    const bool is_root = args->rank == args->root;
-    const size_t count = args->count;
     struct hier_tree_links links;
 
-    if (count == 0) {
+    if (args->count == 0) {
         return alg_sched_finish(sched);
     }
     if (args->nranks == 1) {
@@ -145,50 +137,7 @@ alg_hier_reduce(const struct alg_args *args, struct alg_sched *sched)
     if (!hier_tree_links(args, sched, &links)) {
         return alg_sched_finish(sched);
     }
-    const int nchild = links.nchildren;
-    const int nchunks = alg_tree_nchunks(args, count);
-    const size_t chunk_bytes = alg_bytes(args, (count + (size_t)nchunks - 1) / (size_t)nchunks);
-    int slots = args->slots > 0 ? args->slots : 1;
-    slots = slots < nchunks ? slots : nchunks;
-    const int acc_slots = !is_root && (nchild > 0 || args->prescale) ? 1 : 0;
-    const int group = acc_slots + nchild;
-    sched->scratch_bytes = (size_t)slots * (size_t)group * chunk_bytes;
-
-    /* group_free[g]: the step after which scratch group g may be overwritten (its last use). */
-    int *group_free = malloc((size_t)slots * sizeof(int));
-    if (group_free == NULL) {
-        sched->out_of_memory = true;
-        return alg_sched_finish(sched);
-    }
-    for (int g = 0; g < slots; g++) {
-        group_free[g] = -1;
-    }
-    for (int c = 0; c < nchunks; c++) {
-        const int g = c % slots;
-        const struct alg_range own = alg_tree_chunk(args, ALG_BUF_SEND, 0, count, c, nchunks);
-        struct alg_range acc = own;
-        if (is_root) {
-            acc = alg_tree_chunk(args, ALG_BUF_RECV, 0, count, c, nchunks);
-        } else if (acc_slots) {
-            acc = alg_range_make(ALG_BUF_SCRATCH, (size_t)g * group * chunk_bytes, own.len);
-        }
-        int last = -1;
-        if (nchild == 0 && acc_slots) {
-            last = alg_copy(sched, acc, own, ALG_PRE_A, group_free[g], -1);
-        }
-        for (int k = 0; k < nchild; k++) {
-            size_t off = ((size_t)g * group + acc_slots + k) * chunk_bytes;
-            struct alg_range in = alg_range_make(ALG_BUF_SCRATCH, off, own.len);
-            int rx = alg_recv(sched, links.children[k], in, group_free[g], -1);
-            unsigned post = is_root && k == nchild - 1 ? ALG_POST : 0;
-            last = k == 0 ? alg_reduce(sched, acc, own, in, ALG_PRE_A | post, rx, group_free[g],
-                                       -1)
-                          : alg_reduce(sched, acc, acc, in, post, last, rx, -1);
-        }
-        group_free[g] = is_root ? last : alg_send(sched, links.parent, acc, last, -1);
-    }
-    free(group_free);
-    return alg_sched_finish(sched);
+    return alg_tree_reduce_up(args, sched, links.parent, links.children, links.nchildren);
 }
 
 size_t

@@ -185,19 +185,11 @@ alg_tree_broadcast_cost(const struct alg_args *args, struct alg_cost *cost_out)
 }
 
 ncclResult_t
-alg_tree_reduce(const struct alg_args *args, struct alg_sched *sched)
+alg_tree_reduce_up(const struct alg_args *args, struct alg_sched *sched, int parent,
+                   const int *children, int nchild)
 {
     const bool is_root = args->rank == args->root;
     const size_t count = args->count;
-    int parent, child[2], nchild;
-
-    if (count == 0) {
-        return alg_sched_finish(sched);
-    }
-    if (args->nranks == 1) {
-        return alg_reduce_alone(args, sched);
-    }
-    alg_tree_links(args->rank, args->nranks, args->root, &parent, child, &nchild);
 
     /* Scratch: `slots` groups of [accumulator (non-roots that compute)] [one per child]. */
     const int nchunks = alg_tree_nchunks(args, count);
@@ -220,32 +212,48 @@ alg_tree_reduce(const struct alg_args *args, struct alg_sched *sched)
     for (int c = 0; c < nchunks; c++) {
         const int g = c % slots;
         struct alg_range own = alg_tree_chunk(args, ALG_BUF_SEND, 0, count, c, nchunks);
-        struct alg_range acc = own, in[2];
+        struct alg_range acc = own, in[ALG_TREE_MAX_CHILDREN];
         if (is_root) {
             acc = alg_tree_chunk(args, ALG_BUF_RECV, 0, count, c, nchunks);
         } else if (acc_slots) {
             acc = alg_range_make(ALG_BUF_SCRATCH, (size_t)g * group * chunk_bytes, own.len);
         }
-        int rx[2] = {-1, -1}, last = -1;
+        int rx[ALG_TREE_MAX_CHILDREN], last = -1;
         for (int k = 0; k < nchild; k++) {
             size_t off = ((size_t)g * group + acc_slots + k) * chunk_bytes;
             in[k] = alg_range_make(ALG_BUF_SCRATCH, off, own.len);
-            rx[k] = alg_recv(sched, child[k], in[k], group_free[g], -1);
+            rx[k] = alg_recv(sched, children[k], in[k], group_free[g], -1);
         }
         if (nchild == 0 && acc_slots) {
             last = alg_copy(sched, acc, own, ALG_PRE_A, group_free[g], -1);
-        } else if (nchild > 0) {
-            unsigned post = is_root && nchild == 1 ? ALG_POST : 0;
-            last = alg_reduce(sched, acc, own, in[0], ALG_PRE_A | post, rx[0], group_free[g],
-                              -1);
         }
-        if (nchild == 2) {
-            last = alg_reduce(sched, acc, acc, in[1], is_root ? ALG_POST : 0, last, rx[1], -1);
+        /* Our own input, scaled, joins the first child's sum; the root's last addition of
+         * each element is the final one. */
+        for (int k = 0; k < nchild; k++) {
+            unsigned post = is_root && k == nchild - 1 ? ALG_POST : 0;
+            last = k == 0 ? alg_reduce(sched, acc, own, in[0], ALG_PRE_A | post, rx[0],
+                                       group_free[g], -1)
+                          : alg_reduce(sched, acc, acc, in[k], post, last, rx[k], -1);
         }
         group_free[g] = is_root ? last : alg_send(sched, parent, acc, last, -1);
     }
     free(group_free);
     return alg_sched_finish(sched);
+}
+
+ncclResult_t
+alg_tree_reduce(const struct alg_args *args, struct alg_sched *sched)
+{
+    int parent, child[2], nchild;
+
+    if (args->count == 0) {
+        return alg_sched_finish(sched);
+    }
+    if (args->nranks == 1) {
+        return alg_reduce_alone(args, sched);
+    }
+    alg_tree_links(args->rank, args->nranks, args->root, &parent, child, &nchild);
+    return alg_tree_reduce_up(args, sched, parent, child, nchild);
 }
 
 size_t

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Binary-tree rank math shared by the tree builders (tree.c, tree_scatter.c) and the double
- * binary tree (dbtree.c), and the chunking helpers their pipelines use. Pure functions; the
+ * binary tree (dbtree.c), the chunking helpers their pipelines use, and the reduce up a tree
+ * that tree.c and hier_tree.c share. Pure functions; the
  * drawings and the layout's definition are in tree.c.
  */
 #ifndef ALG_TREE_H
@@ -22,6 +23,16 @@ void alg_tree_vrange(int v, int n, int *first_out, int *size_out);
  * real rank = (v + root) mod n. Outputs are real ranks, as for alg_tree_vlinks. */
 void alg_tree_links(int rank, int nranks, int root, int *parent_out, int children_out[2],
                     int *nchildren_out);
+
+/* The most children a rank has in any tree reduce_up serves (hier_tree.c: two hosts and a
+ * host mate). */
+#define ALG_TREE_MAX_CHILDREN 3
+
+/* The pipelined reduce up a tree (tree.c's, and hier_tree.c's over its tree of hosts): this
+ * rank's parent (-1 at the root) and its nchild <= ALG_TREE_MAX_CHILDREN children. Requires
+ * count > 0 and a root with a child. */
+ncclResult_t alg_tree_reduce_up(const struct alg_args *args, struct alg_sched *sched, int parent,
+                                const int *children, int nchild);
 
 /* Longest root-to-leaf path, in edges: ceil(log2 n), 0 for n = 1. */
 int alg_tree_depth(int nranks);
