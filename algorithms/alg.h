@@ -127,6 +127,7 @@ struct alg_args {
     int root;
     bool in_place;
     size_t chunk_bytes; /* pipeline chunk; builders round it to whole elements */
+    size_t chunk_min_bytes; /* the smallest chunk alg_select_chunk may choose; 0: 4 KiB */
     int slots;          /* scratch chunks a rank may receive ahead of its reductions: a hint;
                            a builder raises it to what it needs to stay free of deadlock */
     bool prescale;      /* the op pre-multiplies inputs (PreMulSum, float Avg): raw input must

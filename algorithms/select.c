@@ -145,7 +145,9 @@ size_t
 alg_select_chunk(const struct alg_algorithm *alg, const struct alg_args *args,
                  const struct alg_cost_params *params)
 {
-    const size_t min_chunk = 4096, max_chunk = args->chunk_bytes;
+    const size_t max_chunk = args->chunk_bytes;
+    const size_t floor = args->chunk_min_bytes > 0 ? args->chunk_min_bytes : 4096;
+    const size_t min_chunk = floor < max_chunk ? floor : max_chunk;
     const struct alg_cost cost = alg_cost_of(alg, args);
     if (cost.chunked) {
         return alg_select_chunk_by_cost(alg, args, params, min_chunk, max_chunk,

@@ -36,6 +36,14 @@ struct shim_backend;
  * 2.2 GB/s and the 2 x 2 all-reduce from about 0.75-0.9 to 0.8-1.07 (docs/performance.md). */
 #define SHIM_CHUNK_BYTES_ONE_HOST ((size_t)128 << 10)
 #define SHIM_CHUNK_BYTES_ACROSS_HOSTS ((size_t)512 << 10)
+/* And the smallest across hosts: a chunk that crosses in less time than a message's fixed
+ * cost does not pay for its message. The cost model's optimum for a short pipeline (its 15 us
+ * a message is a small message's latency, not a rendezvous on two contended CPUs) cut the
+ * 16 KiB blocks of a 2 x 2 all-gather or reduce-scatter in two. 64 KiB at 2 x 2, four
+ * interleaved rounds, GB/s without -> with: all-gather 0.26 -> 0.35, reduce-scatter
+ * 0.23 -> 0.31, all-reduce 0.38 -> 0.47; the 2 x 1 all-reduce, which overlaps its two
+ * chunks' reduction and sending on uncontended CPUs, 0.78 -> 0.72 (docs/performance.md). */
+#define SHIM_CHUNK_MIN_ACROSS_HOSTS ((size_t)32 << 10)
 
 enum shim_comm_state {
     SHIM_COMM_INITIALIZING, /* non-blocking init still running */
@@ -71,6 +79,7 @@ struct ncclComm {
     struct tp_worker *tp;
     size_t chunk_bytes;      /* NCCLSHIM_CHUNK_BYTES, else by layout (shim_connect_hosts) */
     bool chunk_bytes_set;    /* the user set NCCLSHIM_CHUNK_BYTES */
+    size_t chunk_min_bytes;  /* the smallest chunk the cost model may pick; 0: its own floor */
     int ring_slots;          /* NCCLSHIM_RING_SLOTS */
     struct alg_policy policy;      /* NCCL_ALGO and NCCLSHIM_ALGO, parsed at init */
     struct alg_cost_params cost;   /* the cost model's alpha, beta, gamma */

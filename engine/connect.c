@@ -209,6 +209,7 @@ shim_connect_hosts(struct ncclComm *comm, const struct shim_shm_hello *all)
     comm->hosts.block = alg_hosts_block(host_of, n, nhosts);
     if (!comm->chunk_bytes_set) {
         comm->chunk_bytes = SHIM_CHUNK_BYTES_ACROSS_HOSTS;
+        comm->chunk_min_bytes = SHIM_CHUNK_MIN_ACROSS_HOSTS;
     }
     INFO(SHIM_INIT, "comm %p rank %d: %d ranks on %d hosts (%d to %d a host)", (void *)comm,
          comm->rank, n, nhosts, comm->hosts.narrowest, comm->hosts.widest);

@@ -22,8 +22,8 @@
 # badinput.c makes one bad call per row of its table at 2 and 3 ranks. fault.c kills a rank in
 # the middle of a loop of each collective (it forks its own ranks, so it runs as 1 launcher
 # rank) and checks the survivors' error, abort, shrink and revoke, and that a group of the
-# victim's communicator and another one still completes the other's call; hang.c turns a skipped call
-# into an NCCLSHIM_TIMEOUT error with a report, prints a report on SIGUSR1, makes
+# victim's communicator and another one still completes the other's call; hang.c turns a
+# skipped call into an NCCLSHIM_TIMEOUT error with a report, prints a report on SIGUSR1, makes
 # NCCLSHIM_CHECK=1 refuse mismatched calls, and shrinks a world on which one rank gave up
 # alone. soak.c runs a random mix of checked collectives on
 # two communicators from two threads per rank and bounds the growth of its RSS.

@@ -15,11 +15,11 @@
 # root, in and out of place, groups, split) at 3, 4 and 6 ranks (at 4, host 0 holds two
 # ranks; at 6, every host does), shrink at 4, and the host-aware schedules (NCCLSHIM_ALGO=hier)
 # at 6; the pipeline chunk a 64 MiB broadcast logs (512 KiB across hosts, or the user's
-# NCCLSHIM_CHUNK_BYTES; the whole message between two ranks); then test/netns/hostloss at 4 ranks, where
-# in the middle of a loop of all-reduces one host goes away, and every other rank must get an
-# error within HL_BOUND seconds and exit: host 2 (rank 2) and host 0 (ranks 0 and 3, and the
-# bootstrap root) by SIGKILL of their ranks, which the survivors see at once as closed
-# connections; and host 2 by deleting its veth (its rank lives on, cut off), which only
+# NCCLSHIM_CHUNK_BYTES; the whole message between two ranks); then test/netns/hostloss at 4
+# ranks, where in the middle of a loop of all-reduces one host goes away, and every other rank
+# must get an error within HL_BOUND seconds and exit: host 2 (rank 2) and host 0 (ranks 0 and
+# 3, and the bootstrap root) by SIGKILL of their ranks, which the survivors see at once as
+# closed connections; and host 2 by deleting its veth (its rank lives on, cut off), which only
 # NCCLSHIM_TIMEOUT=10 can tell (nothing of TCP or UCX notices a silent peer for minutes).
 # Then device buffers across the hosts (collectives -D, staged through pinned memory over the
 # same TCP), at 3 and 4 ranks (and at 4 with one hardware queue per context, and with the
@@ -289,22 +289,24 @@ hostloss_case() {
         sed -n "s/$seen/     rank \\1: \\3 failed after \\2 s: \\4/p"
 }
 
-# chunk_case NAME NRANKS WANT [VAR=VALUE...]: a 64 MiB broadcast over NRANKS hosts (the
-# benchmark, with NCCL_DEBUG_SUBSYS=TUNING) must log the pipeline chunk WANT bytes: at 3, the
-# largest the communicator allows there (512 KiB across hosts unless NCCLSHIM_CHUNK_BYTES says
-# otherwise); at 2, the whole message (no pipeline to fill) unless the user set a chunk.
+# chunk_case NAME NRANKS BYTES WANT [VAR=VALUE...]: a broadcast of BYTES over NRANKS hosts
+# (the benchmark, with NCCL_DEBUG_SUBSYS=TUNING) must log the pipeline chunk WANT bytes. For
+# 64 MiB at 3, the largest the communicator allows there (512 KiB across hosts unless
+# NCCLSHIM_CHUNK_BYTES says otherwise); at 2, the whole message (no pipeline to fill) unless
+# the user set a chunk; for 32 KiB at 3, whole (524288: the largest, nothing cut), not cut in
+# two (the model's optimum under the smallest chunk across hosts, 32 KiB).
 chunk_case() {
-    local name=$1 nranks=$2 want=$3
-    shift 3
+    local name=$1 nranks=$2 bytes=$3 want=$4
+    shift 4
     run_case "$name" "$nranks" 120 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$@" -- \
-        "$BUILD/bin/broadcast_perf" -b 64M -e 64M -w 0 -n 1
+        "$BUILD/bin/broadcast_perf" -b "$bytes" -e "$bytes" -w 0 -n 1
     local line
-    line=$(grep -h -o "Broadcast: 67108864 bytes on $nranks ranks -> .*" \
+    line=$(grep -h -o "Broadcast: $bytes bytes on $nranks ranks -> .*" \
         "$logdir/$name".r*.log | head -n 1)
     if [[ ${line:-} != *", chunk $want bytes"* ]]; then
         passed=$((passed - 1))
-        report "$name" 0 \
-            "the 64 MiB broadcast chose \"${line:-nothing logged}\", not a chunk of $want bytes"
+        local why="the broadcast of $bytes bytes chose \"${line:-nothing logged}\""
+        report "$name" 0 "$why, not a chunk of $want bytes"
     fi
 }
 
@@ -326,11 +328,13 @@ else
     # The host-aware schedules forced, two ranks a host (host memory) and 2, 1, 1 (device).
     run_case collectives-hier-n6 6 180 NCCLSHIM_ALGO=hier -- "$bindir/mp/collectives" \
         -c allreduce,allgather,reducescatter,broadcast,reduce
-    # The pipeline chunk across hosts: 512 KiB, or the user's; two ranks, the whole message.
-    chunk_case chunk-across-hosts-n3 3 524288
-    chunk_case chunk-user-n3 3 65536 NCCLSHIM_CHUNK_BYTES=65536
-    chunk_case chunk-whole-n2 2 67108864
-    chunk_case chunk-user-n2 2 524288 NCCLSHIM_CHUNK_BYTES=524288
+    # The pipeline chunk across hosts: 512 KiB, or the user's; two ranks, the whole message;
+    # nothing under 32 KiB.
+    chunk_case chunk-across-hosts-n3 3 67108864 524288
+    chunk_case chunk-user-n3 3 67108864 65536 NCCLSHIM_CHUNK_BYTES=65536
+    chunk_case chunk-whole-n2 2 67108864 67108864
+    chunk_case chunk-user-n2 2 67108864 524288 NCCLSHIM_CHUNK_BYTES=524288
+    chunk_case chunk-floor-n3 3 32768 524288
     # A host goes away: killed (host 2: rank 2; host 0: ranks 0 and 3, with the bootstrap
     # root), or cut off (its veth deleted), where only NCCLSHIM_TIMEOUT can tell.
     hostloss_case hostloss-kill-h2-n4 kill 2
@@ -342,7 +346,8 @@ else
     run_case device-collectives-n4 4 180 "${dev[@]}" -- \
         "$bindir/mp/collectives" -D device -c "$colls"
     run_case device-collectives-hier-n4 4 180 "${dev[@]}" NCCLSHIM_ALGO=hier -- \
-        "$bindir/mp/collectives" -q -D mixed -c allreduce,allgather,reducescatter,broadcast,reduce
+        "$bindir/mp/collectives" -q -D mixed \
+        -c allreduce,allgather,reducescatter,broadcast,reduce
     # One hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1): the lanes share the
     # user's streams' queue.
     run_case device-collectives-quick-n4-onequeue 4 180 "${dev[@]}" \

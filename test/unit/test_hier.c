@@ -3,8 +3,8 @@
  * The host-aware rows (hier.c, hier_allgather.c, hier_reducescatter.c, hier_tree.c) in the
  * simulator, on ranks spread over hosts: equal hosts (2 x 2, 4 x 1, 2 x 8, 3 x 3), uneven ones
  * (1, 2 and 3 ranks; 3 and 1; five hosts of 2, 1, 2, 1, 3), and ranks dealt to hosts
- * round-robin rather than in blocks; every count class, sum, PreMulSum with a scalar per rank and integer
- * average, in and out of place, tiny chunks and one slot, many interleavings; results
+ * round-robin rather than in blocks; every count class, sum, PreMulSum with a scalar per rank
+ * and integer average, in and out of place, tiny chunks and one slot, many interleavings; results
  * against the reference (sim/reference.h), each rank's traffic against the row's textbook
  * figure. Then what crosses between hosts: exactly what must, once (2.0 S for a 2 x 2
  * all-reduce, where a flat ring puts 3.0 S on the network); and a cost alike on every rank.

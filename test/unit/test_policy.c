@@ -196,3 +196,35 @@ Test(policy, pipeline_chunk_is_near_the_models_best)
         }
     }
 }
+
+/* The smallest chunk the communicator allows (across hosts, 32 KiB) bounds every row's choice
+ * from below, and a message smaller than it goes whole; without one, the model's optimum may
+ * be smaller (a 2 x 2 all-gather of 16 KiB blocks: two chunks of about 11 KB). */
+Test(policy, pipeline_chunk_keeps_to_the_floor)
+{
+    const struct alg_cost_params params = {.alpha = 1.5e-6, .beta = 1 / 4e9, .gamma = 1 / 3.4e9,
+                                           .alpha_net = 15e-6, .beta_net = 1 / 1e9};
+    static const int host_of[4] = {0, 0, 1, 1};
+    const struct alg_hosts hosts = {.nhosts = 2, .widest = 2, .narrowest = 2,
+                                    .host_of = host_of, .block = 2};
+    const size_t floor = 32 << 10;
+    int count;
+    const struct alg_algorithm *table = alg_table(&count);
+    bool smaller_without = false;
+
+    for (int i = 0; i < count; i++) {
+        const struct alg_algorithm *alg = &table[i];
+        for (size_t elems = 1 << 10; elems <= (1u << 22); elems <<= 3) {
+            struct alg_args args = {.coll = alg->coll, .count = elems, .elem_size = 4,
+                                    .rank = 0, .nranks = 4, .chunk_bytes = 512 << 10,
+                                    .chunk_min_bytes = floor, .slots = 4, .hosts = &hosts};
+            const size_t chosen = alg_select_chunk(alg, &args, &params);
+            cr_assert_geq(chosen, floor, "%s %s, %zu elements: chunk %zu under the floor",
+                          alg->name, coll_name(alg->coll), elems, chosen);
+            args.chunk_min_bytes = 0;
+            smaller_without |= alg_select_chunk(alg, &args, &params) < floor;
+        }
+    }
+    cr_assert(smaller_without, "no row chose a chunk under 32 KiB without the floor: the test "
+                               "shows nothing");
+}

@@ -182,8 +182,8 @@ def ratio_spread(passes, peers, coll, layout, size):
     best by median) when each side's passes may pair with any of the other's; None when
     unknown. Highest below 1: ncclshim was slower in every pass."""
     ours = passes.get((coll, layout, "ncclshim", size))
-    theirs = [(statistics.median(passes[(coll, layout, p, size)]), passes[(coll, layout, p, size)])
-              for p in peers if (coll, layout, p, size) in passes]
+    theirs = [(statistics.median(passes[key]), passes[key])
+              for key in ((coll, layout, p, size) for p in peers) if key in passes]
     if not ours or not theirs:
         return None
     best = max(theirs)[1]
