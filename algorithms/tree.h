@@ -2,8 +2,8 @@
 /*
  * Binary-tree rank math shared by the tree builders (tree.c, tree_scatter.c) and the double
  * binary tree (dbtree.c), the chunking helpers their pipelines use, and the reduce up a tree
- * that tree.c and hier_tree.c share. Pure functions; the
- * drawings and the layout's definition are in tree.c.
+ * that tree.c and hier_tree.c share. Pure functions; the drawings and the layout's definition
+ * are in tree.c.
  */
 #ifndef ALG_TREE_H
 #define ALG_TREE_H
