@@ -244,15 +244,13 @@ shim_exec_chunk(const struct shim_exec *exec, const struct alg_algorithm *alg,
                 const struct alg_args *args)
 {
     const struct ncclComm *comm = exec->op.comm;
-    const size_t chosen = alg_select_chunk(alg, args, &comm->cost);
     const size_t bytes = alg_bytes(args, args->count);
     const bool unreduced = args->coll == ALG_COLL_BROADCAST || args->coll == ALG_COLL_ALLGATHER;
 
-    if (args->nranks == 2 && unreduced && !exec->staged && !comm->chunk_bytes_set &&
-        bytes > chosen) {
-        return bytes;
+    if (args->nranks == 2 && unreduced && !exec->staged && !comm->chunk_bytes_set) {
+        return bytes > args->chunk_bytes ? bytes : args->chunk_bytes; /* whole; nothing to weigh */
     }
-    return chosen;
+    return alg_select_chunk(alg, args, &comm->cost);
 }
 
 /* Chooses exec's algorithm, builds and arms its schedule; destroys exec on failure. */
