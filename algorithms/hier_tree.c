@@ -105,8 +105,8 @@ alg_hier_broadcast_bytes(const struct alg_args *args)
 }
 
 /* A pipeline paced by the network: nchunks + (tree depth between hosts) - 1 chunk times there,
- * an entry sending each chunk to up to two hosts; the chains at home add their fill, one chunk
- * time a hop, on the fullest host. */
+ * an entry sending each chunk to up to two hosts in turn (a message each, as tree.c counts);
+ * the chains at home add their fill, one chunk time a hop, on the fullest host. */
 void
 alg_hier_broadcast_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
@@ -114,9 +114,10 @@ alg_hier_broadcast_cost(const struct alg_args *args, struct alg_cost *cost_out)
     const double nchunks = args->count > 0 ? alg_nchunks(args, args->count) : 0;
     const double chunk = nchunks > 0 ? (double)alg_bytes(args, args->count) / nchunks : 0;
     const double depth = alg_tree_depth((int)shape.nhosts), hops = shape.widest - 1;
+    const double fanout = shape.nhosts > 2 ? 2 : 1;
 
-    cost_out->net_steps = nchunks > 0 && depth > 0 ? nchunks + depth - 1 : 0;
-    cost_out->net_bytes = cost_out->net_steps * chunk * (shape.nhosts > 2 ? 2 : 1);
+    cost_out->net_steps = nchunks > 0 && depth > 0 ? (nchunks + depth - 1) * fanout : 0;
+    cost_out->net_bytes = cost_out->net_steps * chunk;
     cost_out->steps = nchunks > 0 && depth == 0 && hops > 0 ? nchunks + hops - 1 : hops;
     cost_out->bytes = cost_out->steps * chunk;
     cost_out->reduce_bytes = 0;

@@ -136,6 +136,25 @@ Test(policy, two_hosts_choose_by_what_crosses)
     cr_assert(alg != NULL && strcmp(alg->name, "hier") == 0, "16 MiB: %s", alg->name);
 }
 
+/* A tree's interior rank sends to its two children in turn, a message each: a tiny broadcast
+ * over 4 ranks (tree: 2 levels of 2 messages; chain: 3) takes the chain, over 16 ranks (4
+ * levels against 15 hops) the tree. Counting a level once took the tree at 4 ranks, whose
+ * middle rank was measured slower than the chain across hosts. */
+Test(policy, tree_counts_a_message_per_child)
+{
+    struct alg_cost_params params = {.alpha = 1.5e-6, .beta = 1 / 4e9, .gamma = 1 / 3.4e9};
+    struct alg_args args = {.coll = ALG_COLL_BROADCAST, .count = 2, .elem_size = 4, .rank = 0,
+                            .nranks = 4, .chunk_bytes = 131072, .slots = 4};
+    struct alg_policy policy;
+
+    cr_assert_eq(alg_policy_parse(NULL, NULL, &policy), ncclSuccess);
+    const struct alg_algorithm *alg = alg_select(&args, &policy, &params, NULL);
+    cr_assert(alg != NULL && strcmp(alg->name, "chain") == 0, "4 ranks: %s", alg->name);
+    args.nranks = 16;
+    alg = alg_select(&args, &policy, &params, NULL);
+    cr_assert(alg != NULL && strcmp(alg->name, "tree") == 0, "16 ranks: %s", alg->name);
+}
+
 static const char *
 coll_name(enum alg_coll coll)
 {
