@@ -813,6 +813,45 @@ Test(transport_tls, reads_ucx_tls_as_ucx_does)
     }
 }
 
+static void
+expect_env(const char *name, const char *want)
+{
+    const char *got = getenv(name);
+
+    if (want == NULL) {
+        cr_expect(got == NULL, "%s=%s, expected unset", name, got);
+    } else {
+        cr_expect(got != NULL && strcmp(got, want) == 0, "%s=%s, expected %s", name,
+                  got != NULL ? got : "(unset)", want);
+    }
+}
+
+/* Opening UCX sets its TCP and shared-memory transports for bulk transfer (transports/ucx.c),
+ * where UCX_TLS lets each in, and never over the user's own setting. */
+Test(transport_tls, sets_ucx_for_bulk_where_the_user_did_not)
+{
+    struct tp_worker *w;
+
+    unsetenv("UCX_TLS");
+    unsetenv("UCX_MM_FIFO_SIZE");
+    unsetenv("UCX_TCP_TX_SEG_SIZE");
+    setenv("UCX_MM_SEG_SIZE", "32k", 1);
+    cr_assert_eq(tp_worker_create(&w), ncclSuccess, "%s", shim_error_last(NULL));
+    tp_worker_destroy(w);
+    expect_env("UCX_MM_FIFO_SIZE", "16");
+    expect_env("UCX_MM_SEG_SIZE", "32k");
+    expect_env("UCX_TCP_TX_SEG_SIZE", "64k");
+
+    /* The last worker took the context with it; the next one reads the variables again. */
+    unsetenv("UCX_MM_FIFO_SIZE");
+    unsetenv("UCX_TCP_TX_SEG_SIZE");
+    setenv("UCX_TLS", "tcp", 1);
+    cr_assert_eq(tp_worker_create(&w), ncclSuccess, "%s", shim_error_last(NULL));
+    tp_worker_destroy(w);
+    expect_env("UCX_MM_FIFO_SIZE", NULL);
+    expect_env("UCX_TCP_TX_SEG_SIZE", "64k");
+}
+
 /* Mistakes of the caller are errors with a message, not crashes. */
 Test(transport, misuse_is_an_error)
 {
