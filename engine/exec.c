@@ -864,12 +864,14 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
     uint64_t last_progress = shim_clock_ns();
     uint64_t last_step = last_progress;
     struct shm_wait watched = {0}; /* the shared-memory flag awaited at the last look */
-    while (remaining > 0) {
+    for (bool first_pass = true; remaining > 0; first_pass = false) {
         bool progressed = false;
         bool stepped = false;
         /* Shared-memory ops alone leave UCX be: nothing of theirs moves there (unless the
-         * communicator has windows). */
-        for (int w = 0; transport_ops && w < nworkers; w++) {
+         * communicator has windows). Nor does the first pass, which has posted nothing yet:
+         * a small send completes as it is posted, and UCX's progress over TCP is a system
+         * call (epoll_wait) that a root of a small broadcast would otherwise make per call. */
+        for (int w = 0; transport_ops && !first_pass && w < nworkers; w++) {
             progressed |= tp_worker_progress(workers[w]);
         }
         struct shim_exec_waits waits = {0};
