@@ -144,7 +144,7 @@ alg_hier_reduce(const struct alg_args *args, struct alg_sched *sched)
 size_t
 alg_hier_reduce_bytes(const struct alg_args *args)
 {
-    return args->rank == args->root ? 0 : alg_bytes(args, args->count);
+    return alg_tree_reduce_bytes(args); /* each rank but the root sends count, as up any tree */
 }
 
 /* As the broadcast's pipeline, upward: an entry receives and reduces up to two hosts' chunks

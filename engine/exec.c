@@ -803,11 +803,14 @@ shim_exec_report(struct shim_exec *const *execs, int nexecs, const char *why)
  * the error for ncclCommGetAsyncError and tells its peers, whose operations may wait on it for
  * what it will never send (a dead rank's neighbours see the death; the ranks that wait on
  * them would not). A revoked one has not failed; an aborted one says nothing: its endpoints
- * close at once, which every peer sees. */
+ * close at once, which every peer sees. *first_failure keeps the run's first res. */
 static void
 shim_exec_fail_comm(struct shim_exec *const *execs, int nexecs, struct ncclComm *comm,
-                    ncclResult_t res)
+                    ncclResult_t res, ncclResult_t *first_failure)
 {
+    if (*first_failure == ncclSuccess) {
+        *first_failure = res;
+    }
     for (int i = 0; i < nexecs; i++) {
         execs[i]->abandoned |= execs[i]->op.comm == comm;
     }
@@ -894,8 +897,7 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                 }
             }
             if (res != ncclSuccess) {
-                shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, res);
-                first_failure = first_failure != ncclSuccess ? first_failure : res;
+                shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, res, &first_failure);
                 res = ncclSuccess;
                 failed_now = true;
                 continue;
@@ -937,10 +939,10 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                     WARN("rank %d: no progress for NCCLSHIM_TIMEOUT=%llu s; giving up (the "
                          "report above says what each operation waits for)",
                          execs[i]->op.comm->rank, (unsigned long long)(timeout_ns / 1000000000u));
-                    shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, ncclRemoteError);
+                    shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, ncclRemoteError,
+                                        &first_failure);
                 }
             }
-            first_failure = first_failure != ncclSuccess ? first_failure : ncclRemoteError;
             break;
         } else if (progressed) {
             last_progress = now;
@@ -973,8 +975,8 @@ shim_exec_run(struct shim_exec *const *execs, int nexecs)
                 if (shim_exec_running(execs[i]) && execs[i]->op.comm->shm != NULL) {
                     ncclResult_t alive = shim_exec_check_shm_peers(execs[i]);
                     if (alive != ncclSuccess) {
-                        shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, alive);
-                        first_failure = first_failure != ncclSuccess ? first_failure : alive;
+                        shim_exec_fail_comm(execs, nexecs, execs[i]->op.comm, alive,
+                                            &first_failure);
                     }
                 }
             }
