@@ -128,12 +128,34 @@ alg_tree_scatter_bytes(const struct alg_args *args)
     return alg_bytes(args, args->count) * (size_t)(size - 1);
 }
 
-/* log2 n messages deep; the root's link carries every block but its own. */
+/* Store and forward down the longest path: each rank on it sends its subtree's blocks but its
+ * own, a message per child in turn, once all of them have arrived. From the root that is all
+ * n - 1 blocks to its one child, then about half of them, a quarter, ...: about 2n blocks
+ * and two messages a level, where a direct root sends n - 1 blocks in n - 1 messages. */
 void
 alg_tree_scatter_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    cost_out->steps = alg_tree_depth(args->nranks);
-    cost_out->bytes = (double)alg_bytes(args, args->count) * (args->nranks - 1);
+    const int n = args->nranks;
+    double steps = 0, blocks = 0;
+
+    for (int v = 0;;) {
+        int parent, child[2], nchild, first, size;
+        alg_tree_vlinks(v, n, &parent, child, &nchild);
+        if (nchild == 0) {
+            break;
+        }
+        alg_tree_vrange(v, n, &first, &size);
+        steps += nchild;
+        blocks += size - 1;
+        int next = child[0], next_first, next_size, other_size = 0;
+        alg_tree_vrange(next, n, &next_first, &next_size);
+        if (nchild == 2) {
+            alg_tree_vrange(child[1], n, &next_first, &other_size);
+        }
+        v = other_size > next_size ? child[1] : next;
+    }
+    cost_out->steps = steps;
+    cost_out->bytes = blocks * (double)alg_bytes(args, args->count);
     cost_out->reduce_bytes = 0;
 }
 

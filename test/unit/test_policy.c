@@ -155,6 +155,34 @@ Test(policy, tree_counts_a_message_per_child)
     cr_assert(alg != NULL && strcmp(alg->name, "tree") == 0, "16 ranks: %s", alg->name);
 }
 
+/* A tree scatter stores and forwards: its middle ranks send on their subtrees' blocks once
+ * all of them arrived. Over 4 ranks that is 5 blocks and 3 messages on the longest path
+ * against direct's 3 and 3 (across 2 x 2 hosts direct sends were 1.15-1.3x as fast with
+ * 64 B blocks; across 2 x 2 and 2 x 4, 1.2-2.5x from 128 KiB); over 16, 7 messages against
+ * 15, which a tiny scatter takes and a large one not (37 blocks against 15). Charged as the
+ * root's n - 1 blocks alone, the tree took every size. */
+Test(policy, tree_scatter_pays_for_forwarding)
+{
+    static const enum alg_coll colls[] = {ALG_COLL_SCATTER, ALG_COLL_GATHER};
+    struct alg_cost_params params = {.alpha = 1.5e-6, .beta = 1 / 4e9, .gamma = 1 / 3.4e9};
+    struct alg_policy policy;
+
+    cr_assert_eq(alg_policy_parse(NULL, NULL, &policy), ncclSuccess);
+    for (int c = 0; c < 2; c++) {
+        struct alg_args args = {.coll = colls[c], .count = 2, .elem_size = 4, .rank = 1,
+                                .nranks = 4, .root = 3, .chunk_bytes = 131072, .slots = 4};
+        const struct alg_algorithm *alg = alg_select(&args, &policy, &params, NULL);
+        cr_assert(alg != NULL && strcmp(alg->name, "direct") == 0, "4 ranks: %s", alg->name);
+        args.nranks = 16;
+        alg = alg_select(&args, &policy, &params, NULL);
+        cr_assert(alg != NULL && strcmp(alg->name, "tree") == 0, "16 ranks, 8 B: %s", alg->name);
+        args.count = 1 << 20;
+        alg = alg_select(&args, &policy, &params, NULL);
+        cr_assert(alg != NULL && strcmp(alg->name, "direct") == 0, "16 ranks, 4 MiB: %s",
+                  alg->name);
+    }
+}
+
 static const char *
 coll_name(enum alg_coll coll)
 {
