@@ -18,6 +18,7 @@
  * scatter's non-root, RECV at a gather's non-root) are never addressed.
  */
 #include "alg.h"
+#include "hosts.h"
 
 ncclResult_t
 alg_direct_send(const struct alg_args *args, struct alg_sched *sched)
@@ -93,13 +94,20 @@ alg_direct_scatter_bytes(const struct alg_args *args)
     return alg_bytes(args, args->count) * (size_t)(args->nranks - 1);
 }
 
-/* The root's link carries every block in sequence: that is the critical path. */
+/* The root's link carries every block in sequence: that is the critical path. Across hosts,
+ * the blocks to other hosts: the sends to the root's own host go out beside them, through
+ * shared memory, and end sooner. Alike on every rank. */
 void
 alg_direct_scatter_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    const double others = args->nranks - 1;
-    *cost_out = (struct alg_cost){.steps = others,
-                                  .bytes = others * (double)alg_bytes(args, args->count)};
+    const double block = (double)alg_bytes(args, args->count);
+    const double home = alg_host_ranks_with(args, args->root), away = args->nranks - home;
+
+    if (away > 0) {
+        *cost_out = (struct alg_cost){.net_steps = away, .net_bytes = away * block};
+    } else {
+        *cost_out = (struct alg_cost){.steps = home - 1, .bytes = (home - 1) * block};
+    }
 }
 
 ncclResult_t
@@ -131,12 +139,11 @@ alg_direct_gather_bytes(const struct alg_args *args)
     return args->rank == args->root ? 0 : alg_bytes(args, args->count);
 }
 
+/* The scatter's, backwards. */
 void
 alg_direct_gather_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    const double others = args->nranks - 1;
-    *cost_out = (struct alg_cost){.steps = others,
-                                  .bytes = others * (double)alg_bytes(args, args->count)};
+    alg_direct_scatter_cost(args, cost_out);
 }
 
 void

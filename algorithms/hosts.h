@@ -89,4 +89,19 @@ alg_host_shape(const struct alg_args *args)
     return shape;
 }
 
+/* The ranks on `rank`'s host, itself included, alike on every rank. Without args->hosts, all. */
+static inline int
+alg_host_ranks_with(const struct alg_args *args, int rank)
+{
+    int m = 0;
+
+    if (args->hosts == NULL) {
+        return args->nranks;
+    }
+    for (int r = 0; r < args->nranks; r++) {
+        m += args->hosts->host_of[r] == args->hosts->host_of[rank];
+    }
+    return m;
+}
+
 #endif

@@ -27,8 +27,8 @@ static const struct alg_algorithm alg_algorithms[] = {
     ALG_ROW("chain", "ring", ALG_COLL_REDUCE, chain_reduce),
     ALG_ROW("direct", "ring", ALG_COLL_SEND, direct_send),
     ALG_ROW("direct", "ring", ALG_COLL_RECV, direct_recv),
-    ALG_ROW("direct", "ring", ALG_COLL_SCATTER, direct_scatter),
-    ALG_ROW("direct", "ring", ALG_COLL_GATHER, direct_gather),
+    ALG_HOST_ROW("direct", "ring", ALG_COLL_SCATTER, direct_scatter),
+    ALG_HOST_ROW("direct", "ring", ALG_COLL_GATHER, direct_gather),
     ALG_ROW("tree", "tree", ALG_COLL_BROADCAST, tree_broadcast),
     ALG_ROW("tree", "tree", ALG_COLL_REDUCE, tree_reduce),
     ALG_ROW("tree", "tree", ALG_COLL_SCATTER, tree_scatter),
@@ -44,6 +44,8 @@ static const struct alg_algorithm alg_algorithms[] = {
     ALG_HOST_ROW("hier", "ring", ALG_COLL_REDUCESCATTER, hier_reducescatter),
     ALG_HOST_ROW("hier", "tree", ALG_COLL_BROADCAST, hier_broadcast),
     ALG_HOST_ROW("hier", "tree", ALG_COLL_REDUCE, hier_reduce),
+    ALG_HOST_ROW("hier", "tree", ALG_COLL_SCATTER, hier_scatter),
+    ALG_HOST_ROW("hier", "tree", ALG_COLL_GATHER, hier_gather),
 };
 
 #define ALG_NALGORITHMS ((int)(sizeof(alg_algorithms) / sizeof(alg_algorithms[0])))

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The host-aware rows (hier.c, hier_allgather.c, hier_reducescatter.c, hier_tree.c) in the
- * simulator, on ranks spread over hosts: equal hosts (2 x 2, 4 x 1, 2 x 8, 3 x 3), uneven ones
- * (1, 2 and 3 ranks; 3 and 1; five hosts of 2, 1, 2, 1, 3), and ranks dealt to hosts
- * round-robin rather than in blocks; every count class, sum, PreMulSum with a scalar per rank
- * and integer average, in and out of place, tiny chunks and one slot, many interleavings; results
- * against the reference (sim/reference.h), each rank's traffic against the row's textbook
- * figure. Then what crosses between hosts: exactly what must, once (2.0 S for a 2 x 2
- * all-reduce, where a flat ring puts 3.0 S on the network); and a cost alike on every rank.
- * Recursive doubling's cost splits its levels between the host and the network as its
- * schedule sends them. Without hosts the rows run in test_algorithms' sweep of the whole table.
+ * The host-aware rows (hier.c, hier_allgather.c, hier_reducescatter.c, hier_tree.c,
+ * hier_scatter.c) in the simulator, on ranks spread over hosts: equal hosts (2 x 2, 4 x 1,
+ * 2 x 8, 3 x 3), uneven ones (1, 2 and 3 ranks; 3 and 1; five hosts of 2, 1, 2, 1, 3), and
+ * ranks dealt to hosts round-robin rather than in blocks; every count class, sum, PreMulSum
+ * with a scalar per rank and integer average, in and out of place, tiny chunks and one slot,
+ * many interleavings; results against the reference (sim/reference.h), each rank's traffic
+ * against the row's textbook figure. Then what crosses between hosts: exactly what must, once
+ * (2.0 S for a 2 x 2 all-reduce, where a flat ring puts 3.0 S on the network; a scatter's or
+ * gather's blocks in one message per host); and a cost alike on every rank. Recursive
+ * doubling's cost splits its levels between the host and the network as its schedule sends
+ * them. Without hosts the rows run in test_algorithms' sweep of the whole table.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -298,6 +299,66 @@ Test(hier, reduce_crosses_each_tree_edge_once)
             cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
                          "reduce on %s, root %d: %zu bytes between hosts", l->name, root,
                          crossed);
+        }
+    }
+}
+
+/* Sends between hosts, all ranks together, of `row` on l (bytes_between_hosts's messages). */
+static int
+messages_between_hosts(const struct row *row, const struct layout *l,
+                       const struct alg_hosts *hosts, int root, size_t count)
+{
+    int total = 0;
+
+    for (int r = 0; r < l->n; r++) {
+        struct alg_args args = {.coll = row->coll, .count = count, .elem_size = 4, .rank = r,
+                                .nranks = l->n, .root = root, .chunk_bytes = 131072,
+                                .slots = 4, .hosts = hosts};
+        struct alg_sched sched;
+        alg_sched_init(&sched);
+        cr_assert_eq(row->build(&args, &sched), ncclSuccess);
+        for (int i = 0; i < sched.nsteps; i++) {
+            const struct alg_step *step = &sched.steps[i];
+            total += step->kind == ALG_STEP_SEND && l->host_of[step->peer] != l->host_of[r];
+        }
+        alg_sched_free(&sched);
+    }
+    return total;
+}
+
+/* The hierarchical scatter and gather: right on every layout and root, in and out of place;
+ * each block of another host than the root's crosses once, and a host's blocks together:
+ * H - 1 messages between hosts. */
+Test(hier, scatter_and_gather_cross_once_a_message_per_host)
+{
+    static const struct row rooted[] = {
+        {ALG_COLL_SCATTER, alg_hier_scatter, alg_hier_scatter_bytes, alg_hier_scatter_cost},
+        {ALG_COLL_GATHER, alg_hier_gather, alg_hier_gather_bytes, alg_hier_gather_cost},
+    };
+    const size_t count = 4096, bytes = count * 4;
+
+    for (int ri = 0; ri < 2; ri++) {
+        for (int li = 0; li < NLAYOUTS; li++) {
+            const struct layout *l = &layouts[li];
+            const struct alg_hosts hosts = hosts_of(l);
+            for (int root = 0; root < l->n; root++) {
+                for (int w = 0; w < 3; w++) {
+                    const size_t counts[] = {0, 1, 37 + (size_t)root};
+                    check_row(&rooted[ri], l, root, counts[w], KR_SUM, (root + w) % 2, 1 << 20,
+                              1, (unsigned)(li * 47 + root * 3 + w));
+                }
+                int home = 0;
+                for (int r = 0; r < l->n; r++) {
+                    home += l->host_of[r] == l->host_of[root];
+                }
+                size_t crossed = bytes_between_hosts(&rooted[ri], l, &hosts, root, count, 4096);
+                cr_assert_eq(crossed, (size_t)(l->n - home) * bytes,
+                             "%s on %s, root %d: %zu bytes between hosts",
+                             ref_coll_name(rooted[ri].coll), l->name, root, crossed);
+                int messages = messages_between_hosts(&rooted[ri], l, &hosts, root, count);
+                cr_assert_eq(messages, hosts.nhosts - 1, "%s on %s, root %d: %d messages",
+                             ref_coll_name(rooted[ri].coll), l->name, root, messages);
+            }
         }
     }
 }
