@@ -262,6 +262,7 @@ ALG_DECLARE(hier_broadcast);         /* hier_tree.c: a tree of hosts, chains ins
 ALG_DECLARE(hier_reduce);            /* hier_tree.c */
 ALG_DECLARE(hier_scatter);           /* hier_scatter.c: a message per host, then inside */
 ALG_DECLARE(hier_gather);            /* hier_scatter.c */
+ALG_DECLARE(hier_alltoall);          /* hier_alltoall.c: a message per host, handed on */
 
 /* For communicator management (direct.c): every member sends SEND[0, bytes) to each other
  * member and receives member i's into RECV[i * bytes, (i + 1) * bytes). Members are ranks of

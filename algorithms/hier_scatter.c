@@ -64,14 +64,12 @@ hier_host_blocks(const struct alg_args *args, const struct alg_host_map *map, in
                  enum alg_buf buf)
 {
     const size_t block = alg_bytes(args, args->count);
-    const int first = alg_host_rank(map, h, 0), m = alg_host_size(map, h);
 
-    for (int j = 1; j < m; j++) {
-        if (alg_host_rank(map, h, j) != first + j) {
-            return alg_range_make(buf, 0, 0);
-        }
+    if (!alg_host_consecutive(map, h)) {
+        return alg_range_make(buf, 0, 0);
     }
-    return alg_range_make(buf, (size_t)first * block, (size_t)m * block);
+    return alg_range_make(buf, (size_t)alg_host_rank(map, h, 0) * block,
+                          (size_t)alg_host_size(map, h) * block);
 }
 
 /* Block i (rank i's) of the root's buffer `buf`. */

@@ -53,6 +53,19 @@ alg_host_of(const struct alg_host_map *map, int rank)
     return map->host_of != NULL ? map->host_of[rank] : 0;
 }
 
+/* Whether host `host`'s ranks are consecutive, so that their blocks in rank order lie in one
+ * range of a buffer. */
+static inline bool
+alg_host_consecutive(const struct alg_host_map *map, int host)
+{
+    for (int j = 1; j < alg_host_size(map, host); j++) {
+        if (alg_host_rank(map, host, j) != alg_host_rank(map, host, 0) + j) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Rank `rank`'s counterpart on `host`: the rank there at the same place, counted round when
  * that host has fewer ranks. On its own host, a rank is its own counterpart. */
 static inline int

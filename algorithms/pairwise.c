@@ -21,6 +21,7 @@
  * window pairs, so scratch is ALG_PAIRWISE_WINDOW blocks, whatever n.
  */
 #include "alg.h"
+#include "hosts.h"
 
 #define ALG_PAIRWISE_WINDOW 4
 
@@ -83,10 +84,20 @@ alg_pairwise_alltoall_bytes(const struct alg_args *args)
     return alg_bytes(args, args->count) * (size_t)(args->nranks - 1);
 }
 
+/* A message out and one in a step. Across hosts, those of a rank of the emptiest host to and
+ * from the others: its messages at home go beside them, through shared memory, and end
+ * sooner. Alike on every rank. */
 void
 alg_pairwise_alltoall_cost(const struct alg_args *args, struct alg_cost *cost_out)
 {
-    const double others = args->nranks - 1;
-    *cost_out = (struct alg_cost){.steps = others,
-                                  .bytes = others * (double)alg_bytes(args, args->count)};
+    const struct alg_host_shape shape = alg_host_shape(args);
+    const double block = (double)alg_bytes(args, args->count);
+    const double away = args->nranks - shape.narrowest;
+
+    if (away > 0) {
+        *cost_out = (struct alg_cost){.net_steps = away, .net_bytes = away * block};
+    } else {
+        *cost_out = (struct alg_cost){.steps = args->nranks - 1,
+                                      .bytes = (args->nranks - 1) * block};
+    }
 }

@@ -34,7 +34,7 @@ static const struct alg_algorithm alg_algorithms[] = {
     ALG_ROW("tree", "tree", ALG_COLL_SCATTER, tree_scatter),
     ALG_ROW("tree", "tree", ALG_COLL_GATHER, tree_gather),
     ALG_ROW("dbtree", "tree", ALG_COLL_ALLREDUCE, dbtree_allreduce),
-    ALG_ROW("pairwise", "ring", ALG_COLL_ALLTOALL, pairwise_alltoall),
+    ALG_HOST_ROW("pairwise", "ring", ALG_COLL_ALLTOALL, pairwise_alltoall),
     ALG_HOST_ROW("recdbl", "tree", ALG_COLL_ALLREDUCE, recdbl_allreduce),
     ALG_HOST_ROW("recdbl", "tree", ALG_COLL_ALLGATHER, recdbl_allgather),
     ALG_ROW("rabenseifner", "tree", ALG_COLL_ALLREDUCE, rabenseifner_allreduce),
@@ -46,6 +46,7 @@ static const struct alg_algorithm alg_algorithms[] = {
     ALG_HOST_ROW("hier", "tree", ALG_COLL_REDUCE, hier_reduce),
     ALG_HOST_ROW("hier", "tree", ALG_COLL_SCATTER, hier_scatter),
     ALG_HOST_ROW("hier", "tree", ALG_COLL_GATHER, hier_gather),
+    ALG_HOST_ROW("hier", "ring", ALG_COLL_ALLTOALL, hier_alltoall),
 };
 
 #define ALG_NALGORITHMS ((int)(sizeof(alg_algorithms) / sizeof(alg_algorithms[0])))

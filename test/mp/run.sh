@@ -101,7 +101,7 @@ declare -A algo_colls=(
     [bruck]=allgather
     [pairwise]=alltoall
     [direct]=gather,scatter,sendrecv,groups
-    [hier]=allreduce,allgather,reducescatter,broadcast,reduce,gather,scatter
+    [hier]=allreduce,allgather,reducescatter,broadcast,reduce,gather,scatter,alltoall
 )
 
 # run_case NAME NRANKS TIMEOUT [VAR=VALUE...] -- PROGRAM [ARGS...]

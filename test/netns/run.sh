@@ -327,7 +327,7 @@ else
     run_case collectives-shrink-n4 4 60 -- "$bindir/mp/collectives" -c shrink
     # The host-aware schedules forced, two ranks a host (host memory) and 2, 1, 1 (device).
     run_case collectives-hier-n6 6 180 NCCLSHIM_ALGO=hier -- "$bindir/mp/collectives" \
-        -c allreduce,allgather,reducescatter,broadcast,reduce,gather,scatter
+        -c allreduce,allgather,reducescatter,broadcast,reduce,gather,scatter,alltoall
     # The pipeline chunk across hosts: 512 KiB, or the user's; two ranks, the whole message;
     # nothing under 32 KiB.
     chunk_case chunk-across-hosts-n3 3 67108864 524288
@@ -347,7 +347,7 @@ else
         "$bindir/mp/collectives" -D device -c "$colls"
     run_case device-collectives-hier-n4 4 180 "${dev[@]}" NCCLSHIM_ALGO=hier -- \
         "$bindir/mp/collectives" -q -D mixed \
-        -c allreduce,allgather,reducescatter,broadcast,reduce,gather,scatter
+        -c allreduce,allgather,reducescatter,broadcast,reduce,gather,scatter,alltoall
     # One hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1): the lanes share the
     # user's streams' queue.
     run_case device-collectives-quick-n4-onequeue 4 180 "${dev[@]}" \

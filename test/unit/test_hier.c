@@ -62,6 +62,18 @@ hosts_of(const struct layout *l)
     return hosts;
 }
 
+/* The ranks of host h in l. */
+static int
+hosts_size(const struct layout *l, int h)
+{
+    int m = 0;
+
+    for (int r = 0; r < l->n; r++) {
+        m += l->host_of[r] == h;
+    }
+    return m;
+}
+
 struct row {
     enum alg_coll coll;
     alg_builder_t build;
@@ -69,12 +81,13 @@ struct row {
     void (*cost)(const struct alg_args *args, struct alg_cost *cost_out);
 };
 
-/* The three host-aware rows. */
+/* The host-aware rows of the unrooted collectives. */
 static const struct row rows[] = {
     {ALG_COLL_ALLREDUCE, alg_hier_allreduce, alg_hier_allreduce_bytes, alg_hier_allreduce_cost},
     {ALG_COLL_ALLGATHER, alg_hier_allgather, alg_hier_allgather_bytes, alg_hier_allgather_cost},
     {ALG_COLL_REDUCESCATTER, alg_hier_reducescatter, alg_hier_reducescatter_bytes,
      alg_hier_reducescatter_cost},
+    {ALG_COLL_ALLTOALL, alg_hier_alltoall, alg_hier_alltoall_bytes, alg_hier_alltoall_cost},
 };
 
 #define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
@@ -206,7 +219,8 @@ bytes_between_hosts(const struct row *row, const struct layout *l, const struct 
 
 /* Between H hosts: all-reduce, each host's sum of each share crosses to the H - 1 others
  * (two hosts: each way once; a ring: 2(H-1)/H of the buffer per host); all-gather and
- * reduce-scatter, each block once to (or from) each other host. */
+ * reduce-scatter, each block once to (or from) each other host; all-to-all, each rank's block
+ * for each rank away, once. */
 Test(hier, only_what_must_cross_crosses_once)
 {
     const size_t count = 3 * 5 * 7 * 8 * 64, bytes = count * 4;
@@ -216,9 +230,15 @@ Test(hier, only_what_must_cross_crosses_once)
             const struct layout *l = &layouts[li];
             const struct alg_hosts hosts = hosts_of(l);
             const size_t nh = (size_t)hosts.nhosts;
-            const size_t want = rows[row].coll != ALG_COLL_ALLREDUCE ? (nh - 1) * l->n * bytes
-                                : nh == 2                           ? 2 * bytes
-                                                                    : 2 * (nh - 1) * bytes;
+            size_t want = rows[row].coll != ALG_COLL_ALLREDUCE ? (nh - 1) * l->n * bytes
+                          : nh == 2                           ? 2 * bytes
+                                                              : 2 * (nh - 1) * bytes;
+            if (rows[row].coll == ALG_COLL_ALLTOALL) { /* each rank's block for each rank away */
+                want = 0;
+                for (int r = 0; r < l->n; r++) {
+                    want += (size_t)(l->n - hosts_size(l, l->host_of[r])) * bytes;
+                }
+            }
             for (size_t chunk = 4096; chunk <= (1u << 20); chunk *= 16) {
                 size_t crossed = bytes_between_hosts(&rows[row], l, &hosts, 0, count, chunk);
                 cr_assert_eq(crossed, want,
@@ -360,6 +380,22 @@ Test(hier, scatter_and_gather_cross_once_a_message_per_host)
                              ref_coll_name(rooted[ri].coll), l->name, root, messages);
             }
         }
+    }
+}
+
+/* The hierarchical all-to-all sends a rank's blocks for a host in one message: n (H - 1)
+ * between hosts, where pairwise sends one a block away. */
+Test(hier, alltoall_sends_a_message_per_host)
+{
+    const struct row *alltoall = &rows[NROWS - 1];
+
+    cr_assert_eq(alltoall->coll, ALG_COLL_ALLTOALL);
+    for (int li = 0; li < NLAYOUTS; li++) {
+        const struct layout *l = &layouts[li];
+        const struct alg_hosts hosts = hosts_of(l);
+        int messages = messages_between_hosts(alltoall, l, &hosts, 0, 37);
+        cr_assert_eq(messages, l->n * (hosts.nhosts - 1), "all-to-all on %s: %d messages",
+                     l->name, messages);
     }
 }
 
