@@ -24,9 +24,8 @@
 
 /* Where this rank's schedule reads its blocks from, and what every write to RECV waits for. */
 struct hier_a2a_source {
-    enum alg_buf buf;
-    size_t base; /* offset of block 0 in buf */
-    int ready;   /* the in-place copy, -1 when reading SEND itself */
+    enum alg_buf buf; /* SEND, or in place SCRATCH, each block at its rank's place */
+    int ready;        /* the in-place copy, -1 when reading SEND itself */
 };
 
 /* Block `i` of the source (the block for rank i). */
@@ -35,7 +34,7 @@ hier_a2a_block(const struct alg_args *args, const struct hier_a2a_source *src, i
 {
     const size_t block = alg_bytes(args, args->count);
 
-    return alg_range_make(src->buf, src->base + (size_t)i * block, block);
+    return alg_range_make(src->buf, (size_t)i * block, block);
 }
 
 /* Whether rank s, of a host other than rank r's, sends its bundle for r's host to r. */
@@ -82,10 +81,10 @@ alg_hier_alltoall(const struct alg_args *args, struct alg_sched *sched)
         return alg_sched_finish(sched);
     }
     const int h = map.host, m = alg_host_size(&map, h);
-    struct hier_a2a_source src = {ALG_BUF_SEND, 0, -1};
+    struct hier_a2a_source src = {ALG_BUF_SEND, -1};
     size_t staged = 0;
     if (args->in_place && n > 1) {
-        src = (struct hier_a2a_source){ALG_BUF_SCRATCH, 0, -1};
+        src.buf = ALG_BUF_SCRATCH;
         src.ready = alg_copy(sched, alg_range_make(ALG_BUF_SCRATCH, 0, (size_t)n * block),
                              alg_range_make(ALG_BUF_SEND, 0, (size_t)n * block), 0, -1, -1);
         staged = (size_t)n * block;
