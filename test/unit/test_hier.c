@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The host-aware rows (hier.c, hier_allgather.c, hier_reducescatter.c, hier_tree.c,
- * hier_scatter.c) in the simulator, on ranks spread over hosts: equal hosts (2 x 2, 4 x 1,
- * 2 x 8, 3 x 3), uneven ones (1, 2 and 3 ranks; 3 and 1; five hosts of 2, 1, 2, 1, 3), and
- * ranks dealt to hosts round-robin rather than in blocks; every count class, sum, PreMulSum
- * with a scalar per rank and integer average, in and out of place, tiny chunks and one slot,
- * many interleavings; results against the reference (sim/reference.h), each rank's traffic
- * against the row's textbook figure. Then what crosses between hosts: exactly what must, once
- * (2.0 S for a 2 x 2 all-reduce, where a flat ring puts 3.0 S on the network; a scatter's or
- * gather's blocks in one message per host); and a cost alike on every rank. Recursive
- * doubling's cost splits its levels between the host and the network as its schedule sends
- * them. Without hosts the rows run in test_algorithms' sweep of the whole table.
+ * hier_scatter.c, hier_alltoall.c) in the simulator, on ranks spread over hosts: equal hosts
+ * (2 x 2, 4 x 1, 2 x 8, 3 x 3), uneven ones (1, 2 and 3 ranks; 3 and 1; five hosts of 2, 1,
+ * 2, 1, 3), and ranks dealt to hosts round-robin rather than in blocks; every count class,
+ * sum, PreMulSum with a scalar per rank and integer average, in and out of place, tiny chunks
+ * and one slot, many interleavings; results against the reference (sim/reference.h), each
+ * rank's traffic against the row's textbook figure. Then what crosses between hosts: exactly
+ * what must, once (2.0 S for a 2 x 2 all-reduce, where a flat ring puts 3.0 S on the network;
+ * a scatter's, gather's or all-to-all's blocks for a host in one message); and a cost alike on
+ * every rank. Recursive doubling's cost splits its levels between the host and the network as
+ * its schedule sends them. Without hosts the rows run in test_algorithms' sweep of the whole
+ * table.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -91,6 +92,12 @@ static const struct row rows[] = {
 };
 
 #define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
+
+/* The host-aware rows of scatter and gather, whose schedules depend on the root. */
+static const struct row rooted[] = {
+    {ALG_COLL_SCATTER, alg_hier_scatter, alg_hier_scatter_bytes, alg_hier_scatter_cost},
+    {ALG_COLL_GATHER, alg_hier_gather, alg_hier_gather_bytes, alg_hier_gather_cost},
+};
 
 /* The chains, which run in host order. */
 static const struct row chains[] = {
@@ -351,10 +358,6 @@ messages_between_hosts(const struct row *row, const struct layout *l,
  * H - 1 messages between hosts. */
 Test(hier, scatter_and_gather_cross_once_a_message_per_host)
 {
-    static const struct row rooted[] = {
-        {ALG_COLL_SCATTER, alg_hier_scatter, alg_hier_scatter_bytes, alg_hier_scatter_cost},
-        {ALG_COLL_GATHER, alg_hier_gather, alg_hier_gather_bytes, alg_hier_gather_cost},
-    };
     const size_t count = 4096, bytes = count * 4;
 
     for (int ri = 0; ri < 2; ri++) {
@@ -367,10 +370,7 @@ Test(hier, scatter_and_gather_cross_once_a_message_per_host)
                     check_row(&rooted[ri], l, root, counts[w], KR_SUM, (root + w) % 2, 1 << 20,
                               1, (unsigned)(li * 47 + root * 3 + w));
                 }
-                int home = 0;
-                for (int r = 0; r < l->n; r++) {
-                    home += l->host_of[r] == l->host_of[root];
-                }
+                const int home = hosts_size(l, l->host_of[root]);
                 size_t crossed = bytes_between_hosts(&rooted[ri], l, &hosts, root, count, 4096);
                 cr_assert_eq(crossed, (size_t)(l->n - home) * bytes,
                              "%s on %s, root %d: %zu bytes between hosts",
@@ -402,24 +402,25 @@ Test(hier, alltoall_sends_a_message_per_host)
 /* Every rank ranks the row alike: its cost depends on the layout, not on the rank. */
 Test(hier, cost_is_the_same_on_every_rank)
 {
-    for (int k = 0; k < NROWS * NLAYOUTS; k++) {
-        const int row = k / NLAYOUTS;
+    for (int k = 0; k < (NROWS + 2) * NLAYOUTS; k++) {
+        const struct row *row = k / NLAYOUTS < NROWS ? &rows[k / NLAYOUTS]
+                                                     : &rooted[k / NLAYOUTS - NROWS];
         const struct layout *l = &layouts[k % NLAYOUTS];
         const struct alg_hosts hosts = hosts_of(l);
         struct alg_cost first = {0};
         for (int r = 0; r < l->n; r++) {
-            struct alg_args args = {.coll = rows[row].coll, .count = 1 << 20,
-                                    .elem_size = 4, .rank = r, .nranks = l->n,
+            struct alg_args args = {.coll = row->coll, .count = 1 << 20, .elem_size = 4,
+                                    .rank = r, .nranks = l->n, .root = l->n - 1,
                                     .chunk_bytes = 131072, .slots = 4, .hosts = &hosts};
             struct alg_cost cost = {0};
-            rows[row].cost(&args, &cost);
+            row->cost(&args, &cost);
             if (r == 0) {
                 first = cost;
             }
             cr_assert(memcmp(&cost, &first, sizeof(cost)) == 0, "%s on %s: rank %d's cost differs",
-                      ref_coll_name(rows[row].coll), l->name, r);
+                      ref_coll_name(row->coll), l->name, r);
             cr_assert(cost.net_bytes > 0 && cost.net_steps > 0, "%s on %s: nothing crosses?",
-                      ref_coll_name(rows[row].coll), l->name);
+                      ref_coll_name(row->coll), l->name);
         }
     }
 }
