@@ -119,8 +119,87 @@ hier_scatter_root(const struct alg_args *args, struct alg_sched *sched,
              hier_block(args, ALG_BUF_SEND, args->root), 0, -1, -1);
 }
 
-ncclResult_t
-alg_hier_scatter(const struct alg_args *args, struct alg_sched *sched)
+/* An entry with mates: its host's blocks from the root, its own kept, the others handed on. */
+static void
+hier_scatter_entry(const struct alg_args *args, struct alg_sched *sched,
+                   const struct alg_host_map *map)
+{
+    const size_t block = alg_bytes(args, args->count);
+    const int m = alg_host_size(map, map->host);
+
+    sched->scratch_bytes = (size_t)m * block;
+    int rx = alg_recv(sched, args->root, alg_range_make(ALG_BUF_SCRATCH, 0, (size_t)m * block),
+                      -1, -1);
+    alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, block),
+             alg_range_make(ALG_BUF_SCRATCH, (size_t)map->local * block, block), 0, rx, -1);
+    for (int j = 0; j < m; j++) {
+        if (j != map->local) {
+            alg_send(sched, alg_host_rank(map, map->host, j),
+                     alg_range_make(ALG_BUF_SCRATCH, (size_t)j * block, block), rx, -1);
+        }
+    }
+}
+
+/* The root: each other host's blocks from its entry, then each mate's. */
+static void
+hier_gather_root(const struct alg_args *args, struct alg_sched *sched,
+                 const struct alg_host_map *map, int home)
+{
+    const size_t block = alg_bytes(args, args->count);
+    size_t staged = 0;
+
+    for (int k = 1; k < map->nhosts; k++) {
+        const int h = (home + k) % map->nhosts, m = alg_host_size(map, h);
+        const int entry = alg_host_counterpart(map, args->root, h);
+        struct alg_range blocks = hier_host_blocks(args, map, h, ALG_BUF_RECV);
+        if (blocks.len > 0) {
+            alg_recv(sched, entry, blocks, -1, -1);
+            continue;
+        }
+        int rx = alg_recv(sched, entry,
+                          alg_range_make(ALG_BUF_SCRATCH, staged, (size_t)m * block), -1, -1);
+        for (int j = 0; j < m; j++) {
+            alg_copy(sched, hier_block(args, ALG_BUF_RECV, alg_host_rank(map, h, j)),
+                     alg_range_make(ALG_BUF_SCRATCH, staged + j * block, block), 0, rx, -1);
+        }
+        staged += (size_t)m * block;
+    }
+    sched->scratch_bytes = staged;
+    for (int j = 0; j < alg_host_size(map, home); j++) {
+        const int mate = alg_host_rank(map, home, j);
+        if (mate != args->root) {
+            alg_recv(sched, mate, hier_block(args, ALG_BUF_RECV, mate), -1, -1);
+        }
+    }
+    alg_copy(sched, hier_block(args, ALG_BUF_RECV, args->root),
+             alg_range_make(ALG_BUF_SEND, 0, block), 0, -1, -1);
+}
+
+/* An entry with mates: its own block and theirs, to the root in one message. A send waits for
+ * two steps, so the receives follow each other, each posted when the one before it has
+ * arrived, and the send waits for the last. */
+static void
+hier_gather_entry(const struct alg_args *args, struct alg_sched *sched,
+                  const struct alg_host_map *map)
+{
+    const size_t block = alg_bytes(args, args->count);
+    const int m = alg_host_size(map, map->host);
+
+    sched->scratch_bytes = (size_t)m * block;
+    int last = alg_copy(sched, alg_range_make(ALG_BUF_SCRATCH, (size_t)map->local * block, block),
+                        alg_range_make(ALG_BUF_SEND, 0, block), 0, -1, -1);
+    for (int j = 0; j < m; j++) {
+        if (j != map->local) {
+            last = alg_recv(sched, alg_host_rank(map, map->host, j),
+                            alg_range_make(ALG_BUF_SCRATCH, (size_t)j * block, block), last, -1);
+        }
+    }
+    alg_send(sched, args->root, alg_range_make(ALG_BUF_SCRATCH, 0, (size_t)m * block), last, -1);
+}
+
+/* This rank's part of the scatter or (gathering) the gather. */
+static ncclResult_t
+hier_rooted(const struct alg_args *args, struct alg_sched *sched, bool gathering)
 {
     const size_t block = alg_bytes(args, args->count);
     struct hier_scatter_place p;
@@ -128,27 +207,29 @@ alg_hier_scatter(const struct alg_args *args, struct alg_sched *sched)
     if (args->count == 0 || !hier_scatter_place(args, sched, &p)) {
         return alg_sched_finish(sched);
     }
-    const struct alg_host_map *map = &p.map;
-    const int m = alg_host_size(map, map->host);
     if (args->rank == args->root) {
-        hier_scatter_root(args, sched, map, p.home);
+        (gathering ? hier_gather_root : hier_scatter_root)(args, sched, &p.map, p.home);
+    } else if (p.upstream >= 0 && gathering) {
+        alg_send(sched, p.upstream, alg_range_make(ALG_BUF_SEND, 0, block), -1, -1);
     } else if (p.upstream >= 0) {
         alg_recv(sched, p.upstream, alg_range_make(ALG_BUF_RECV, 0, block), -1, -1);
     } else {
-        sched->scratch_bytes = (size_t)m * block;
-        int rx = alg_recv(sched, args->root, alg_range_make(ALG_BUF_SCRATCH, 0, (size_t)m * block),
-                          -1, -1);
-        alg_copy(sched, alg_range_make(ALG_BUF_RECV, 0, block),
-                 alg_range_make(ALG_BUF_SCRATCH, (size_t)map->local * block, block), 0, rx, -1);
-        for (int j = 0; j < m; j++) {
-            if (j != map->local) {
-                alg_send(sched, alg_host_rank(map, map->host, j),
-                         alg_range_make(ALG_BUF_SCRATCH, (size_t)j * block, block), rx, -1);
-            }
-        }
+        (gathering ? hier_gather_entry : hier_scatter_entry)(args, sched, &p.map);
     }
     alg_host_map_free(&p.map);
     return alg_sched_finish(sched);
+}
+
+ncclResult_t
+alg_hier_scatter(const struct alg_args *args, struct alg_sched *sched)
+{
+    return hier_rooted(args, sched, false);
+}
+
+ncclResult_t
+alg_hier_gather(const struct alg_args *args, struct alg_sched *sched)
+{
+    return hier_rooted(args, sched, true);
 }
 
 /* Blocks this rank sends: every one but its own at the root, its mates' at an entry with
@@ -194,77 +275,6 @@ alg_hier_scatter_cost(const struct alg_args *args, struct alg_cost *cost_out)
                                   .net_bytes = (args->nranks - home) * block,
                                   .steps = shape.widest - 1,
                                   .bytes = (shape.widest - 1) * block};
-}
-
-/* The root: each other host's blocks from its entry, then each mate's. */
-static void
-hier_gather_root(const struct alg_args *args, struct alg_sched *sched,
-                 const struct alg_host_map *map, int home)
-{
-    const size_t block = alg_bytes(args, args->count);
-    size_t staged = 0;
-
-    for (int k = 1; k < map->nhosts; k++) {
-        const int h = (home + k) % map->nhosts, m = alg_host_size(map, h);
-        const int entry = alg_host_counterpart(map, args->root, h);
-        struct alg_range blocks = hier_host_blocks(args, map, h, ALG_BUF_RECV);
-        if (blocks.len > 0) {
-            alg_recv(sched, entry, blocks, -1, -1);
-            continue;
-        }
-        int rx = alg_recv(sched, entry,
-                          alg_range_make(ALG_BUF_SCRATCH, staged, (size_t)m * block), -1, -1);
-        for (int j = 0; j < m; j++) {
-            alg_copy(sched, hier_block(args, ALG_BUF_RECV, alg_host_rank(map, h, j)),
-                     alg_range_make(ALG_BUF_SCRATCH, staged + j * block, block), 0, rx, -1);
-        }
-        staged += (size_t)m * block;
-    }
-    sched->scratch_bytes = staged;
-    for (int j = 0; j < alg_host_size(map, home); j++) {
-        const int mate = alg_host_rank(map, home, j);
-        if (mate != args->root) {
-            alg_recv(sched, mate, hier_block(args, ALG_BUF_RECV, mate), -1, -1);
-        }
-    }
-    alg_copy(sched, hier_block(args, ALG_BUF_RECV, args->root),
-             alg_range_make(ALG_BUF_SEND, 0, block), 0, -1, -1);
-}
-
-ncclResult_t
-alg_hier_gather(const struct alg_args *args, struct alg_sched *sched)
-{
-    const size_t block = alg_bytes(args, args->count);
-    struct hier_scatter_place p;
-
-    if (args->count == 0 || !hier_scatter_place(args, sched, &p)) {
-        return alg_sched_finish(sched);
-    }
-    const struct alg_host_map *map = &p.map;
-    const int m = alg_host_size(map, map->host);
-    if (args->rank == args->root) {
-        hier_gather_root(args, sched, map, p.home);
-    } else if (p.upstream >= 0) {
-        alg_send(sched, p.upstream, alg_range_make(ALG_BUF_SEND, 0, block), -1, -1);
-    } else {
-        /* A send waits for two steps: the receives follow each other, each posted when the
-         * one before it has arrived, and the send waits for the last. */
-        sched->scratch_bytes = (size_t)m * block;
-        int last = alg_copy(sched,
-                            alg_range_make(ALG_BUF_SCRATCH, (size_t)map->local * block, block),
-                            alg_range_make(ALG_BUF_SEND, 0, block), 0, -1, -1);
-        for (int j = 0; j < m; j++) {
-            if (j != map->local) {
-                last = alg_recv(sched, alg_host_rank(map, map->host, j),
-                                alg_range_make(ALG_BUF_SCRATCH, (size_t)j * block, block), last,
-                                -1);
-            }
-        }
-        alg_send(sched, args->root, alg_range_make(ALG_BUF_SCRATCH, 0, (size_t)m * block), last,
-                 -1);
-    }
-    alg_host_map_free(&p.map);
-    return alg_sched_finish(sched);
 }
 
 size_t
