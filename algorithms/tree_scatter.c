@@ -128,6 +128,19 @@ alg_tree_scatter_bytes(const struct alg_args *args)
     return alg_bytes(args, args->count) * (size_t)(size - 1);
 }
 
+/* Of a position's children (in the tree over n positions), the one with the larger subtree. */
+static int
+tree_larger_child(int n, const int child[2], int nchild)
+{
+    int first, size0, size1 = 0;
+
+    alg_tree_vrange(child[0], n, &first, &size0);
+    if (nchild == 2) {
+        alg_tree_vrange(child[1], n, &first, &size1);
+    }
+    return size1 > size0 ? child[1] : child[0];
+}
+
 /* Store and forward down the longest path: each rank on it sends its subtree's blocks but its
  * own, a message per child in turn, once all of them have arrived. From the root that is all
  * n - 1 blocks to its one child, then about half of them, a quarter, ...: about 2n blocks
@@ -147,12 +160,7 @@ alg_tree_scatter_cost(const struct alg_args *args, struct alg_cost *cost_out)
         alg_tree_vrange(v, n, &first, &size);
         steps += nchild;
         blocks += size - 1;
-        int next = child[0], next_first, next_size, other_size = 0;
-        alg_tree_vrange(next, n, &next_first, &next_size);
-        if (nchild == 2) {
-            alg_tree_vrange(child[1], n, &next_first, &other_size);
-        }
-        v = other_size > next_size ? child[1] : next;
+        v = tree_larger_child(n, child, nchild);
     }
     cost_out->steps = steps;
     cost_out->bytes = blocks * (double)alg_bytes(args, args->count);
