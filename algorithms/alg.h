@@ -152,6 +152,8 @@ typedef ncclResult_t (*alg_builder_t)(const struct alg_args *args, struct alg_sc
  * Allocation failure is remembered and reported by alg_sched_finish. */
 void alg_sched_init(struct alg_sched *sched);
 void alg_sched_free(struct alg_sched *sched);
+/* Empties a schedule for the next build, keeping its steps' storage. */
+void alg_sched_reset(struct alg_sched *sched);
 ncclResult_t alg_sched_finish(struct alg_sched *sched);
 
 int alg_send(struct alg_sched *sched, int peer, struct alg_range src, int dep0, int dep1);

@@ -5,6 +5,7 @@
 #include "hosts.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 bool
 alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
@@ -15,8 +16,14 @@ alg_host_map_init(struct alg_host_map *map, const struct alg_args *args,
 
     map->nhosts = nhosts;
     map->host_of = args->hosts != NULL ? args->hosts->host_of : NULL;
-    map->members = malloc(2 * (size_t)n * sizeof(int));
-    map->first = calloc((size_t)nhosts + 1, sizeof(int));
+    if (2 * (size_t)n + (size_t)nhosts + 1 <= ALG_HOST_MAP_INLINE) {
+        map->members = map->inline_ints;
+        map->first = map->inline_ints + 2 * n;
+        memset(map->first, 0, ((size_t)nhosts + 1) * sizeof(int));
+    } else {
+        map->members = malloc(2 * (size_t)n * sizeof(int));
+        map->first = calloc((size_t)nhosts + 1, sizeof(int));
+    }
     if (map->members == NULL || map->first == NULL) {
         alg_host_map_free(map);
         if (sched != NULL) {
@@ -97,8 +104,10 @@ alg_host_send_to_mates(struct alg_sched *sched, const struct alg_host_map *map,
 void
 alg_host_map_free(struct alg_host_map *map)
 {
-    free(map->members);
-    free(map->first);
+    if (map->members != map->inline_ints) {
+        free(map->members);
+        free(map->first);
+    }
     map->members = map->first = map->place = NULL;
 }
 

@@ -12,6 +12,10 @@
 
 #include "alg.h"
 
+/* Ints a map holds in itself: members, place and first of up to 64 ranks, so that a builder
+ * allocates nothing for it on every call. */
+#define ALG_HOST_MAP_INLINE (3 * 64 + 1)
+
 struct alg_host_map {
     int nhosts;
     int *members; /* nranks ranks, host by host */
@@ -20,6 +24,8 @@ struct alg_host_map {
     const int *host_of; /* per rank: its host; NULL: all on host 0 */
     int host;     /* args->rank's host */
     int local;    /* args->rank's place among its host's ranks */
+    int inline_ints[ALG_HOST_MAP_INLINE]; /* members, place, first when they fit: a map is
+                                             filled and used in place, never copied */
 };
 
 /* The ranks in host order from `start`: start's host first, from start's place round, then

@@ -24,6 +24,14 @@ alg_sched_free(struct alg_sched *sched)
     alg_sched_init(sched);
 }
 
+void
+alg_sched_reset(struct alg_sched *sched)
+{
+    sched->nsteps = 0;
+    sched->scratch_bytes = 0;
+    sched->out_of_memory = false;
+}
+
 ncclResult_t
 alg_sched_finish(struct alg_sched *sched)
 {

@@ -115,9 +115,22 @@ shim_exec_arm(struct shim_exec *exec)
     struct ncclComm *comm = exec->op.comm;
     int nsteps = exec->sched.nsteps;
 
-    SHIM_CHECK(shim_calloc(&exec->state, (size_t)nsteps));
-    SHIM_CHECK(shim_calloc(&exec->tags, (size_t)nsteps));
-    SHIM_CHECK(shim_calloc(&exec->reqs, (size_t)nsteps));
+    if (nsteps > exec->step_capacity) {
+        free(exec->state);
+        free(exec->tags);
+        free(exec->reqs);
+        exec->tags = NULL;
+        exec->reqs = NULL;
+        exec->step_capacity = 0;
+        SHIM_CHECK(shim_calloc(&exec->state, (size_t)nsteps));
+        SHIM_CHECK(shim_calloc(&exec->tags, (size_t)nsteps));
+        SHIM_CHECK(shim_calloc(&exec->reqs, (size_t)nsteps));
+        exec->step_capacity = nsteps;
+    } else if (nsteps > 0) {
+        memset(exec->state, 0, (size_t)nsteps * sizeof(*exec->state));
+        memset(exec->tags, 0, (size_t)nsteps * sizeof(*exec->tags));
+        memset(exec->reqs, 0, (size_t)nsteps * sizeof(*exec->reqs));
+    }
     if (exec->staged) {
         /* Scratch is device memory of the staging, bound later; the op was numbered when it
          * was issued. */
@@ -200,26 +213,57 @@ shim_exec_shm_adopt(struct shim_exec *exec, uint32_t seq)
     exec->seq = seq;
 }
 
-/* A zeroed exec: the communicator's spare one if it has it (a collective a call is the
- * common case, and calloc of this size goes past glibc's per-thread cache), else a new one. */
+/* A zeroed exec with an empty schedule: the communicator's spare one if it has it (a
+ * collective a call is the common case, and calloc of this size goes past glibc's per-thread
+ * cache), else a new one. The spare keeps the storage of its last schedule and per-step
+ * arrays, so that a call allocates none of them (seven allocations a call before, between
+ * hosts). */
 static ncclResult_t
 shim_exec_alloc(struct ncclComm *comm, struct shim_exec **exec_out)
 {
     struct shim_exec *exec = comm->spare_exec;
-    if (exec != NULL) {
-        comm->spare_exec = NULL;
-        memset(exec, 0, sizeof(*exec));
-        *exec_out = exec;
-        return ncclSuccess;
+    if (exec == NULL) {
+        return shim_calloc(exec_out, 1);
     }
-    return shim_calloc(exec_out, 1);
+    const struct alg_sched sched = exec->sched;
+    uint8_t *state = exec->state;
+    uint64_t *tags = exec->tags;
+    struct tp_request *reqs = exec->reqs;
+    const int step_capacity = exec->step_capacity;
+
+    comm->spare_exec = NULL;
+    memset(exec, 0, sizeof(*exec));
+    exec->sched = sched;
+    alg_sched_reset(&exec->sched);
+    exec->state = state;
+    exec->tags = tags;
+    exec->reqs = reqs;
+    exec->step_capacity = step_capacity;
+    *exec_out = exec;
+    return ncclSuccess;
+}
+
+/* Frees what an exec owns but its scratch, and the exec. */
+static void
+shim_exec_free(struct shim_exec *exec)
+{
+    free(exec->how);
+    free(exec->since);
+    free(exec->tickets);
+    free(exec->reqs);
+    free(exec->tags);
+    free(exec->state);
+    alg_sched_free(&exec->sched);
+    free(exec);
 }
 
 void
 shim_exec_free_spare(struct ncclComm *comm)
 {
-    free(comm->spare_exec);
-    comm->spare_exec = NULL;
+    if (comm->spare_exec != NULL) {
+        shim_exec_free(comm->spare_exec);
+        comm->spare_exec = NULL;
+    }
 }
 
 /* A zeroed exec for op, with an empty schedule. */
@@ -228,7 +272,6 @@ shim_exec_new(const struct shim_op *op, struct shim_exec **exec_out)
 {
     SHIM_CHECK(shim_exec_alloc(op->comm, exec_out));
     (*exec_out)->op = *op;
-    alg_sched_init(&(*exec_out)->sched);
     return ncclSuccess;
 }
 
@@ -327,6 +370,7 @@ shim_exec_create_schedule(struct ncclComm *comm, struct alg_sched *sched, const 
                                 .root = -1, .comm = comm};
     exec->alg_name = "management";
     exec->management = true;
+    alg_sched_free(&exec->sched); /* a spare's storage: the given schedule takes its place */
     exec->sched = *sched;
     alg_sched_init(sched); /* the exec owns the steps now */
     SHIM_CHECK_GOTO(shim_exec_arm(exec), res, err);
@@ -419,17 +463,10 @@ shim_exec_destroy(struct shim_exec *exec)
         shim_comm_scratch_put(exec->op.comm, exec->bufs[ALG_BUF_SCRATCH],
                               exec->sched.scratch_bytes);
     }
-    free(exec->how);
-    free(exec->since);
-    free(exec->tickets);
-    free(exec->reqs);
-    free(exec->tags);
-    free(exec->state);
-    alg_sched_free(&exec->sched);
     if (!exec->staged && exec->op.comm != NULL && exec->op.comm->spare_exec == NULL) {
-        exec->op.comm->spare_exec = exec;
+        exec->op.comm->spare_exec = exec; /* with its schedule's and steps' storage */
     } else {
-        free(exec);
+        shim_exec_free(exec);
     }
 }
 

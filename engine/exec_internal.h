@@ -34,6 +34,7 @@ struct shim_exec {
     uint8_t *state;          /* enum shim_step_state, per step */
     uint64_t *tags;          /* per step; sends and receives only */
     struct tp_request *reqs; /* per step; sends and receives only */
+    int step_capacity;       /* steps that state, tags and reqs hold (a spare keeps them) */
     int first_pending;       /* every step before it is done */
     bool management;         /* split/shrink exchange: per-peer numbering (tag.h) */
     int ndone;
