@@ -199,12 +199,14 @@ Test(hier, many_interleavings)
     }
 }
 
-/* Bytes every rank's schedule of `row` sends to ranks of other hosts, all ranks together. */
+/* Bytes every rank's schedule of `row` sends to ranks of other hosts, all ranks together; and
+ * in *messages_out (unless NULL) how many sends carry them. */
 static size_t
 bytes_between_hosts(const struct row *row, const struct layout *l, const struct alg_hosts *hosts,
-                    int root, size_t count, size_t chunk_bytes)
+                    int root, size_t count, size_t chunk_bytes, int *messages_out)
 {
     size_t total = 0;
+    int messages = 0;
 
     for (int r = 0; r < l->n; r++) {
         struct alg_args args = {.coll = row->coll, .count = count, .elem_size = 4, .rank = r,
@@ -217,9 +219,13 @@ bytes_between_hosts(const struct row *row, const struct layout *l, const struct 
             const struct alg_step *step = &sched.steps[i];
             if (step->kind == ALG_STEP_SEND && l->host_of[step->peer] != l->host_of[r]) {
                 total += step->src[0].len;
+                messages++;
             }
         }
         alg_sched_free(&sched);
+    }
+    if (messages_out != NULL) {
+        *messages_out = messages;
     }
     return total;
 }
@@ -247,7 +253,8 @@ Test(hier, only_what_must_cross_crosses_once)
                 }
             }
             for (size_t chunk = 4096; chunk <= (1u << 20); chunk *= 16) {
-                size_t crossed = bytes_between_hosts(&rows[row], l, &hosts, 0, count, chunk);
+                size_t crossed =
+                    bytes_between_hosts(&rows[row], l, &hosts, 0, count, chunk, NULL);
                 cr_assert_eq(crossed, want,
                              "%s on %s, chunk %zu: %zu bytes between hosts, want %zu",
                              ref_coll_name(rows[row].coll), l->name, chunk, crossed, want);
@@ -256,7 +263,8 @@ Test(hier, only_what_must_cross_crosses_once)
     }
     /* Issue 33's bound: a 2 x 2 all-reduce of S bytes puts 2.0 S between the hosts. */
     const struct alg_hosts two = hosts_of(&layouts[0]);
-    cr_assert_eq(bytes_between_hosts(&rows[0], &layouts[0], &two, 0, count, 131072), 2 * bytes);
+    cr_assert_eq(bytes_between_hosts(&rows[0], &layouts[0], &two, 0, count, 131072, NULL),
+                 2 * bytes);
 }
 
 /* The chains run in host order from the root: right on every layout and root, and they cross
@@ -273,7 +281,8 @@ Test(hier, chains_cross_each_host_boundary_once)
                 const enum kr_op_kind kind = root % 2 ? KR_PREMULSUM : KR_SUMPOSTDIV;
                 check_row(&chains[ci], l, root, 37 + (size_t)root, kind, root % 3 == 0, 12,
                           1 + root % 2, (unsigned)(li * 31 + root));
-                size_t crossed = bytes_between_hosts(&chains[ci], l, &hosts, root, count, 4096);
+                size_t crossed =
+                    bytes_between_hosts(&chains[ci], l, &hosts, root, count, 4096, NULL);
                 cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
                              "%s on %s, root %d: %zu bytes between hosts",
                              ref_coll_name(chains[ci].coll), l->name, root, crossed);
@@ -296,7 +305,7 @@ Test(hier, broadcast_crosses_each_tree_edge_once)
         for (int root = 0; root < l->n; root++) {
             check_row(&bcast, l, root, 37 + (size_t)root, KR_SUM, root % 3 == 0,
                       root % 2 ? 12 : 1 << 20, 1, (unsigned)(li * 41 + root));
-            size_t crossed = bytes_between_hosts(&bcast, l, &hosts, root, count, 4096);
+            size_t crossed = bytes_between_hosts(&bcast, l, &hosts, root, count, 4096, NULL);
             cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
                          "broadcast on %s, root %d: %zu bytes between hosts", l->name, root,
                          crossed);
@@ -322,35 +331,12 @@ Test(hier, reduce_crosses_each_tree_edge_once)
                           (root + k) % 3 == 0, (root + k) % 2 ? 12 : 1 << 20, 1 + (root + k) % 3,
                           (unsigned)(li * 43 + root * 3 + k));
             }
-            size_t crossed = bytes_between_hosts(&reduce, l, &hosts, root, count, 4096);
+            size_t crossed = bytes_between_hosts(&reduce, l, &hosts, root, count, 4096, NULL);
             cr_assert_eq(crossed, (size_t)(hosts.nhosts - 1) * bytes,
                          "reduce on %s, root %d: %zu bytes between hosts", l->name, root,
                          crossed);
         }
     }
-}
-
-/* Sends between hosts, all ranks together, of `row` on l (bytes_between_hosts's messages). */
-static int
-messages_between_hosts(const struct row *row, const struct layout *l,
-                       const struct alg_hosts *hosts, int root, size_t count)
-{
-    int total = 0;
-
-    for (int r = 0; r < l->n; r++) {
-        struct alg_args args = {.coll = row->coll, .count = count, .elem_size = 4, .rank = r,
-                                .nranks = l->n, .root = root, .chunk_bytes = 131072,
-                                .slots = 4, .hosts = hosts};
-        struct alg_sched sched;
-        alg_sched_init(&sched);
-        cr_assert_eq(row->build(&args, &sched), ncclSuccess);
-        for (int i = 0; i < sched.nsteps; i++) {
-            const struct alg_step *step = &sched.steps[i];
-            total += step->kind == ALG_STEP_SEND && l->host_of[step->peer] != l->host_of[r];
-        }
-        alg_sched_free(&sched);
-    }
-    return total;
 }
 
 /* The hierarchical scatter and gather: right on every layout and root, in and out of place;
@@ -371,11 +357,12 @@ Test(hier, scatter_and_gather_cross_once_a_message_per_host)
                               1, (unsigned)(li * 47 + root * 3 + w));
                 }
                 const int home = hosts_size(l, l->host_of[root]);
-                size_t crossed = bytes_between_hosts(&rooted[ri], l, &hosts, root, count, 4096);
+                int messages;
+                size_t crossed =
+                    bytes_between_hosts(&rooted[ri], l, &hosts, root, count, 4096, &messages);
                 cr_assert_eq(crossed, (size_t)(l->n - home) * bytes,
                              "%s on %s, root %d: %zu bytes between hosts",
                              ref_coll_name(rooted[ri].coll), l->name, root, crossed);
-                int messages = messages_between_hosts(&rooted[ri], l, &hosts, root, count);
                 cr_assert_eq(messages, hosts.nhosts - 1, "%s on %s, root %d: %d messages",
                              ref_coll_name(rooted[ri].coll), l->name, root, messages);
             }
@@ -393,7 +380,8 @@ Test(hier, alltoall_sends_a_message_per_host)
     for (int li = 0; li < NLAYOUTS; li++) {
         const struct layout *l = &layouts[li];
         const struct alg_hosts hosts = hosts_of(l);
-        int messages = messages_between_hosts(alltoall, l, &hosts, 0, 37);
+        int messages;
+        bytes_between_hosts(alltoall, l, &hosts, 0, 37, 131072, &messages);
         cr_assert_eq(messages, l->n * (hosts.nhosts - 1), "all-to-all on %s: %d messages",
                      l->name, messages);
     }
