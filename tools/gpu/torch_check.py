@@ -7,9 +7,10 @@ op PyTorch offers for NCCL (sum, product, min, max, avg, premul_sum), all_gather
 reduce_scatter_tensor, broadcast from every root, all_to_all_single, send/recv (blocking, and
 batched around a ring), barrier, and collectives in two new_group()s, on float32, bfloat16 and
 float16 tensors with odd and large counts; the inputs are small integers, so every exact result
-is known. Then 20 steps of DDP training of a small model, whose losses and final weights must
-equal a single-process run on the same global batch (to float32 rounding). Exits 1 on any
-mismatch, after printing each.
+is known (bfloat16's premul_sum: NCCL's result for what PyTorch passes, see premul_factor). Then
+20 steps of DDP training of a small model, whose losses and final weights must equal a
+single-process run on the same global batch (to float32 rounding). Exits 1 on any mismatch,
+after printing each.
 
 Where every rank's captures are allowed (one rank, a GPU per rank, or NCCLSHIM_RANK_LEADERS=1:
 a rank in the process of a device team leader that shares its GPU may not capture), also
@@ -22,7 +23,8 @@ would hide a hang): starts N ranks itself, training in a loop; the last one kill
 step 5. Every other rank must then die of PyTorch's watchdog (an NCCL error, not its 10-minute
 timeout) within --deadline seconds. Exits 1 on a hang or a rank that ends without an error.
 
---expect ncclshim|genuine: fails unless the libnccl.so.2 mapped into the process is that one.
+--expect ncclshim|genuine: fails unless the library that PyTorch's NCCL calls resolve to is that
+one (PyTorch maps its own libnccl.so.2 even when another is preloaded).
 --backend gloo --device cpu runs the same checks on the CPU, as a dry run of this script.
 
 Usage: torchrun --standalone --nproc_per_node N torch_check.py [--expect ncclshim]
@@ -31,6 +33,7 @@ Usage: torchrun --standalone --nproc_per_node N torch_check.py [--expect ncclshi
 
 import argparse
 import copy
+import ctypes
 import os
 import signal
 import socket
@@ -44,6 +47,7 @@ import torch.distributed as dist
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 COUNTS = (1001, (1 << 20) + 3)  # odd; the large one past the small-message paths
 KILL_STEP = 5
+PREMUL_FACTOR = 0.5
 
 
 class Checker:
@@ -79,9 +83,9 @@ def values(rank, count, salt=0):
     return ((torch.arange(count, dtype=torch.float64) + rank + salt) % 3) + 1
 
 
-def reduce_ops(backend, world):
-    """(name, ReduceOp, reference over stacked inputs) for every op the backend offers; avg
-    only where its result is exact (a power-of-two number of ranks)."""
+def reduce_ops(backend, world, dtype):
+    """(name, ReduceOp, reference over stacked inputs) for every op the backend offers on
+    `dtype`; avg only where its result is exact (a power-of-two number of ranks)."""
     ops = [("sum", dist.ReduceOp.SUM, lambda x: x.sum(0)),
            ("product", dist.ReduceOp.PRODUCT, lambda x: x.prod(0)),
            ("min", dist.ReduceOp.MIN, lambda x: x.min(0).values),
@@ -90,9 +94,22 @@ def reduce_ops(backend, world):
         ops.append(("avg", dist.ReduceOp.AVG, lambda x: x.sum(0) / x.shape[0]))
     if backend == "nccl":
         # NCCL's PreMulSum: every input scaled by the factor, then summed.
-        ops.append(("premul_sum", dist._make_nccl_premul_sum(0.5),
-                    lambda x: (x * 0.5).sum(0)))
+        ops.append(("premul_sum", dist._make_nccl_premul_sum(PREMUL_FACTOR),
+                    lambda x: (x * premul_factor(dtype)).sum(0)))
     return ops
+
+
+def premul_factor(dtype):
+    """The factor NCCL applies in a premul_sum of PREMUL_FACTOR on `dtype` tensors. PyTorch
+    2.11 passes bfloat16's as a 4-byte float (unpackPreMulSum<float, ncclBfloat16>,
+    pytorch/pytorch#190745), of which NCCL, and ncclshim as NCCL does, read ncclTypeSize = 2
+    bytes: the float's first two bytes in memory (its low half on x86 and Arm) taken as a
+    bfloat16; of 0.5f, +0. float16's factor is passed as a half, float32's and float64's at
+    their own size."""
+    if dtype != torch.bfloat16:
+        return PREMUL_FACTOR
+    low_half = torch.tensor([PREMUL_FACTOR], dtype=torch.float32).view(torch.bfloat16)[0]
+    return low_half.item()
 
 
 def check_collectives(chk, rank, world, device, backend):
@@ -101,9 +118,15 @@ def check_collectives(chk, rank, world, device, backend):
             tag = f"{str(dtype).replace('torch.', '')} x{count}"
             inputs = torch.stack([values(r, count) for r in range(world)])
 
-            for name, op, reference in reduce_ops(backend, world):
+            for name, op, reference in reduce_ops(backend, world, dtype):
                 if name == "product" and count > 1001:
                     continue  # 3^world stays exact; keep the large count to the sums
+                if name == "premul_sum" and dtype == torch.bfloat16 and count == COUNTS[0] \
+                        and rank == 0:
+                    print(f"torch_check: all_reduce premul_sum bfloat16 expects NCCL's result, "
+                          f"a factor of {premul_factor(dtype)} for {PREMUL_FACTOR}: PyTorch "
+                          f"passes a float scalar of which NCCL reads 2 bytes "
+                          f"(pytorch/pytorch#190745)", flush=True)
                 t = inputs[rank].to(dtype).to(device)
                 dist.all_reduce(t, op=op)
                 chk.equal(f"all_reduce {name} {tag}", t, reference(inputs).to(dtype))
@@ -266,13 +289,41 @@ def check_ddp(chk, rank, world, device):
 
 # --- which library ---------------------------------------------------------------------------
 
-def loaded_nccl():
-    """The path of the libnccl.so.2 mapped into this process, or None."""
+class DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def mapped(name):
+    """The paths of the files mapped into this process whose names start with `name`."""
+    paths = []
     with open("/proc/self/maps") as maps:
         for line in maps:
             path = line.split()[-1]
-            if os.path.basename(path).startswith("libnccl.so"):
-                return path
+            if os.path.basename(path).startswith(name) and path not in paths:
+                paths.append(path)
+    return paths
+
+
+def loaded_nccl():
+    """The file that PyTorch's NCCL calls resolve to, or None. PyTorch maps its own
+    libnccl.so.2 even when another is preloaded, so the mappings do not say; the dynamic
+    linker's order does: the global scope first (the program, LD_PRELOAD, what was opened
+    RTLD_GLOBAL), then the scope of the library that calls (libtorch_cuda.so and what it
+    needs). Asks dlsym for ncclCommInitRankConfig in that order, then dladdr for its file."""
+    libc = ctypes.CDLL(None)  # dlopen(NULL): the global scope
+    dladdr = getattr(libc, "dladdr", None) or ctypes.CDLL("libdl.so.2").dladdr
+    dladdr.argtypes = (ctypes.c_void_p, ctypes.POINTER(DlInfo))
+    scopes = [libc] + [ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_NOLOAD)
+                       for path in mapped("libtorch_cuda.so")]
+    for scope in scopes:
+        try:
+            address = ctypes.cast(scope.ncclCommInitRankConfig, ctypes.c_void_p).value
+        except AttributeError:
+            continue
+        info = DlInfo()
+        if dladdr(address, ctypes.byref(info)) and info.dli_fname:
+            return os.fsdecode(info.dli_fname)
     return None
 
 
@@ -280,18 +331,21 @@ def check_library(chk, expect):
     path = loaded_nccl()
     chk.checks += 1
     if path is None:
-        print("no libnccl.so.2 is mapped into the process", flush=True)
+        print(f"rank {chk.rank}: no library defines ncclCommInitRankConfig for PyTorch "
+              f"(mapped: {', '.join(mapped('libnccl.so')) or 'no libnccl.so'})", flush=True)
         chk.failed += 1
         return
     with open(path, "rb") as lib:
         is_shim = b"ncclshim" in lib.read()
     if is_shim != (expect == "ncclshim"):
-        print(f"rank {chk.rank}: {path} is {'ncclshim' if is_shim else 'not ncclshim'}, "
-              f"expected {expect}", flush=True)
+        print(f"rank {chk.rank}: NCCL's symbols resolve to {path}, "
+              f"{'ncclshim' if is_shim else 'not ncclshim'}, expected {expect}", flush=True)
         chk.failed += 1
     elif chk.rank == 0:
-        print(f"libnccl.so.2 in use: {path} ({'ncclshim' if is_shim else 'genuine'})",
-              flush=True)
+        others = [p for p in mapped("libnccl.so")
+                  if os.path.realpath(p) != os.path.realpath(path)]
+        print(f"libnccl.so.2 in use: {path} ({'ncclshim' if is_shim else 'genuine'})" +
+              (f"; also mapped: {', '.join(others)}" if others else ""), flush=True)
 
 
 # --- modes ----------------------------------------------------------------------------------
