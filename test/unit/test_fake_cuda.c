@@ -12,6 +12,7 @@
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -380,4 +381,167 @@ Test(fake_cuda, a_fault_is_sticky_to_its_context)
     int v;
     cr_assert_eq(gpu_cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0),
                  CUDA_SUCCESS);
+}
+
+/* --- capture: what a capture under way forbids ------------------------------------------ */
+
+extern const unsigned char kr_fatbin_start[]; /* kernels/fatbin.S: the library's kernels */
+
+/* What each potentially unsafe call is tried on. */
+struct unsafe_args {
+    CUstream other;            /* a stream that is not capturing */
+    CUevent event;             /* never recorded */
+    CUmodule module;
+    CUfunction function;
+    CUcontext peer;            /* device 1's */
+    CUdeviceptr va;            /* a mapping of one granule */
+};
+
+static CUresult
+stream_query(struct unsafe_args *a)
+{
+    return gpu_cu.cuStreamQuery(a->other);
+}
+
+static CUresult
+event_query(struct unsafe_args *a)
+{
+    return gpu_cu.cuEventQuery(a->event);
+}
+
+static CUresult
+enable_peer(struct unsafe_args *a)
+{
+    CUresult res = gpu_cu.cuCtxEnablePeerAccess(a->peer, 0);
+    return res == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ? CUDA_SUCCESS : res;
+}
+
+static CUresult
+set_access(struct unsafe_args *a)
+{
+    CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    return gpu_cu.cuMemSetAccess(a->va, (size_t)2 << 20, &d, 1);
+}
+
+static CUresult
+get_function(struct unsafe_args *a)
+{
+    CUfunction f;
+    return gpu_cu.cuModuleGetFunction(&f, a->module, "kr_dev_copy");
+}
+
+static CUresult
+func_load(struct unsafe_args *a)
+{
+    return gpu_cu.cuFuncLoad(a->function);
+}
+
+static const struct {
+    const char *name;
+    CUresult (*call)(struct unsafe_args *);
+} unsafe_calls[] = {
+    {"cuStreamQuery", stream_query},   {"cuEventQuery", event_query},
+    {"cuCtxEnablePeerAccess", enable_peer}, {"cuMemSetAccess", set_access},
+    {"cuModuleGetFunction", get_function}, {"cuFuncLoad", func_load},
+};
+
+/* One of them on a thread of its own, in capture mode `mode`, device 0's context current. */
+struct unsafe_thread {
+    int call;
+    struct unsafe_args *args;
+    CUstreamCaptureMode mode;
+    CUresult res;
+};
+
+static void *
+unsafe_main(void *arg)
+{
+    struct unsafe_thread *t = arg;
+
+    cr_assert_eq(gpu_ctx_push(device->ctx), ncclSuccess);
+    cr_assert_eq(gpu_cu.cuThreadExchangeStreamCaptureMode(&t->mode), CUDA_SUCCESS);
+    t->res = unsafe_calls[t->call].call(t->args);
+    gpu_ctx_pop();
+    return NULL;
+}
+
+static CUresult
+unsafe_on_thread(int call, struct unsafe_args *args, CUstreamCaptureMode mode)
+{
+    struct unsafe_thread t = {.call = call, .args = args, .mode = mode};
+    pthread_t thread;
+
+    cr_assert_eq(pthread_create(&thread, NULL, unsafe_main, &t), 0);
+    pthread_join(thread, NULL);
+    return t.res;
+}
+
+static void
+two_devices(void)
+{
+    setenv("FAKE_CUDA_DEVICES", "2", 1);
+    setup();
+}
+
+/* cuThreadExchangeStreamCaptureMode: while a thread captures in GLOBAL mode, potentially
+ * unsafe calls fail with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED on that thread and on every
+ * other thread in GLOBAL mode, and the capture is invalidated (as the H200 did with
+ * cuStreamQuery); a RELAXED or THREAD_LOCAL thread elsewhere may make them. */
+Test(fake_cuda_capture, a_global_capture_forbids_unsafe_calls, .init = two_devices,
+     .fini = teardown)
+{
+    CUresult (*begin)(CUstream, CUstreamCaptureMode) = fake_fn("cuStreamBeginCapture_v2");
+    CUresult (*end)(CUstream, CUgraph *) = fake_fn("cuStreamEndCapture");
+    CUresult (*graph_destroy)(CUgraph) = fake_fn("cuGraphDestroy");
+    const struct gpu_device *peer;
+    struct unsafe_args a;
+    CUmemAllocationProp prop = prop_of(0);
+    CUmemGenericAllocationHandle h;
+    CUstream c;
+    CUgraph graph;
+    const size_t g = (size_t)2 << 20;
+
+    need_double();
+    cr_assert_eq(gpu_device_get(1, &peer), ncclSuccess);
+    a.peer = peer->ctx;
+    cr_assert_eq(gpu_cu.cuStreamCreate(&c, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&a.other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventCreate(&a.event, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuModuleLoadData(&a.module, kr_fatbin_start), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuModuleGetFunction(&a.function, a.module, "kr_dev_copy"),
+                 CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemCreate(&h, g, &prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAddressReserve(&a.va, g, 0, 0, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemMap(a.va, g, 0, h, 0), CUDA_SUCCESS);
+    for (size_t i = 0; i < sizeof(unsafe_calls) / sizeof(unsafe_calls[0]); i++) {
+        const char *name = unsafe_calls[i].name;
+        /* Another thread, GLOBAL: refused, and the capture is lost. */
+        cr_assert_eq(begin(c, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+        cr_assert_eq(unsafe_on_thread((int)i, &a, CU_STREAM_CAPTURE_MODE_GLOBAL),
+                     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "%s on a GLOBAL thread", name);
+        cr_assert_eq(end(c, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "%s", name);
+        /* The capturing thread itself, whatever the capture's mode but RELAXED. */
+        cr_assert_eq(begin(c, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+        cr_assert_eq(unsafe_calls[i].call(&a), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                     "%s on the capturing thread", name);
+        cr_assert_eq(end(c, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "%s", name);
+        /* Another thread, RELAXED or THREAD_LOCAL: allowed; the capture goes on. */
+        cr_assert_eq(begin(c, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+        cr_assert_eq(unsafe_on_thread((int)i, &a, CU_STREAM_CAPTURE_MODE_RELAXED),
+                     CUDA_SUCCESS, "%s on a RELAXED thread", name);
+        cr_assert_eq(unsafe_on_thread((int)i, &a, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                     CUDA_SUCCESS, "%s on a THREAD_LOCAL thread", name);
+        cr_assert_eq(end(c, &graph), CUDA_SUCCESS, "%s", name);
+        cr_assert_eq(graph_destroy(graph), CUDA_SUCCESS);
+        /* No capture: allowed. */
+        cr_assert_eq(unsafe_calls[i].call(&a), CUDA_SUCCESS, "%s without a capture", name);
+    }
+    cr_assert_eq(gpu_cu.cuMemUnmap(a.va, g), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAddressFree(a.va, g), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemRelease(h), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuModuleUnload(a.module), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventDestroy(a.event), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamDestroy(a.other), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamDestroy(c), CUDA_SUCCESS);
 }

@@ -1165,6 +1165,7 @@ cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t
 {
     CUresult res = CUDA_SUCCESS;
 
+    FAKE_CAPTURE_CHECK_UNSAFE(); /* \note_sync, as cuMemUnmap */
     for (size_t i = 0; i < count; i++) {
         if (!fake_access_host(&desc[i]) &&
             (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||

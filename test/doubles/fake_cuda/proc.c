@@ -450,13 +450,15 @@ cuCtxPopCurrent(CUcontext *ctx)
 
 /* As cuda.h lists its answers: no current context, no valid peer or the current one itself
  * is an invalid context; flags must be 0; a second enable is ALREADY_ENABLED. (The double
- * lets kernels reach a peer's memory whether enabled or not.) */
+ * lets kernels reach a peer's memory whether enabled or not.) Refused while a capture forbids
+ * this thread unsafe calls. */
 FAKE_API CUresult
 cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
     struct CUctx_st *ctx = fake_ctx_current();
     int can = 0;
 
+    FAKE_CAPTURE_CHECK_UNSAFE(); /* it changes every later kernel's reach: unsafe */
     if (ctx == NULL || peer == NULL || peer == ctx || fake_device(peer->device) == NULL ||
         peer != &fake_device(peer->device)->ctx) {
         return CUDA_ERROR_INVALID_CONTEXT;

@@ -891,9 +891,11 @@ cuStreamSynchronize(CUstream handle)
     return fake_ctx_sticky(s->ctx);
 }
 
+/* A potentially unsafe call (the H200 refused it during another thread's global capture). */
 FAKE_API CUresult
 cuStreamQuery(CUstream handle)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     struct CUstream_st *s = fake_stream(handle);
 
     if (s == NULL) {
@@ -1178,6 +1180,7 @@ cuEventRecord(CUevent event, CUstream stream)
 FAKE_API CUresult
 cuEventQuery(CUevent event)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE(); /* as cuStreamQuery */
     CUresult sticky = fake_ctx_sticky(event->ctx);
     if (sticky != CUDA_SUCCESS) {
         return sticky;
@@ -1297,9 +1300,12 @@ cuModuleUnload(CUmodule module)
     return CUDA_SUCCESS;
 }
 
+/* Under lazy loading it may load the function: as unsafe during a capture as
+ * cuModuleLoadData. */
 FAKE_API CUresult
 cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     const struct fake_kernel *kernel = fake_kernel_find(name);
 
     if (kernel == NULL) {
@@ -1331,9 +1337,11 @@ fake_launch_valid(const struct fake_kernel *kernel, unsigned int gx, unsigned in
            bz <= 64 && threads <= 1024 && threads <= fake_kernel_max_threads(kernel);
 }
 
+/* Loads the function: as unsafe during a capture as cuModuleLoadData. */
 FAKE_API CUresult
 cuFuncLoad(CUfunction function)
 {
+    FAKE_CAPTURE_CHECK_UNSAFE();
     return function != NULL && function->kernel != NULL ? CUDA_SUCCESS
                                                         : CUDA_ERROR_INVALID_HANDLE;
 }
