@@ -545,3 +545,79 @@ Test(fake_cuda_capture, a_global_capture_forbids_unsafe_calls, .init = two_devic
     cr_assert_eq(gpu_cu.cuStreamDestroy(a.other), CUDA_SUCCESS);
     cr_assert_eq(gpu_cu.cuStreamDestroy(c), CUDA_SUCCESS);
 }
+
+/* What no capture mode allows, RELAXED included (cuThreadExchangeStreamCaptureMode: "calls
+ * which necessarily conflict with stream capture"): the legacy NULL stream while a blocking
+ * stream of its context captures (cuStreamIsCapturing: "in an unusable state until the
+ * blocking stream capture is terminated"), which fails with STREAM_CAPTURE_IMPLICIT and
+ * invalidates the capture (but for cuStreamIsCapturing itself); capture on the legacy stream;
+ * synchronizing or querying a stream that captures; querying or synchronizing an event last
+ * recorded inside a capture (CUDA_ERROR_CAPTURED_EVENT). */
+Test(fake_cuda_capture, what_no_capture_mode_allows, .init = setup, .fini = teardown)
+{
+    CUresult (*begin)(CUstream, CUstreamCaptureMode) = fake_fn("cuStreamBeginCapture_v2");
+    CUresult (*end)(CUstream, CUgraph *) = fake_fn("cuStreamEndCapture");
+    CUresult (*graph_destroy)(CUgraph) = fake_fn("cuGraphDestroy");
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CUstreamCaptureStatus status;
+    CUstream blocking, nonblocking;
+    CUgraph graph;
+    CUevent e;
+    CUdeviceptr dev;
+
+    need_double();
+    cr_assert_eq(gpu_cu.cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 64), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&blocking, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    /* The legacy stream while a blocking stream captures: refused, the capture lost. */
+    cr_assert_eq(begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamQuery(CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    cr_assert_eq(end(blocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    cr_assert_eq(begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(NULL), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    cr_assert_eq(end(blocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    cr_assert_eq(begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemcpyAsync(dev, dev + 32, 32, CU_STREAM_LEGACY),
+                 CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    cr_assert_eq(end(blocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    /* ... cuStreamIsCapturing answers so and leaves the capture be. */
+    cr_assert_eq(begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamIsCapturing(CU_STREAM_LEGACY, &status),
+                 CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    cr_assert_eq(end(blocking, &graph), CUDA_SUCCESS);
+    cr_assert_eq(graph_destroy(graph), CUDA_SUCCESS);
+    /* A non-blocking stream's capture leaves the legacy stream usable. */
+    cr_assert_eq(begin(nonblocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS);
+    cr_assert_eq(end(nonblocking, &graph), CUDA_SUCCESS);
+    cr_assert_eq(graph_destroy(graph), CUDA_SUCCESS);
+    /* "Capture may not be initiated if stream is CU_STREAM_LEGACY." */
+    cr_assert_eq(begin(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_RELAXED),
+                 CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    /* A capturing stream has nothing to wait for: querying or synchronizing it is refused. */
+    cr_assert_eq(begin(nonblocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamQuery(nonblocking), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    cr_assert_eq(end(nonblocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    cr_assert_eq(begin(nonblocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(nonblocking), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    cr_assert_eq(end(nonblocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    /* An event last recorded inside a capture (the double's graphs take no events: that
+     * capture is lost as well). */
+    cr_assert_eq(begin(nonblocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    cr_assert_neq(gpu_cu.cuEventRecord(e, nonblocking), CUDA_SUCCESS);
+    cr_assert_eq(end(nonblocking, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    cr_assert_eq(gpu_cu.cuEventQuery(e), CUDA_ERROR_CAPTURED_EVENT);
+    cr_assert_eq(gpu_cu.cuEventSynchronize(e), CUDA_ERROR_CAPTURED_EVENT);
+    /* Recorded again outside one: the event is the stream's again. */
+    cr_assert_eq(gpu_cu.cuEventRecord(e, nonblocking), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventSynchronize(e), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventQuery(e), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuEventDestroy(e), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamDestroy(blocking), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamDestroy(nonblocking), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemFree(dev), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+}

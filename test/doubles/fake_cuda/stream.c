@@ -64,6 +64,7 @@ struct CUevent_st {
     uint64_t recorded;  /* records enqueued */
     uint64_t completed; /* records the stream has reached; atomic */
     int refs;           /* the handle's, until cuEventDestroy, and one per queued operation */
+    bool captured;      /* last recorded on a capturing stream (under fake_event_lock) */
 };
 
 struct CUfunc_st {
@@ -653,6 +654,63 @@ fake_stream(CUstream handle)
     return ctx->null_stream;
 }
 
+/* Calls that necessarily conflict with a capture, refused even on a RELAXED thread
+ * (cuThreadExchangeStreamCaptureMode). The legacy NULL stream (handle NULL or CU_STREAM_LEGACY;
+ * the double's per-thread stream is the same stream, but CUDA's is a blocking stream of its
+ * own, so it is not refused) "is in an unusable state until the blocking stream capture is
+ * terminated" (cuStreamIsCapturing) while a blocking stream of its context captures: whatever
+ * uses it fails with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, and the captures it would have
+ * depended on are invalidated (invalidate false: cuStreamIsCapturing and
+ * cuStreamGetCaptureInfo, which leave them be). */
+static CUresult
+fake_legacy_check(CUstream handle, const struct CUstream_st *s, const char *call,
+                  bool invalidate)
+{
+    const struct CUstream_st *capturing = NULL;
+
+    if (s == NULL || !s->legacy || handle == CU_STREAM_PER_THREAD) {
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&fake_sched_lock);
+    for (struct CUstream_st *o = fake_sched(s->ctx)->streams; o != NULL; o = o->next) {
+        if (o->blocking && !o->legacy && !o->destroyed &&
+            __atomic_load_n(&o->capturing, __ATOMIC_ACQUIRE)) {
+            capturing = o;
+            if (invalidate && o->graph != NULL) {
+                o->invalidated = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&fake_sched_lock);
+    if (capturing == NULL) {
+        return CUDA_SUCCESS;
+    }
+    fake_complain("%s on the legacy NULL stream of device %d while its blocking stream %p "
+                  "captures (cuStreamIsCapturing: \"the legacy stream is in an unusable state "
+                  "until the blocking stream capture is terminated\"; not even RELAXED)%s",
+                  call, s->ctx->device, (const void *)capturing,
+                  invalidate ? ": the capture is invalidated" : "");
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+}
+
+/* Synchronizing or querying a stream that is capturing: not permitted whatever the thread's
+ * mode (it has no work to wait for, only a graph being built); the capture is invalidated. */
+static CUresult
+fake_capturing_check(struct CUstream_st *s, const char *call)
+{
+    if (s == NULL || !__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) {
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&fake_sched_lock);
+    if (s->graph != NULL) {
+        s->invalidated = true;
+    }
+    pthread_mutex_unlock(&fake_sched_lock);
+    fake_complain("%s of stream %p, which is capturing (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED "
+                  "whatever the thread's mode): the capture is invalidated", call, (void *)s);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 static void
 fake_op_append(struct fake_op **head, struct fake_op **tail, struct fake_op *op)
 {
@@ -673,6 +731,11 @@ fake_enqueue(CUstream handle, struct fake_op *op)
     if (s == NULL || fake_check_not_in_host_fn("enqueueing stream work") != CUDA_SUCCESS) {
         fake_op_free(op);
         return s == NULL ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_PERMITTED;
+    }
+    CUresult legacy = fake_legacy_check(handle, s, "stream work", true);
+    if (legacy != CUDA_SUCCESS) {
+        fake_op_free(op);
+        return legacy;
     }
     CUresult sticky = fake_ctx_sticky(s->ctx);
     if (sticky != CUDA_SUCCESS) {
@@ -885,6 +948,13 @@ cuStreamSynchronize(CUstream handle)
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
+    CUresult res = fake_legacy_check(handle, s, __func__, true);
+    if (res == CUDA_SUCCESS) {
+        res = fake_capturing_check(s, __func__);
+    }
+    if (res != CUDA_SUCCESS) {
+        return res;
+    }
     FAKE_STREAM_STICKY_CHECK(s);
     /* A fault meanwhile ends the wait: the context's streams then drain without running. */
     fake_stream_wait_idle(s);
@@ -900,6 +970,13 @@ cuStreamQuery(CUstream handle)
 
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    CUresult res = fake_legacy_check(handle, s, __func__, true);
+    if (res == CUDA_SUCCESS) {
+        res = fake_capturing_check(s, __func__);
+    }
+    if (res != CUDA_SUCCESS) {
+        return res;
     }
     FAKE_STREAM_STICKY_CHECK(s);
     pthread_mutex_lock(&fake_sched_lock);
@@ -941,6 +1018,10 @@ cuStreamIsCapturing(CUstream handle, CUstreamCaptureStatus *status)
 
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    CUresult res = fake_legacy_check(handle, s, __func__, false);
+    if (res != CUDA_SUCCESS) {
+        return res; /* "*captureStatus is unspecified after the call" */
     }
     *status = __atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
                                                                : CU_STREAM_CAPTURE_STATUS_NONE;
@@ -1170,6 +1251,10 @@ cuEventRecord(CUevent event, CUstream stream)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&fake_event_lock);
+    /* Recorded inside a capture (which the double's graphs cannot hold: the capture is
+     * invalidated), the event is the capture's from now on: querying or waiting for it from
+     * the host necessarily conflicts with the capture. */
+    event->captured = s != NULL && __atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE);
     op->generation = ++event->recorded;
     event->refs++;
     pthread_mutex_unlock(&fake_event_lock);
@@ -1177,10 +1262,30 @@ cuEventRecord(CUevent event, CUstream stream)
     return fake_enqueue(stream, op);
 }
 
+/* cuThreadExchangeStreamCaptureMode's example of a call that necessarily conflicts with a
+ * capture, even RELAXED: cuEventQuery "on an event that was last recorded inside a capture
+ * sequence" (CUDA_ERROR_CAPTURED_EVENT: "not permitted on an event which was last recorded in
+ * a capturing stream"); cuEventSynchronize alike. */
+static bool
+fake_event_captured(CUevent event, const char *call)
+{
+    pthread_mutex_lock(&fake_event_lock);
+    bool captured = event->captured;
+    pthread_mutex_unlock(&fake_event_lock);
+    if (captured) {
+        fake_complain("%s of an event last recorded inside a stream capture (not permitted "
+                      "whatever the thread's mode)", call);
+    }
+    return captured;
+}
+
 FAKE_API CUresult
 cuEventQuery(CUevent event)
 {
     FAKE_CAPTURE_CHECK_UNSAFE(); /* as cuStreamQuery */
+    if (fake_event_captured(event, __func__)) {
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     CUresult sticky = fake_ctx_sticky(event->ctx);
     if (sticky != CUDA_SUCCESS) {
         return sticky;
@@ -1195,6 +1300,9 @@ FAKE_API CUresult
 cuEventSynchronize(CUevent event)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    if (fake_event_captured(event, __func__)) {
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     pthread_mutex_lock(&fake_event_lock);
     uint64_t target = event->recorded;
     while (event->completed < target && fake_ctx_sticky(event->ctx) == CUDA_SUCCESS) {
@@ -1814,6 +1922,10 @@ fake_stream_get_capture_info_v11030(CUstream handle, CUstreamCaptureStatus *stat
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
+    CUresult res = fake_legacy_check(handle, s, "cuStreamGetCaptureInfo", false);
+    if (res != CUDA_SUCCESS) {
+        return res;
+    }
     pthread_mutex_lock(&fake_sched_lock);
     struct CUgraph_st *graph = s->graph;
     *status_out = graph == NULL   ? CU_STREAM_CAPTURE_STATUS_NONE
@@ -1846,6 +1958,15 @@ cuStreamBeginCapture(CUstream handle, CUstreamCaptureMode mode)
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
         mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
         return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (s->legacy && handle != CU_STREAM_PER_THREAD) {
+        fake_complain("cuStreamBeginCapture on the legacy NULL stream (\"Capture may not be "
+                      "initiated if stream is CU_STREAM_LEGACY\")");
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    CUresult legacy = fake_legacy_check(handle, s, __func__, true);
+    if (legacy != CUDA_SUCCESS) {
+        return legacy;
     }
     struct CUgraph_st *graph = calloc(1, sizeof(*graph));
     if (graph == NULL) {
