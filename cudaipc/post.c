@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "kernels/device.h"
 #include "internal.h"
 #include "runner.h"
 
@@ -32,6 +33,7 @@ cipc_post_ready(struct cipc_team *team)
     }
     const struct gpu_device *gpu;
     SHIM_CHECK(gpu_device_get(team->device, &gpu));
+    kr_dev_preload(gpu); /* before this rank enqueues anything, as the registrations below */
     if (!team->prepared) {
         SHIM_CHECK(cipc_hostpost_prepare(gpu));
         team->prepared = true;

@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "comm.h"
+#include "kernels/device.h"
 
 /* The device team first: where ranks share a host it serves their device memory without the
  * network. The other two split what is left by rank count. */
@@ -16,6 +17,20 @@ static const struct shim_backend *const shim_backends[] = {
 };
 
 #define SHIM_BACKENDS (sizeof(shim_backends) / sizeof(shim_backends[0]))
+
+/* Where the program chose the communicator's device, its kernels load now: loading may
+ * synchronize the context, which must not happen behind a wait the program queued before its
+ * first device call (kernels/device.h). */
+static void
+shim_backend_preload(const struct ncclComm *comm)
+{
+    const struct gpu_device *gpu;
+
+    if (comm->cuda_dev_chosen && comm->cuda_dev >= 0 && comm->cuda_dev < gpu_device_count() &&
+        gpu_device_get(comm->cuda_dev, &gpu) == ncclSuccess) {
+        kr_dev_preload(gpu);
+    }
+}
 
 void
 shim_backend_connect(struct ncclComm *comm, const struct shim_backend_peers *peers)
@@ -34,6 +49,7 @@ shim_backend_connect(struct ncclComm *comm, const struct shim_backend_peers *pee
         comm->backend = row;
         INFO(SHIM_INIT, "comm %p rank %d: device memory by the %s", (void *)comm, comm->rank,
              row->name);
+        shim_backend_preload(comm);
         return;
     }
 }

@@ -135,12 +135,19 @@ kr_dev_loaded(const struct gpu_device *device)
     return __atomic_load_n(&kr_dev_modules[device->ordinal].loaded, __ATOMIC_ACQUIRE);
 }
 
+/* Code from CUDA N's nvcc needs a driver of CUDA N.0 or newer (cubins and PTX alike). */
+static bool
+kr_dev_serves(const struct gpu_device *device)
+{
+    pthread_once(&kr_dev_fatbin_once, kr_dev_fatbin_read);
+    return gpu_driver_version() >= CUDA_VERSION / 1000 * 1000 &&
+           kr_fatbin_serves(&kr_dev_fatbin, device->cc_major * 10 + device->cc_minor);
+}
+
 ncclResult_t
 kr_dev_check_device(const char *api, const struct gpu_device *device)
 {
-    /* Code from CUDA N's nvcc needs a driver of CUDA N.0 or newer (cubins and PTX alike). */
     const int needed = CUDA_VERSION / 1000 * 1000, driver = gpu_driver_version();
-    const int cc = device->cc_major * 10 + device->cc_minor;
     char held[256];
     CUfunction any;
 
@@ -149,8 +156,7 @@ kr_dev_check_device(const char *api, const struct gpu_device *device)
         return ncclSuccess;
     }
     SHIM_CHECK(kr_dev_check_available(api));
-    pthread_once(&kr_dev_fatbin_once, kr_dev_fatbin_read);
-    if (driver < needed || !kr_fatbin_serves(&kr_dev_fatbin, cc)) {
+    if (!kr_dev_serves(device)) {
         kr_fatbin_describe(&kr_dev_fatbin, held, sizeof(held));
         WARN("%s: ncclshim's CUDA kernels cannot run on device %d (compute capability %d.%d) "
              "with CUDA driver %d.%d: they were built by CUDA %d.%d and need a driver of CUDA "
@@ -160,6 +166,20 @@ kr_dev_check_device(const char *api, const struct gpu_device *device)
         return ncclInvalidUsage;
     }
     return kr_dev_function(device, KR_DEV_COPY, &any);
+}
+
+void
+kr_dev_preload(const struct gpu_device *device)
+{
+    CUfunction any;
+
+    if (kr_dev_loaded(device) || !kr_dev_available()) {
+        return;
+    }
+    if (kr_dev_serves(device) && kr_dev_function(device, KR_DEV_COPY, &any) != ncclSuccess) {
+        INFO(SHIM_INIT, "device %d: the kernels did not load now; the first device call "
+             "tries again", device->ordinal);
+    }
 }
 
 static ncclResult_t

@@ -37,6 +37,11 @@ ncclResult_t kr_dev_check_available(const char *api);
  * making no driver call. ncclInvalidUsage with a WARN naming `api`,
  * the driver, the GPU and what the library holds, when they cannot run. */
 ncclResult_t kr_dev_check_device(const char *api, const struct gpu_device *device);
+/* The same load, made where a communicator learns its device (init, a team's first device
+ * call), before the program can have queued a wait that the rank's own work releases: loading
+ * a module may synchronize the context (lazy loading), and behind such a wait it never
+ * returns. Says nothing where the kernels cannot run: the first device call says why. */
+void kr_dev_preload(const struct gpu_device *device);
 
 struct kr_dev_launch {
     CUstream stream;
