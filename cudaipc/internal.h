@@ -198,6 +198,8 @@ struct cipc_team {
     uint32_t graphs_gone;          /* atomic: captured records whose graph went, counted */
     uint32_t graphs_reaped;        /* ... as the posting thread last reaped them */
     bool prepared;                 /* cipc_hostpost_prepare'd, to unprepare */
+    CUstream probe;                /* ours, idle, of the device's context: the team thread asks
+                                      it for a sticky error (made with the team's memory) */
     pthread_mutex_t release_lock;  /* guards releases: words the thread opens at done >= last */
     struct cipc_release *releases;
     int nreleases, releases_cap;

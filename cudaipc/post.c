@@ -44,6 +44,11 @@ cipc_post_ready(struct cipc_team *team)
         SHIM_CHECK(shim_calloc(&team->launch_descs, CIPC_RING / 2));
     }
     SHIM_CHECK(gpu_ctx_push(gpu->ctx));
+    if (team->probe == NULL) {
+        /* Made now, with the registrations: stream creation may serialize the device, which
+         * must not happen behind a queued wait (team.c asks this stream about the context). */
+        GPU_CU_CHECK_GOTO(cuStreamCreate(&team->probe, CU_STREAM_NON_BLOCKING), res, out);
+    }
     SHIM_CHECK_GOTO(cipc_ctrl_register(team, team->rank), res, out);
     struct cipc_ctrl *own = team->ctrls[team->rank];
     team->arrive = cipc_flag(team, team->rank, &own->arrive);

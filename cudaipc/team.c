@@ -57,22 +57,22 @@ struct cipc_watch {
 
 /* Work of this process's that faulted on the device (an illegal address, say) leaves its
  * context unusable for good, a sticky error: every later call in it answers that error, and
- * what this rank's operations wait for there never comes. A query of the context's legacy
- * stream says so without waiting for anything. */
+ * what this rank's operations wait for there never comes. A query of the team's own idle
+ * stream says so without waiting for anything. Not the legacy stream: while a blocking stream
+ * of the context is captured, no thread may touch it, relaxed or not (cuda.h), and the query
+ * would break the program's capture. */
 static ncclResult_t
 cipc_team_check_device(struct cipc_team *team)
 {
-    if (team->gpu == NULL) {
+    if (team->gpu == NULL || team->probe == NULL) {
         return ncclSuccess;
     }
-    SHIM_CHECK(gpu_ctx_push(team->gpu->ctx));
-    CUresult cu = gpu_cu.cuStreamQuery(CU_STREAM_LEGACY);
-    gpu_ctx_pop();
+    CUresult cu = gpu_cu.cuStreamQuery(team->probe);
     if (cu != CUDA_SUCCESS && cu != CUDA_ERROR_NOT_READY) {
         WARN("rank %d: device %d's CUDA context failed with this rank's operations in flight "
              "(its work faulted; the error is sticky, the context unusable)", team->rank,
              team->gpu->ordinal);
-        return gpu_cu_fail(cu, "cuStreamQuery(CU_STREAM_LEGACY)", __FILE__, __LINE__);
+        return gpu_cu_fail(cu, "cuStreamQuery(the team's idle stream)", __FILE__, __LINE__);
     }
     return ncclSuccess;
 }
@@ -241,6 +241,9 @@ static void
 cipc_team_free(struct cipc_team *team, bool abort)
 {
     cipc_post_free(team);
+    if (team->probe != NULL) {
+        gpu_cu.cuStreamDestroy(team->probe); /* the handle names its context */
+    }
     if (team->prepared) {
         cipc_hostpost_unprepare();
     }
