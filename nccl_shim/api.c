@@ -28,6 +28,20 @@
 
 #include "api.h"
 
+/* The lifecycle's calls (init, split, grow, finalize, destroy, abort, revoke, suspension,
+ * windows) and ncclGroupEnd reach the driver for registrations, mappings, stream creation and
+ * synchronization, unmapping and freeing: calls that a global-mode capture on any thread of the
+ * process forbids (cuda.h, CU_STREAM_CAPTURE_MODE_GLOBAL), failing them and breaking that
+ * capture. Each runs in relaxed mode, as NCCL's do; the thread gets its own mode back after.
+ * Our own threads are relaxed for good (gpu_capture_relax_thread). */
+#define SHIM_API_RELAXED(call)                                                              \
+    __extension__({                                                                         \
+        CUstreamCaptureMode shim_api_mode_ = gpu_capture_relax();                           \
+        ncclResult_t shim_api_res_ = (call);                                                \
+        gpu_capture_restore(shim_api_mode_);                                                \
+        shim_api_res_;                                                                      \
+    })
+
 
 /* --- version, ids, errors -------------------------------------------------------------------*/
 
@@ -143,7 +157,8 @@ ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int ra
                        ncclConfig_t *config)
 {
     shim_error_clear();
-    return shim_api_init_rank(comm, nranks, &commId, rank, config, "ncclCommInitRankConfig");
+    return SHIM_API_RELAXED(
+        shim_api_init_rank(comm, nranks, &commId, rank, config, "ncclCommInitRankConfig"));
 }
 SHIM_ALIAS(ncclCommInitRankConfig)
 
@@ -151,7 +166,8 @@ SHIM_API ncclResult_t
 ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
     shim_error_clear();
-    return shim_api_init_rank(comm, nranks, &commId, rank, NULL, "ncclCommInitRank");
+    return SHIM_API_RELAXED(
+        shim_api_init_rank(comm, nranks, &commId, rank, NULL, "ncclCommInitRank"));
 }
 SHIM_ALIAS(ncclCommInitRank)
 
@@ -167,8 +183,8 @@ ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
     }
     /* Every rank passes the same ids in the same order, and our root serves any number of
      * ranks, so the first id alone is a complete rendezvous. */
-    return shim_api_init_rank(newcomm, nranks, &commIds[0], myrank, config,
-                              "ncclCommInitRankScalable");
+    return SHIM_API_RELAXED(shim_api_init_rank(newcomm, nranks, &commIds[0], myrank, config,
+                                               "ncclCommInitRankScalable"));
 }
 SHIM_ALIAS(ncclCommInitRankScalable)
 
@@ -196,7 +212,7 @@ ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
         }
     }
     shim_log_banner();
-    return shim_comm_init_all(comms, ndev, devlist);
+    return SHIM_API_RELAXED(shim_comm_init_all(comms, ndev, devlist));
 }
 SHIM_ALIAS(ncclCommInitAll)
 
@@ -206,7 +222,7 @@ ncclCommFinalize(ncclComm_t comm)
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclCommFinalize"));
     shim_comm_bind(comm);
-    ncclResult_t res = shim_comm_finalize(comm);
+    ncclResult_t res = SHIM_API_RELAXED(shim_comm_finalize(comm));
     shim_comm_bind(NULL);
     return res;
 }
@@ -221,7 +237,7 @@ ncclCommDestroy(ncclComm_t comm)
     }
     SHIM_CHECK(shim_comm_check(comm, "ncclCommDestroy"));
     shim_comm_bind(comm);
-    return shim_comm_destroy(comm); /* unbinds */
+    return SHIM_API_RELAXED(shim_comm_destroy(comm)); /* unbinds */
 }
 SHIM_ALIAS(ncclCommDestroy)
 
@@ -234,7 +250,7 @@ ncclCommAbort(ncclComm_t comm)
     }
     SHIM_CHECK(shim_comm_check(comm, "ncclCommAbort"));
     shim_comm_bind(comm);
-    return shim_comm_abort(comm); /* unbinds */
+    return SHIM_API_RELAXED(shim_comm_abort(comm)); /* unbinds */
 }
 SHIM_ALIAS(ncclCommAbort)
 
@@ -310,7 +326,7 @@ ncclCommRevoke(ncclComm_t comm, int revokeFlags)
         WARN("ncclCommRevoke: revokeFlags 0x%x must be NCCL_REVOKE_DEFAULT", revokeFlags);
         return ncclInvalidArgument;
     }
-    return shim_comm_revoke(comm);
+    return SHIM_API_RELAXED(shim_comm_revoke(comm));
 }
 SHIM_ALIAS(ncclCommRevoke)
 
@@ -347,7 +363,7 @@ ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConf
         res = ncclInvalidArgument;
         goto out;
     }
-    res = shim_comm_split(comm, color, key, blocking, newcomm);
+    res = SHIM_API_RELAXED(shim_comm_split(comm, color, key, blocking, newcomm));
 out:
     shim_comm_bind(NULL);
     return res;
@@ -388,7 +404,8 @@ ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
     if (shrinkFlags == NCCL_SHRINK_ABORT) {
         shim_devexec_backend(comm)->release(comm);
     }
-    res = shim_comm_shrink(comm, excludeRanksList, excludeRanksCount, blocking, newcomm);
+    res = SHIM_API_RELAXED(
+        shim_comm_shrink(comm, excludeRanksList, excludeRanksCount, blocking, newcomm));
 out:
     shim_comm_bind(NULL);
     return res;
@@ -408,7 +425,7 @@ ncclCommSuspend(ncclComm_t comm, int flags)
         return ncclInvalidArgument;
     }
     shim_comm_bind(comm);
-    res = shim_comm_suspend(comm);
+    res = SHIM_API_RELAXED(shim_comm_suspend(comm));
     shim_comm_bind(NULL);
     return res;
 }
@@ -419,7 +436,7 @@ ncclCommResume(ncclComm_t comm)
 {
     shim_error_clear();
     SHIM_CHECK(shim_comm_check(comm, "ncclCommResume"));
-    return shim_comm_resume(comm);
+    return SHIM_API_RELAXED(shim_comm_resume(comm));
 }
 SHIM_ALIAS(ncclCommResume)
 
@@ -481,7 +498,8 @@ ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank
             WARN("ncclCommGrow: a new rank (comm NULL) needs the unique id");
             return ncclInvalidArgument;
         }
-        return shim_api_init_rank(newcomm, nRanks, uniqueId, rank, config, "ncclCommGrow");
+        return SHIM_API_RELAXED(
+            shim_api_init_rank(newcomm, nRanks, uniqueId, rank, config, "ncclCommGrow"));
     }
     SHIM_CHECK(shim_api_child_checks(comm, newcomm, config, false, &blocking, "ncclCommGrow"));
     if (rank != -1) {
@@ -495,7 +513,7 @@ ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank
         return ncclInvalidArgument;
     }
     shim_comm_bind(comm);
-    res = shim_comm_grow(comm, nRanks, uniqueId, blocking, newcomm);
+    res = SHIM_API_RELAXED(shim_comm_grow(comm, nRanks, uniqueId, blocking, newcomm));
     shim_comm_bind(NULL);
     return res;
 }
@@ -638,7 +656,7 @@ ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *w
     }
     struct shim_window_call call = {.comm = comm, .reg = true, .buff = buff, .size = size,
                                     .win_out = win};
-    return shim_api_window_call(&call, "ncclCommWindowRegister");
+    return SHIM_API_RELAXED(shim_api_window_call(&call, "ncclCommWindowRegister"));
 }
 SHIM_ALIAS(ncclCommWindowRegister)
 
@@ -647,7 +665,7 @@ ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 {
     shim_error_clear();
     struct shim_window_call call = {.comm = comm, .win = win};
-    return shim_api_window_call(&call, "ncclCommWindowDeregister");
+    return SHIM_API_RELAXED(shim_api_window_call(&call, "ncclCommWindowDeregister"));
 }
 SHIM_ALIAS(ncclCommWindowDeregister)
 
@@ -1152,6 +1170,6 @@ SHIM_API ncclResult_t
 ncclGroupEnd(void)
 {
     /* No shim_error_clear: a call that failed inside the group keeps its message. */
-    return shim_group_end();
+    return SHIM_API_RELAXED(shim_group_end());
 }
 SHIM_ALIAS(ncclGroupEnd)

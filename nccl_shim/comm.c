@@ -24,6 +24,7 @@
 #include "engine/exec.h"
 #include "engine/exec_device.h"
 #include "engine/window.h"
+#include "gpu/driver.h"
 #include "group.h"
 
 /* Live communicators, so a destroyed or made-up handle is an error and not a crash. */
@@ -285,6 +286,7 @@ static void *
 shim_comm_init_thread(void *arg)
 {
     struct shim_comm_init_job *job = arg;
+    gpu_capture_relax_thread(); /* the program may capture in global mode meanwhile */
     shim_comm_init_body(job->comm, &job->id);
     free(job);
     return NULL;
@@ -439,6 +441,7 @@ static void *
 shim_comm_init_all_thread(void *arg)
 {
     struct shim_comm_init_all_job *job = arg;
+    gpu_capture_relax_thread();
     job->res = shim_comm_init(&job->args, &job->comm);
     return NULL;
 }

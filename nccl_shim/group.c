@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "engine/exec.h"
 #include "engine/exec_device.h"
+#include "gpu/driver.h"
 
 struct shim_group {
     int depth;
@@ -90,6 +91,7 @@ static void *
 shim_group_task_main(void *arg)
 {
     struct shim_group_task *task = arg;
+    gpu_capture_relax_thread(); /* splits and windows register, as the calls they stand for */
     task->res = task->fn(task->arg);
     return NULL;
 }
