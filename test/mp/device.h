@@ -72,6 +72,12 @@ struct mp_cuda {
     /* CUDA graphs (the double's hold one stream's kernels, copies and flag operations). */
     CUresult (*stream_begin_capture)(CUstream, CUstreamCaptureMode);
     CUresult (*stream_end_capture)(CUstream, CUgraph *);
+    CUresult (*thread_exchange_capture_mode)(CUstreamCaptureMode *);
+    /* Events, as PyTorch joins its streams. */
+    CUresult (*event_create)(CUevent *, unsigned int);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*stream_wait_event)(CUstream, CUevent, unsigned int);
+    CUresult (*event_destroy)(CUevent);
     CUresult (*graph_destroy)(CUgraph);
     CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
     CUresult (*graph_launch)(CUgraphExec, CUstream);
@@ -147,6 +153,12 @@ mp_cuda_init(struct mp_cuda *cu)
         cu->lib, "cuStreamBeginCapture_v2");
     cu->stream_end_capture = (CUresult(*)(CUstream, CUgraph *))dlsym(cu->lib,
                                                                        "cuStreamEndCapture");
+    cu->thread_exchange_capture_mode = (CUresult(*)(CUstreamCaptureMode *))dlsym(
+        cu->lib, "cuThreadExchangeStreamCaptureMode");
+    cu->event_create = mp_cuda_sym(cu, "cuEventCreate");
+    cu->event_record = mp_cuda_sym(cu, "cuEventRecord");
+    cu->stream_wait_event = mp_cuda_sym(cu, "cuStreamWaitEvent");
+    cu->event_destroy = mp_cuda_sym(cu, "cuEventDestroy_v2");
     cu->graph_destroy = (CUresult(*)(CUgraph))dlsym(cu->lib, "cuGraphDestroy");
     cu->graph_instantiate = (CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))dlsym(
         cu->lib, "cuGraphInstantiateWithFlags");
@@ -430,6 +442,25 @@ mp_cuda_copy(struct mp_cuda *cu, void *dst, const void *src, size_t bytes, CUstr
     MP_CU(cu, stream_synchronize(stream));
 }
 
+/* cuStreamQuery in relaxed capture mode: a query is among the calls that a global-mode capture
+ * (of this thread, or of any thread) forbids, failing with 900 and breaking the capture, as
+ * the H200 showed where this thread captured another stream. The thread's mode is its own
+ * again after. */
+static inline CUresult
+mp_cuda_query(struct mp_cuda *cu, CUstream stream)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+
+    if (cu->thread_exchange_capture_mode != NULL) {
+        MP_CU(cu, thread_exchange_capture_mode(&mode));
+    }
+    CUresult q = cu->stream_query(stream);
+    if (cu->thread_exchange_capture_mode != NULL) {
+        MP_CU(cu, thread_exchange_capture_mode(&mode));
+    }
+    return q;
+}
+
 /* Waits until stream has done its work, or comm reports an error, or `seconds` pass; returns
  * ncclSuccess when the stream is done, the async error (or ncclInProgress on time out). The
  * way a watchdog waits: never blocked in the driver on a stream that may never finish. */
@@ -439,7 +470,7 @@ mp_cuda_wait(struct mp_cuda *cu, CUstream stream, ncclComm_t comm, double second
     double deadline = mp_now() + seconds;
 
     for (;;) {
-        CUresult q = cu->stream_query(stream);
+        CUresult q = mp_cuda_query(cu, stream);
         if (q == CUDA_SUCCESS) {
             return ncclSuccess;
         }

@@ -421,6 +421,16 @@ device_cases() {
     # Review B7: an eager call held back on its stream, a captured one launched meanwhile.
     run_case device-streams-overtake-n3-rankleaders 3 60 "${lead[@]}" -- \
         "$bindir/streams" -p overtake
+    # What the H200 showed with a leader per rank: PyTorch's point-to-point (ungrouped, on a
+    # pool stream, the receiver synchronising before it sends back, dozens of streams), and the
+    # lifecycle (split, destroy, a one-rank drain, abort from another thread) under a global
+    # capture of a blocking stream.
+    run_case device-streams-torchp2p-n2-rankleaders 2 60 "${lead[@]}" -- \
+        "$bindir/streams" -p torchp2p
+    run_case device-streams-torchp2p-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p torchp2p
+    run_case device-streams-capturelife-n3-rankleaders 3 60 "${lead[@]}" -- \
+        "$bindir/streams" -p capturelife
+    run_case device-streams-capturelife-n3 3 60 "${dev[@]}" -- "$bindir/streams" -p capturelife
     # One hardware queue per context: stream semantics hold.
     local onequeue=("${dev[@]}" CUDA_DEVICE_MAX_CONNECTIONS=1)
     for part in returns order group; do

@@ -96,6 +96,18 @@
  *             ncclMemAlloc, ncclCommRegister, an all-reduce into that buffer (kept by a
  *             copy), ncclCommDeregister and ncclMemFree meanwhile: they succeed, the result
  *             is right and the capture stays valid;
+ *   capturelife  while this thread captures a blocking stream in global mode (PyTorch's
+ *             default), the lifecycle: a split, an all-reduce on the child with rank 0 late (the
+ *             device team's thread looks at its device meanwhile, and may not touch the legacy
+ *             stream, which the capture makes unusable), a communicator of one rank drained by
+ *             a host call after a device one, destroys, and an abort from another thread (a
+ *             watchdog's): each succeeds, results are right, and the capture stays valid;
+ *   torchp2p  PyTorch's point-to-point, which hung on the H200 with a leader per rank: 64
+ *             streams in the process (PyTorch's pools), an all-reduce on the legacy stream,
+ *             then all-reduces and blocking sends and receives, ungrouped, on one pool stream
+ *             joined to the legacy stream by events (PyTorch's eager mode): rank 0 to the last
+ *             rank and back on fresh buffers each round, the receiver copying its data to the
+ *             host before it sends back;
  *   abort     rank 0 posts an all-reduce the others never join (a poster whose call may
  *             wait for them, mp_device_call_may_wait, gets its call back once they aborted,
  *             its stream still blocked); ncclCommAbort returns at once and releases its
@@ -1245,6 +1257,138 @@ part_globalcapture(struct mp_world *w)
     MP_CU(&st_cu, stream_destroy(s));
 }
 
+static void *
+st_abort_thread(void *comm)
+{
+    return (void *)(intptr_t)ncclCommAbort((ncclComm_t)comm);
+}
+
+static void
+part_capturelife(struct mp_world *w)
+{
+    const int n = w->nranks;
+    CUstream s = st_stream(), captured;
+    ncclComm_t doomed = NULL, child = NULL, alone = NULL;
+    float h[64];
+    CUgraph graph = NULL;
+    pthread_t watchdog;
+    void *aborted;
+
+    /* Blocking: while it is captured, the legacy stream is unusable to every thread. */
+    MP_CU(&st_cu, stream_create(&captured, CU_STREAM_DEFAULT));
+    float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &doomed, NULL));
+    MP_CU(&st_cu, stream_begin_capture(captured, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &child, NULL));
+    if (w->rank == 0) {
+        usleep(300 * 1000); /* the others' operations wait, and their threads look around */
+    }
+    MP_CHECK_COMM(child, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, child, s));
+    MP_EXPECT(mp_cuda_wait(&st_cu, s, child, 30) == ncclSuccess,
+              "an all-reduce on a communicator split under a global capture did not finish");
+    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, w->rank, 0, &alone, NULL));
+    MP_CHECK_COMM(alone, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, alone, s));
+    for (int i = 0; i < 64; i++) {
+        h[i] = (float)i;
+    }
+    /* Host memory: the device operation before it is drained first, on this thread. */
+    MP_CHECK_COMM(alone, ncclAllReduce(h, h, 64, ncclFloat, ncclSum, alone, s));
+    MP_EXPECT(h[63] == 63, "a one-rank host all-reduce changed its data: %g", h[63]);
+    MP_CHECK_COMM(alone, ncclCommDestroy(alone));
+    MP_CHECK_COMM(child, ncclCommDestroy(child));
+    MP_ASSERT(pthread_create(&watchdog, NULL, st_abort_thread, doomed) == 0, "pthread_create");
+    pthread_join(watchdog, &aborted);
+    MP_EXPECT((ncclResult_t)(intptr_t)aborted == ncclSuccess,
+              "ncclCommAbort from another thread under a global capture gave %s",
+              ncclGetErrorString((ncclResult_t)(intptr_t)aborted));
+    CUresult end = st_cu.stream_end_capture(captured, &graph);
+    MP_EXPECT(end == CUDA_SUCCESS && graph != NULL,
+              "the capture was invalidated by the lifecycle's calls (cuStreamEndCapture: %d)",
+              (int)end);
+    if (graph != NULL) {
+        MP_CU(&st_cu, graph_destroy(graph));
+    }
+    MP_EXPECT(st_check(x, ST_COUNT, (float)(n * (n - 1)) / 2, (float)n, s,
+                       "all-reduce under a global capture") == 0,
+              "an all-reduce on a communicator split under a global capture went wrong");
+    mp_cuda_free(&st_cu, MP_MEM_DEVICE, x);
+    MP_CU(&st_cu, stream_destroy(captured));
+    MP_CU(&st_cu, stream_destroy(s));
+}
+
+/* stream waits for what `after` holds now, as PyTorch joins its streams: an event. */
+static void
+st_join(CUstream stream, CUstream after, CUevent event)
+{
+    MP_CU(&st_cu, event_record(event, after));
+    MP_CU(&st_cu, stream_wait_event(stream, event, 0));
+}
+
+static void
+part_torchp2p(const struct mp_world *w)
+{
+    enum { POOL = 32, ROUNDS = 4 };
+    const CUstream legacy = NULL; /* PyTorch's default stream: the user's work */
+    const float n = (float)w->nranks;
+    const int last = w->nranks - 1;
+    CUstream pool[2 * POOL];
+    CUevent before, after;
+
+    /* PyTorch's stream pools, made at once at their first use: two priorities, 32 each. */
+    for (int i = 0; i < 2 * POOL; i++) {
+        pool[i] = st_stream();
+    }
+    CUstream nccl = pool[POOL + 1]; /* the process group's stream, one of the pool's */
+    MP_CU(&st_cu, event_create(&before, CU_EVENT_DISABLE_TIMING));
+    MP_CU(&st_cu, event_create(&after, CU_EVENT_DISABLE_TIMING));
+    float *x = st_buffer(ST_COUNT, (float)w->rank, 1, legacy);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, legacy));
+    for (int k = 0; k < 2; k++) {
+        st_join(nccl, legacy, before);
+        MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, nccl));
+        st_join(legacy, nccl, after);
+    }
+    /* Blocking send and receive, ungrouped, on the same communicator and stream (PyTorch's
+     * eager mode): rank 0 to the last rank and back, the receiver copying its data to the host
+     * on the legacy stream before it sends. Fresh buffers each round. */
+    for (int r = 0; r < ROUNDS && (w->rank == 0 || w->rank == last); r++) {
+        float *out = st_buffer(ST_COUNT, (float)(w->rank == 0 ? 100 + r : 200 + r), 1, legacy);
+        float *in = st_buffer(ST_COUNT, -1, 0, legacy);
+        int peer = w->rank == 0 ? last : 0;
+        if (w->rank == 0) {
+            st_join(nccl, legacy, before);
+            MP_CHECK_COMM(w->comm, ncclSend(out, ST_COUNT, ncclFloat, peer, w->comm, nccl));
+            st_join(legacy, nccl, after);
+        }
+        st_join(nccl, legacy, before);
+        MP_CHECK_COMM(w->comm, ncclRecv(in, ST_COUNT, ncclFloat, peer, w->comm, nccl));
+        st_join(legacy, nccl, after);
+        MP_EXPECT(st_check(in, ST_COUNT, (float)(w->rank == 0 ? 200 + r : 100 + r), 1, legacy,
+                           "point-to-point") == 0,
+                  "round %d: rank %d received wrong data", r, w->rank);
+        if (w->rank == last) {
+            st_join(nccl, legacy, before);
+            MP_CHECK_COMM(w->comm, ncclSend(out, ST_COUNT, ncclFloat, peer, w->comm, nccl));
+            st_join(legacy, nccl, after);
+        }
+        MP_CU(&st_cu, stream_synchronize(legacy));
+        mp_cuda_free(&st_cu, st_kind, out);
+        mp_cuda_free(&st_cu, st_kind, in);
+    }
+    st_join(nccl, legacy, before);
+    MP_CHECK_COMM(w->comm, ncclAllReduce(x, x, ST_COUNT, ncclFloat, ncclSum, w->comm, nccl));
+    st_join(legacy, nccl, after);
+    MP_EXPECT(st_check(x, ST_COUNT, n * n * n * n * (n - 1) / 2, n * n * n * n, legacy,
+                       "all-reduces around point-to-point") == 0,
+              "all-reduces on the legacy and the process group's streams went wrong");
+    mp_cuda_free(&st_cu, st_kind, x);
+    MP_CU(&st_cu, event_destroy(before));
+    MP_CU(&st_cu, event_destroy(after));
+    for (int i = 0; i < 2 * POOL; i++) {
+        MP_CU(&st_cu, stream_destroy(pool[i]));
+    }
+}
+
 static void
 part_graph(struct mp_world *w)
 {
@@ -1825,6 +1969,10 @@ main(int argc, char **argv)
         part_twographs(&world);
     } else if (strcmp(part, "globalcapture") == 0) {
         part_globalcapture(&world);
+    } else if (strcmp(part, "capturelife") == 0) {
+        part_capturelife(&world);
+    } else if (strcmp(part, "torchp2p") == 0) {
+        part_torchp2p(&world);
     } else if (strcmp(part, "abort") == 0) {
         part_abort(&world, poster, graph);
         world.comm = NULL;
