@@ -6,13 +6,19 @@
  * stream memory operations' flags and addresses; cuMem's allocation properties, granularity,
  * reservations and mappings (offset zero, inside a reservation, the mapped region from
  * cuMemGetAddressRange, the reservation from RANGE_START_ADDR), export only to a requested
- * handle type; a memory pool's allocations, which no cuMemMap made; and the sticky error a
- * fault leaves its context with. Each test runs in a process of its own (Criterion's), so the
- * one that faults a context harms no other.
+ * handle type; a memory pool's allocations, which no cuMemMap made; the sticky error a
+ * fault leaves its context with; what a capture forbids (potentially unsafe calls in GLOBAL
+ * and THREAD_LOCAL mode, and in any mode what necessarily conflicts with it); and a call that
+ * may synchronize a context made while a stream of it waits on a word: delayed until the wait
+ * is met, and the process stopped with a complaint where it stays unmet. Each test runs in a
+ * process of its own (Criterion's), so the one that faults a context harms no other.
  */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -620,4 +626,213 @@ Test(fake_cuda_capture, what_no_capture_mode_allows, .init = setup, .fini = tear
     cr_assert_eq(gpu_cu.cuStreamDestroy(nonblocking), CUDA_SUCCESS);
     cr_assert_eq(gpu_cu.cuMemFree(dev), CUDA_SUCCESS);
     cr_assert_eq(gpu_cu.cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+}
+
+/* --- implicit synchronization behind a stream memory wait -------------------------------- */
+
+/* A call that may synchronize its context, and what it needs made first. */
+struct sync_args {
+    CUmodule module;
+    CUfunction function;
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr va;
+    void *host;
+};
+
+static CUresult
+sync_mem_alloc(struct sync_args *a)
+{
+    CUdeviceptr p;
+    (void)a;
+    return gpu_cu.cuMemAlloc(&p, 256);
+}
+
+static CUresult
+sync_host_register(struct sync_args *a)
+{
+    return gpu_cu.cuMemHostRegister(a->host, 4096, 0);
+}
+
+static CUresult
+sync_mem_create(struct sync_args *a)
+{
+    CUmemAllocationProp prop = prop_of(0);
+    return gpu_cu.cuMemCreate(&a->handle, (size_t)2 << 20, &prop, 0);
+}
+
+static CUresult
+sync_host_alloc(struct sync_args *a)
+{
+    CUresult (*host_alloc)(void **, size_t, unsigned int) = fake_fn("cuMemHostAlloc");
+    return host_alloc(&a->host, 4096, 0);
+}
+
+static CUresult
+sync_alloc_managed(struct sync_args *a)
+{
+    CUresult (*managed)(CUdeviceptr *, size_t, unsigned int) = fake_fn("cuMemAllocManaged");
+    (void)a;
+    CUdeviceptr p;
+    return managed(&p, 4096, CU_MEM_ATTACH_GLOBAL);
+}
+
+static void
+prepare_host(struct sync_args *a)
+{
+    a->host = aligned_alloc(4096, 4096);
+    cr_assert_not_null(a->host);
+}
+
+static const struct sync_call {
+    const char *name;
+    void (*prepare)(struct sync_args *);
+    CUresult (*call)(struct sync_args *);
+} sync_calls[] = {
+    {"cuMemAlloc", NULL, sync_mem_alloc},
+    {"cuMemHostRegister", prepare_host, sync_host_register},
+    {"cuMemCreate", NULL, sync_mem_create},
+    {"cuMemHostAlloc", NULL, sync_host_alloc},
+    {"cuMemAllocManaged", NULL, sync_alloc_managed},
+};
+#define SYNC_CALLS (sizeof(sync_calls) / sizeof(sync_calls[0]))
+
+/* The double's complaints go to a file of their own; on the abort that ends a synchronization
+ * held up too long, the process exits 42 if the complaint names the call and the wait, else
+ * 43. */
+static int complaints_fd = -1;
+static const char *complaint_call;
+
+static void
+complaints_to_file(void)
+{
+    char path[] = "/tmp/test_fake_cuda.XXXXXX";
+
+    complaints_fd = mkstemp(path);
+    cr_assert(complaints_fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    cr_assert(dup2(complaints_fd, 2) >= 0);
+}
+
+static bool
+complained(const char *what, const char *also)
+{
+    static char text[16384];
+    ssize_t n = pread(complaints_fd, text, sizeof(text) - 1, 0);
+
+    text[n > 0 ? n : 0] = '\0';
+    return strstr(text, what) != NULL && (also == NULL || strstr(text, also) != NULL);
+}
+
+static void
+on_abort(int sig)
+{
+    char what[128];
+
+    (void)sig;
+    snprintf(what, sizeof(what), "fake_cuda: %s synchronizes device 0's context", complaint_call);
+    _exit(complained(what, "waits on a stream memory operation not met") ? 42 : 43);
+}
+
+/* A stream waiting on a word of registered host memory, which *word_out releases. */
+static CUstream
+waiting_stream(uint32_t **word_out)
+{
+    CUdeviceptr dev;
+    CUstream s;
+
+    *word_out = registered(CU_MEMHOSTREGISTER_DEVICEMAP, &dev);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWaitValue32(s, dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+    return s;
+}
+
+static void
+hang_soon(void)
+{
+    setenv("FAKE_CUDA_SYNC_HANG_MS", "300", 1); /* before the double reads its settings */
+    setup();
+}
+
+ParameterizedTestParameters(fake_cuda_sync, a_wait_never_met_stops_the_process)
+{
+    static int calls[SYNC_CALLS];
+    for (size_t i = 0; i < SYNC_CALLS; i++) {
+        calls[i] = (int)i;
+    }
+    return cr_make_param_array(int, calls, SYNC_CALLS);
+}
+
+/* Each call that may synchronize a context, made while a stream of it waits on a word nobody
+ * else will write (this thread would, after the call): a GPU that synchronizes hangs for good;
+ * the double complains, naming the call, the stream and the word, and stops the process. */
+ParameterizedTest(int *call, fake_cuda_sync, a_wait_never_met_stops_the_process,
+                  .init = hang_soon, .fini = teardown, .exit_code = 42)
+{
+    const struct sync_call *c = &sync_calls[*call];
+    struct sync_args a = {0};
+    uint32_t *word;
+
+    need_double();
+    if (c->prepare != NULL) {
+        c->prepare(&a);
+    }
+    waiting_stream(&word);
+    complaint_call = c->name;
+    complaints_to_file();
+    signal(SIGABRT, on_abort);
+    c->call(&a);
+    cr_assert_fail("%s returned while a stream of its context waited on a word only this "
+                   "thread would write", c->name);
+}
+
+struct release_later {
+    uint32_t *word;
+    int released;
+};
+
+static void *
+release_main(void *arg)
+{
+    struct release_later *r = arg;
+
+    usleep(100000);
+    __atomic_store_n(&r->released, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(r->word, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+ParameterizedTestParameters(fake_cuda_sync, a_wait_met_in_time_only_delays_the_call)
+{
+    static int calls[SYNC_CALLS];
+    for (size_t i = 0; i < SYNC_CALLS; i++) {
+        calls[i] = (int)i;
+    }
+    return cr_make_param_array(int, calls, SYNC_CALLS);
+}
+
+/* ... and where another thread (or process) meets the wait in time, the call returns once it
+ * is met, as a GPU's would, without a complaint. */
+ParameterizedTest(int *call, fake_cuda_sync, a_wait_met_in_time_only_delays_the_call,
+                  .init = setup, .fini = teardown)
+{
+    const struct sync_call *c = &sync_calls[*call];
+    struct sync_args a = {0};
+    struct release_later r = {0};
+    pthread_t thread;
+
+    need_double();
+    if (c->prepare != NULL) {
+        c->prepare(&a);
+    }
+    CUstream s = waiting_stream(&r.word);
+    complaints_to_file();
+    cr_assert_eq(pthread_create(&thread, NULL, release_main, &r), 0);
+    cr_assert_eq(c->call(&a), CUDA_SUCCESS, "%s", c->name);
+    cr_assert_eq(__atomic_load_n(&r.released, __ATOMIC_ACQUIRE), 1,
+                 "%s returned while a stream of its context waited", c->name);
+    pthread_join(thread, NULL);
+    cr_assert(!complained("fake_cuda: ", NULL), "%s complained", c->name);
+    cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamDestroy(s), CUDA_SUCCESS);
 }

@@ -50,10 +50,12 @@
  *     legacy NULL stream one for the context's blocking streams (not those made
  *     CU_STREAM_NON_BLOCKING); cuMemFree, cuMemFreeHost and cuMemHostUnregister also return
  *     only once the earlier work is done (conservatively: cudaFree synchronizes). A barrier
- *     that finds a stream of its context waiting on a memory operation not met prints a
- *     "fake_cuda hazard:" line (a complaint with FAKE_CUDA_SYNC_STRICT=1, for programs that
- *     make no such call themselves while their streams wait); IPC and cuMem mapping calls are
- *     no barriers (NCCL's own proxy makes them while its kernels run);
+ *     returns only once every stream memory operation of its context enqueued before it is
+ *     met, as a driver that synchronizes would; one unmet after FAKE_CUDA_SYNC_HANG_MS (default
+ *     5000) is a complaint with the caller's stack, and the process stops, where a GPU may
+ *     hang for good (FAKE_CUDA_SYNC_STRICT=1: a complaint at once, for programs that make no
+ *     such call themselves while their streams wait); IPC and cuMem mapping calls are no
+ *     barriers (NCCL's own proxy makes them while its kernels run);
  *   - callbacks: host functions and user objects' destructors run on one thread of the
  *     process, one at a time, in the order they became due; a CUDA call from either fails;
  *   - kernels: ncclshim's own (kernels/reduce_device.cu), compiled by the host C++ compiler
@@ -126,7 +128,10 @@ struct fake_config {
     int queues;         /* CUDA_DEVICE_MAX_CONNECTIONS (default 8): a context's queues */
     unsigned int queue_seed; /* FAKE_CUDA_QUEUE_SEED: streams get queues at random (0: not) */
     bool sync_strict;   /* FAKE_CUDA_SYNC_STRICT=1: a synchronization over a waiting stream
-                           is a complaint, not only a hazard line */
+                           is a complaint at once, not only once it waited sync_hang_ms */
+    int sync_hang_ms;   /* FAKE_CUDA_SYNC_HANG_MS (default 5000): how long a synchronization
+                           waits for a stream memory operation before it complains and stops
+                           the process */
     bool host_visible;  /* FAKE_CUDA_HOST_VISIBLE=1: host code may touch device memory */
     bool no_peer;
     bool can_flush;     /* FAKE_CUDA_FLUSH_REMOTE_WRITES=1: CU_STREAM_WAIT_VALUE_FLUSH works */
@@ -180,9 +185,10 @@ CUresult fake_check_not_in_host_fn(const char *call);
 
 /* Implicit synchronization (stream.c): `call` made in ctx (NULL: none, nothing happens) is a
  * barrier of it: work enqueued on its streams from now on starts once all work enqueued before
- * is done. Says so (a "fake_cuda hazard:" line; a complaint with FAKE_CUDA_SYNC_STRICT=1) if a
- * stream of ctx waits then on a stream memory operation not met. block: the call itself
- * returns only once that earlier work is done. */
+ * is done. It returns only once every stream memory operation of ctx enqueued before it is met
+ * (as a driver that synchronizes would), and block: once all that earlier work is done. A wait
+ * unmet after FAKE_CUDA_SYNC_HANG_MS is a complaint, and the process stops (abort); with
+ * FAKE_CUDA_SYNC_STRICT=1 any unmet wait is a complaint at once. */
 void fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block);
 /* Synchronous commands of the current context's legacy NULL stream: enqueued there (after the
  * work of its blocking streams, before their later work) and waited for. The addresses are

@@ -18,11 +18,13 @@
  * its streams after it starts only once all work enqueued before it on all of them is done.
  * The legacy NULL stream is one both ways for the context's blocking streams (those not
  * made CU_STREAM_NON_BLOCKING, which cuda.h says "does not synchronize with stream 0").
- * A barrier that finds a stream of its context waiting on a stream memory operation not yet
- * satisfied says so (one line, "fake_cuda hazard:", not an abort; a complaint with
- * FAKE_CUDA_SYNC_STRICT=1): the wait holds every later stream of the context until whoever
- * releases it does, which hangs for good where that is later work of the context or a thread
- * blocked in such a call.
+ * A synchronizing call may block until the context's earlier work is done, as the driver may,
+ * so the double's never returns while a stream memory operation enqueued before it is not met
+ * (a call that returns only once all earlier work is done, block, waits for that too). A wait
+ * that another process or thread meets in time only delays it; one still unmet after
+ * FAKE_CUDA_SYNC_HANG_MS (default 5000) is a complaint with the call's stack, and the process
+ * stops (abort), where a GPU may hang for good; FAKE_CUDA_SYNC_STRICT=1 complains at once, for
+ * programs that make no such call while their streams wait.
  *
  * Callbacks. Host functions (cuLaunchHostFunc) and user objects' destructors run on one
  * internal thread of the process, one at a time, in the order they became due ("executed
@@ -36,6 +38,7 @@
  * fork and join across streams): an event recorded or awaited while capturing invalidates the
  * capture.
  */
+#include <execinfo.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -802,58 +805,102 @@ fake_stream_wait_idle(struct CUstream_st *s)
 
 /* --- implicit synchronization ------------------------------------------------------------ */
 
+/* The first stream memory wait of ctx numbered below `before` that is not met, and how many
+ * there are (with fake_sched_lock). A faulted context's waits have ended. */
+static const struct fake_op *
+fake_ctx_unmet_wait(const struct CUctx_st *ctx, uint64_t before, int *count_out)
+{
+    const struct fake_ctx_sched *sc = fake_sched(ctx);
+    const struct fake_op *first = NULL;
+
+    *count_out = 0;
+    if (fake_ctx_sticky((struct CUctx_st *)ctx) != CUDA_SUCCESS) {
+        return NULL;
+    }
+    for (int q = 0; q < FAKE_MAX_QUEUES; q++) {
+        for (const struct fake_op *o = sc->queues[q] != NULL ? sc->queues[q]->head : NULL;
+             o != NULL && o->seq < before; o = o->next) {
+            if (o->kind == FAKE_OP_WAIT32 && !fake_wait_done(o) && (*count_out)++ == 0) {
+                first = o;
+            }
+        }
+    }
+    return first;
+}
+
+static long
+fake_ms_since(const struct timespec *start)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* Says where a synchronization is held up by a stream memory wait (with fake_sched_lock, which
+ * it drops and takes again), with the caller's stack, and stops the process if `fatal`. */
+static void
+fake_sync_complain(struct CUctx_st *ctx, const char *call, const struct fake_op *wait,
+                   int nwaiting, long waited, bool fatal)
+{
+    static const char *const how[] = {"GEQ", "EQ", "AND", "NOR"};
+    const void *stream = wait->owner, *word = (const void *)wait->addr;
+    uint32_t now = __atomic_load_n(wait->addr, __ATOMIC_ACQUIRE), value = wait->value;
+    const char *cmp = how[wait->flags & 0x3];
+    void *frames[32];
+
+    pthread_mutex_unlock(&fake_sched_lock);
+    fake_complain("%s synchronizes device %d's context (it may wait for all earlier work of "
+                  "every stream) while stream %p waits on a stream memory operation not met "
+                  "for %ld ms (the word at %p is %u, the wait is %s %u; %d such waits): on a GPU "
+                  "this may hang for good where whoever releases the wait is this thread or "
+                  "waits for it; nothing that may synchronize a context may come between a "
+                  "queued wait and its release%s", call, ctx->device, stream, waited, word, now,
+                  cmp, value, nwaiting, fatal ? "; the process is stopped" : "");
+    int n = backtrace(frames, 32);
+    backtrace_symbols_fd(frames, n, 2);
+    if (fatal) {
+        abort();
+    }
+    pthread_mutex_lock(&fake_sched_lock);
+}
+
 void
 fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block)
 {
-    const struct CUstream_st *waiting = NULL;
-    const struct fake_op *wait = NULL;
-    int nwaiting = 0;
+    const struct fake_config *cfg = fake_config();
+    struct timespec start;
+    bool said = false;
 
     if (ctx == NULL) {
         return;
     }
+    clock_gettime(CLOCK_MONOTONIC, &start);
     pthread_mutex_lock(&fake_sched_lock);
     struct fake_ctx_sched *sc = fake_sched(ctx);
     uint64_t before = sc->ops + 1;
     sc->barrier = before;
-    for (int q = 0; q < FAKE_MAX_QUEUES; q++) {
-        for (const struct fake_op *o = sc->queues[q] != NULL ? sc->queues[q]->head : NULL;
-             o != NULL; o = o->next) {
-            if (o->kind == FAKE_OP_WAIT32 && !fake_wait_done(o)) {
-                if (nwaiting++ == 0) {
-                    waiting = o->owner;
-                    wait = o;
-                }
-            }
+    for (;;) {
+        int nwaiting;
+        const struct fake_op *wait = fake_ctx_unmet_wait(ctx, before, &nwaiting);
+        if (block ? fake_ctx_done_before(ctx, before, false, NULL) : wait == NULL) {
+            break;
         }
-    }
-    uint32_t now = wait != NULL ? __atomic_load_n(wait->addr, __ATOMIC_ACQUIRE) : 0;
-    pthread_mutex_unlock(&fake_sched_lock);
-    if (nwaiting > 0) {
-        /* A hazard, not an error: whoever releases the wait may be another process, which
-         * only delays the context. Where it is this process's later work, or a thread that
-         * blocks in such a call, the program hangs, which is what fails a test.
-         * FAKE_CUDA_SYNC_STRICT=1 makes it a complaint, for tests of a program that makes no
-         * such call itself while its streams wait. */
-        char line[512];
-        snprintf(line, sizeof(line), "%s synchronizes device %d's context (CUDA's implicit "
-                 "synchronization: later work of every stream waits for all earlier work) "
-                 "while stream %p waits on a stream memory operation not met (the word at %p "
-                 "is %u, the wait is for %u; %d such waits)", call, ctx->device,
-                 (void *)waiting, (void *)wait->addr, now, wait->value, nwaiting);
-        if (fake_config()->sync_strict) {
-            fake_complain("%s", line);
-        } else {
-            fprintf(stderr, "fake_cuda hazard: %s\n", line);
-            fake_backtrace();
+        long waited = fake_ms_since(&start);
+        if (wait != NULL && (waited >= cfg->sync_hang_ms || (cfg->sync_strict && !said))) {
+            fake_sync_complain(ctx, call, wait, nwaiting, waited, waited >= cfg->sync_hang_ms);
+            said = true;
+            continue;
         }
-    }
-    if (!block) {
-        return;
-    }
-    pthread_mutex_lock(&fake_sched_lock);
-    while (!fake_ctx_done_before(ctx, before, false, NULL)) {
-        pthread_cond_wait(&fake_sched_cond, &fake_sched_lock);
+        /* Words change without a signal: look again each millisecond. */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&fake_sched_cond, &fake_sched_lock, &until);
     }
     pthread_mutex_unlock(&fake_sched_lock);
 }
