@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "gpu/memory.h"
+#include "kernels/device_abi.h"
 #include "gpu_fixture.h"
 
 static void
@@ -676,6 +677,51 @@ sync_alloc_managed(struct sync_args *a)
     return managed(&p, 4096, CU_MEM_ATTACH_GLOBAL);
 }
 
+static CUresult
+sync_module_load(struct sync_args *a)
+{
+    return gpu_cu.cuModuleLoadData(&a->module, kr_fatbin_start);
+}
+
+static CUresult
+sync_get_function(struct sync_args *a)
+{
+    return gpu_cu.cuModuleGetFunction(&a->function, a->module, "kr_dev_copy");
+}
+
+static CUresult
+sync_func_load(struct sync_args *a)
+{
+    return gpu_cu.cuFuncLoad(a->function);
+}
+
+/* The first launch of a function nothing loaded: an empty batch of kr_dev_copy, on a stream of
+ * its own. */
+static CUresult
+sync_first_launch(struct sync_args *a)
+{
+    static struct kr_dev_batch batch;
+    void *params[] = {&batch};
+    CUstream s;
+
+    cr_assert_eq(gpu_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    return gpu_cu.cuLaunchKernel(a->function, 1, 1, 1, 32, 1, 1, 0, s, params, NULL);
+}
+
+static void
+prepare_module(struct sync_args *a)
+{
+    cr_assert_eq(gpu_cu.cuModuleLoadData(&a->module, kr_fatbin_start), CUDA_SUCCESS);
+}
+
+static void
+prepare_function(struct sync_args *a)
+{
+    prepare_module(a);
+    cr_assert_eq(gpu_cu.cuModuleGetFunction(&a->function, a->module, "kr_dev_copy"),
+                 CUDA_SUCCESS);
+}
+
 static void
 prepare_host(struct sync_args *a)
 {
@@ -693,6 +739,12 @@ static const struct sync_call {
     {"cuMemCreate", NULL, sync_mem_create},
     {"cuMemHostAlloc", NULL, sync_host_alloc},
     {"cuMemAllocManaged", NULL, sync_alloc_managed},
+    /* Loading code (lazy loading), as cuMemFree. */
+    {"cuModuleLoadData", NULL, sync_module_load},
+    {"cuModuleGetFunction", prepare_module, sync_get_function},
+    {"cuFuncLoad", prepare_function, sync_func_load},
+    {"cuLaunchKernel (the first launch of a function cuFuncLoad did not load)",
+     prepare_function, sync_first_launch},
 };
 #define SYNC_CALLS (sizeof(sync_calls) / sizeof(sync_calls[0]))
 

@@ -72,9 +72,12 @@ struct CUevent_st {
 
 struct CUfunc_st {
     const struct fake_kernel *kernel;
+    struct CUctx_st *ctx; /* its module's */
+    bool loaded;          /* by cuFuncLoad or its first launch (atomic) */
 };
 
 struct CUmod_st {
+    struct CUctx_st *ctx; /* the current one when it was loaded */
     int functions;
 };
 
@@ -1437,10 +1440,13 @@ cuModuleLoadData(CUmodule *module, const void *image)
     if (res != CUDA_SUCCESS) {
         return res;
     }
+    /* Loading code may synchronize the context (lazy loading): as blocking as cuMemFree. */
+    fake_ctx_sync(fake_ctx_current(), "cuModuleLoadData", true);
     *module = calloc(1, sizeof(**module));
     if (*module == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    (*module)->ctx = fake_ctx_current();
     FAKE_STAT_ADD(modules, 1);
     return CUDA_SUCCESS;
 }
@@ -1455,8 +1461,9 @@ cuModuleUnload(CUmodule module)
     return CUDA_SUCCESS;
 }
 
-/* Under lazy loading it may load the function: as unsafe during a capture as
- * cuModuleLoadData. */
+/* Under lazy loading it may load the function: as unsafe during a capture, and as
+ * synchronizing, as cuModuleLoadData. The function is not loaded yet for all that (cuFuncLoad
+ * or its first launch load it), as lazy loading also allows. */
 FAKE_API CUresult
 cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
 {
@@ -1466,11 +1473,13 @@ cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
     if (kernel == NULL) {
         return CUDA_ERROR_NOT_FOUND;
     }
+    fake_ctx_sync(module->ctx, "cuModuleGetFunction", true);
     *function = calloc(1, sizeof(**function));
     if (*function == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     (*function)->kernel = kernel;
+    (*function)->ctx = module->ctx;
     module->functions++;
     return CUDA_SUCCESS;
 }
@@ -1492,13 +1501,27 @@ fake_launch_valid(const struct fake_kernel *kernel, unsigned int gx, unsigned in
            bz <= 64 && threads <= 1024 && threads <= fake_kernel_max_threads(kernel);
 }
 
+/* A function's loading, by cuFuncLoad or lazily at its first launch: it may synchronize the
+ * context, as cuModuleLoadData (blocking); once loaded, "no effect". */
+static void
+fake_func_load(CUfunction function, const char *call)
+{
+    if (!__atomic_load_n(&function->loaded, __ATOMIC_ACQUIRE)) {
+        fake_ctx_sync(function->ctx, call, true);
+        __atomic_store_n(&function->loaded, true, __ATOMIC_RELEASE);
+    }
+}
+
 /* Loads the function: as unsafe during a capture as cuModuleLoadData. */
 FAKE_API CUresult
 cuFuncLoad(CUfunction function)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
-    return function != NULL && function->kernel != NULL ? CUDA_SUCCESS
-                                                        : CUDA_ERROR_INVALID_HANDLE;
+    if (function == NULL || function->kernel == NULL) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    fake_func_load(function, "cuFuncLoad");
+    return CUDA_SUCCESS;
 }
 
 /* Our kernels' one parameter (kernels/device_abi.h) with every address of the tasks a launch
@@ -1653,6 +1676,7 @@ cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
     if (!fake_launch_valid(f->kernel, gx, gy, gz, bx, by, bz) || params == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    fake_func_load(f, "cuLaunchKernel (the first launch of a function cuFuncLoad did not load)");
     struct fake_op *op = fake_op_new(FAKE_OP_KERNEL);
     size_t bytes = fake_kernel_params_bytes(f->kernel);
     if (op == NULL || (op->params = malloc(bytes)) == NULL) {
