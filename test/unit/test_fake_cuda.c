@@ -637,6 +637,7 @@ struct sync_args {
     CUfunction function;
     CUmemGenericAllocationHandle handle;
     CUdeviceptr va;
+    CUipcMemHandle ipc;
     void *host;
 };
 
@@ -722,6 +723,94 @@ prepare_function(struct sync_args *a)
                  CUDA_SUCCESS);
 }
 
+static const size_t granule = (size_t)2 << 20;
+
+static CUresult
+sync_mem_map(struct sync_args *a)
+{
+    return gpu_cu.cuMemMap(a->va, granule, 0, a->handle, 0);
+}
+
+static CUresult
+sync_set_access(struct sync_args *a)
+{
+    CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    return gpu_cu.cuMemSetAccess(a->va, granule, &d, 1);
+}
+
+static CUresult
+sync_mem_unmap(struct sync_args *a)
+{
+    return gpu_cu.cuMemUnmap(a->va, granule);
+}
+
+static CUresult
+sync_ipc_open(struct sync_args *a)
+{
+    return gpu_cu.cuIpcOpenMemHandle(&a->va, a->ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+}
+
+static CUresult
+sync_ipc_close(struct sync_args *a)
+{
+    return gpu_cu.cuIpcCloseMemHandle(a->va);
+}
+
+static void
+prepare_reserved(struct sync_args *a)
+{
+    CUmemAllocationProp prop = prop_of(0);
+
+    cr_assert_eq(gpu_cu.cuMemCreate(&a->handle, granule, &prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuMemAddressReserve(&a->va, granule, 0, 0, 0), CUDA_SUCCESS);
+}
+
+static void
+prepare_mapped(struct sync_args *a)
+{
+    prepare_reserved(a);
+    cr_assert_eq(sync_mem_map(a), CUDA_SUCCESS);
+    cr_assert_eq(sync_set_access(a), CUDA_SUCCESS);
+}
+
+/* Another process's allocation and its legacy IPC handle: a child, made before this process
+ * has a stream (so before the double has threads), which lives until this process ends. */
+static void
+prepare_ipc(struct sync_args *a)
+{
+    int handle_pipe[2], life_pipe[2];
+
+    cr_assert_eq(pipe(handle_pipe), 0);
+    cr_assert_eq(pipe(life_pipe), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        CUdeviceptr p;
+        CUipcMemHandle h;
+        char byte;
+        close(life_pipe[1]);
+        if (gpu_cu.cuMemAlloc(&p, 4096) != CUDA_SUCCESS ||
+            gpu_cu.cuIpcGetMemHandle(&h, p) != CUDA_SUCCESS ||
+            write(handle_pipe[1], &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+            _exit(1);
+        }
+        while (read(life_pipe[0], &byte, 1) > 0) {
+        }
+        _exit(0);
+    }
+    close(life_pipe[0]);
+    close(handle_pipe[1]);
+    cr_assert_eq(read(handle_pipe[0], &a->ipc, sizeof(a->ipc)), (ssize_t)sizeof(a->ipc));
+}
+
+static void
+prepare_ipc_open(struct sync_args *a)
+{
+    prepare_ipc(a);
+    cr_assert_eq(sync_ipc_open(a), CUDA_SUCCESS);
+}
+
 static void
 prepare_host(struct sync_args *a)
 {
@@ -745,6 +834,12 @@ static const struct sync_call {
     {"cuFuncLoad", prepare_function, sync_func_load},
     {"cuLaunchKernel (the first launch of a function cuFuncLoad did not load)",
      prepare_function, sync_first_launch},
+    /* Mapping, as an allocation; unmapping (\note_sync) as cuMemFree. */
+    {"cuMemMap", prepare_reserved, sync_mem_map},
+    {"cuMemSetAccess", prepare_mapped, sync_set_access},
+    {"cuMemUnmap", prepare_mapped, sync_mem_unmap},
+    {"cuIpcOpenMemHandle", prepare_ipc, sync_ipc_open},
+    {"cuIpcCloseMemHandle", prepare_ipc_open, sync_ipc_close},
 };
 #define SYNC_CALLS (sizeof(sync_calls) / sizeof(sync_calls[0]))
 

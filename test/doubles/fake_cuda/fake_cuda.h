@@ -56,8 +56,9 @@
  *     hang for good (FAKE_CUDA_SYNC_STRICT=1: a complaint at once, for programs that make no
  *     such call themselves while their streams wait). Loading code waits as cuMemFree does
  *     (lazy loading): cuModuleLoadData, cuModuleGetFunction, cuFuncLoad, and the first launch
- *     of a function cuFuncLoad did not load; IPC and cuMem mapping calls are no barriers
- *     (NCCL's own proxy makes them while its kernels run);
+ *     of a function cuFuncLoad did not load; so do unmapping and cuMemSetAccess (cuMemUnmap
+ *     and cuMemSetAccess are \note_sync; cuIpcCloseMemHandle), and mapping is a barrier
+ *     (cuMemMap, cuIpcOpenMemHandle), where a driver may synchronize too;
  *   - callbacks: host functions and user objects' destructors run on one thread of the
  *     process, one at a time, in the order they became due; a CUDA call from either fails;
  *   - kernels: ncclshim's own (kernels/reduce_device.cu), compiled by the host C++ compiler

@@ -4,9 +4,10 @@
  * the device pointer, and another process maps the same pages through /proc/<pid>/fd/<fd>
  * (legacy IPC) or the memfd itself (a cuMem handle exported as a file descriptor). Every
  * range the driver knows (allocations, registrations, IPC mappings) is one entry of one list,
- * which pointer attributes are answered from. Allocating device memory and page-locking host
- * memory synchronize their context (stream.c, fake_ctx_sync); freeing and unregistering also
- * wait for its earlier work.
+ * which pointer attributes are answered from. Allocating device memory, page-locking host
+ * memory and mapping (cuMemMap, cuIpcOpenMemHandle) synchronize their context (stream.c,
+ * fake_ctx_sync); freeing, unregistering and unmapping (cuMemUnmap, cuIpcCloseMemHandle, and
+ * cuMemSetAccess, which cuda.h marks \note_sync as cuMemUnmap) also wait for its earlier work.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -387,6 +388,24 @@ fake_ctx_of(uintptr_t p)
                : NULL;
 }
 
+/* A mapping call's implicit synchronization: of the current context and of every device's in
+ * the mask `devices` (those it maps for or on), each once. block: as cuMemFree, the call
+ * returns once their earlier work is done (cuMemUnmap and cuMemSetAccess are \note_sync);
+ * else as cuMemAlloc. Never with fake_mem_lock held. */
+static void
+fake_mem_sync(unsigned devices, const char *call, bool block)
+{
+    struct CUctx_st *current = fake_ctx_current();
+
+    fake_ctx_sync(current, call, block);
+    for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+        if ((devices & (1u << d)) && fake_device(d) != NULL &&
+            &fake_device(d)->ctx != current) {
+            fake_ctx_sync(&fake_device(d)->ctx, call, block);
+        }
+    }
+}
+
 FAKE_API CUresult
 cuMemFree(CUdeviceptr dptr)
 {
@@ -756,9 +775,12 @@ cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
     return CUDA_SUCCESS;
 }
 
-/* Neither this nor cuMemImportFromShareableHandle, cuMemMap and cuMemSetAccess is in the
- * programming guide's list of implicit synchronizations, and NCCL's own proxy thread makes
- * these calls while its kernels run: none is a barrier here. */
+/* Mapping and unmapping synchronize: cuda.h marks cuMemSetAccess and cuMemUnmap \note_sync
+ * ("synchronous behavior for most use cases"), and a driver may do the same in cuMemMap and the
+ * legacy IPC calls. So each is an implicit synchronization of the context it maps in, which
+ * the program must not make while a stream of it waits on what only the caller (or a thread
+ * waiting on it) will release: opening as an allocation (it waits for earlier stream memory
+ * operations), closing and unmapping as cuMemFree (for all earlier work). */
 FAKE_API CUresult
 cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
 {
@@ -776,6 +798,7 @@ cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
     if (h.pid == (int32_t)getpid()) {
         return CUDA_ERROR_INVALID_CONTEXT; /* as CUDA: never in the exporting process */
     }
+    fake_mem_sync(0, "cuIpcOpenMemHandle", false);
     pthread_mutex_lock(&fake_mem_lock);
     for (struct fake_range *r = fake_ranges; r != NULL; r = r->next) {
         if (r->ipc_refs > 0 && r->ipc_pid == h.pid && r->ipc_fd == h.fd && r->id == h.id) {
@@ -826,6 +849,7 @@ cuIpcCloseMemHandle(CUdeviceptr dptr)
     FAKE_CAPTURE_CHECK_UNSAFE();
     FAKE_NEED_CONTEXT();
     FAKE_STICKY_CHECK();
+    fake_mem_sync(0, "cuIpcCloseMemHandle", true);
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)dptr);
     if (r == NULL || r->ipc_refs == 0 || r->base != (uintptr_t)dptr) {
@@ -1105,6 +1129,7 @@ cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHand
                       (unsigned long long)ptr, flags, why, FAKE_GRANULARITY, h ? h->size : 0);
         return CUDA_ERROR_INVALID_VALUE;
     }
+    fake_mem_sync(h->device >= 0 ? 1u << h->device : 0, "cuMemMap", false);
     /* Device memory: the program's addresses stay unreachable from the host; device work
      * reaches it only once cuMemSetAccess granted its device access. */
     uintptr_t app, shadow;
@@ -1131,6 +1156,14 @@ FAKE_API CUresult
 cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
+    /* \note_sync: of the device it lives on and of those it was open to. */
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *m = fake_range_find((uintptr_t)ptr);
+    unsigned devices = m != NULL && m->handle != NULL
+                           ? m->access | (m->handle->device >= 0 ? 1u << m->handle->device : 0)
+                           : 0;
+    pthread_mutex_unlock(&fake_mem_lock);
+    fake_mem_sync(devices, "cuMemUnmap", true);
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     if (r == NULL || r->handle == NULL || r->base != (uintptr_t)ptr || r->size != size) {
@@ -1166,13 +1199,25 @@ cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t
     CUresult res = CUDA_SUCCESS;
 
     FAKE_CAPTURE_CHECK_UNSAFE(); /* \note_sync, as cuMemUnmap */
+    unsigned devices = 0;
     for (size_t i = 0; i < count; i++) {
         if (!fake_access_host(&desc[i]) &&
             (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
              fake_device(desc[i].location.id) == NULL)) {
             return CUDA_ERROR_INVALID_DEVICE;
         }
+        if (!fake_access_host(&desc[i])) {
+            devices |= 1u << desc[i].location.id;
+        }
     }
+    /* \note_sync: of the devices it opens or closes the range to, and the one it lives on. */
+    pthread_mutex_lock(&fake_mem_lock);
+    struct fake_range *m = fake_range_find((uintptr_t)ptr);
+    if (m != NULL && m->handle != NULL && m->handle->device >= 0) {
+        devices |= 1u << m->handle->device;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    fake_mem_sync(devices, "cuMemSetAccess", true);
     pthread_mutex_lock(&fake_mem_lock);
     for (uintptr_t p = (uintptr_t)ptr; p < (uintptr_t)ptr + size && res == CUDA_SUCCESS;) {
         struct fake_range *r = fake_range_find(p);
