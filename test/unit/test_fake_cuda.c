@@ -638,6 +638,7 @@ struct sync_args {
     CUmemGenericAllocationHandle handle;
     CUdeviceptr va;
     CUipcMemHandle ipc;
+    CUstream launch;
     void *host;
 };
 
@@ -679,6 +680,14 @@ sync_alloc_managed(struct sync_args *a)
 }
 
 static CUresult
+sync_stream_create(struct sync_args *a)
+{
+    CUstream s;
+    (void)a;
+    return gpu_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+}
+
+static CUresult
 sync_module_load(struct sync_args *a)
 {
     return gpu_cu.cuModuleLoadData(&a->module, kr_fatbin_start);
@@ -697,16 +706,14 @@ sync_func_load(struct sync_args *a)
 }
 
 /* The first launch of a function nothing loaded: an empty batch of kr_dev_copy, on a stream of
- * its own. */
+ * its own made beforehand. */
 static CUresult
 sync_first_launch(struct sync_args *a)
 {
     static struct kr_dev_batch batch;
     void *params[] = {&batch};
-    CUstream s;
 
-    cr_assert_eq(gpu_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    return gpu_cu.cuLaunchKernel(a->function, 1, 1, 1, 32, 1, 1, 0, s, params, NULL);
+    return gpu_cu.cuLaunchKernel(a->function, 1, 1, 1, 32, 1, 1, 0, a->launch, params, NULL);
 }
 
 static void
@@ -812,6 +819,13 @@ prepare_ipc_open(struct sync_args *a)
 }
 
 static void
+prepare_launch(struct sync_args *a)
+{
+    prepare_function(a);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&a->launch, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+}
+
+static void
 prepare_host(struct sync_args *a)
 {
     a->host = aligned_alloc(4096, 4096);
@@ -828,12 +842,13 @@ static const struct sync_call {
     {"cuMemCreate", NULL, sync_mem_create},
     {"cuMemHostAlloc", NULL, sync_host_alloc},
     {"cuMemAllocManaged", NULL, sync_alloc_managed},
+    {"cuStreamCreate", NULL, sync_stream_create},
     /* Loading code (lazy loading), as cuMemFree. */
     {"cuModuleLoadData", NULL, sync_module_load},
     {"cuModuleGetFunction", prepare_module, sync_get_function},
     {"cuFuncLoad", prepare_function, sync_func_load},
     {"cuLaunchKernel (the first launch of a function cuFuncLoad did not load)",
-     prepare_function, sync_first_launch},
+     prepare_launch, sync_first_launch},
     /* Mapping, as an allocation; unmapping (\note_sync) as cuMemFree. */
     {"cuMemMap", prepare_reserved, sync_mem_map},
     {"cuMemSetAccess", prepare_mapped, sync_set_access},

@@ -963,6 +963,9 @@ cuStreamCreate(CUstream *stream, unsigned int flags)
     if ((flags & ~(unsigned int)CU_STREAM_NON_BLOCKING) != 0) {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    /* cuda.h does not say; this project's design counts stream creation among what can
+     * serialize the device (DESIGN.md), so the double makes it a barrier as an allocation. */
+    fake_ctx_sync(ctx, "cuStreamCreate", false);
     pthread_mutex_lock(&fake_sched_lock);
     *stream = fake_stream_new(ctx, (flags & CU_STREAM_NON_BLOCKING) == 0, false);
     pthread_mutex_unlock(&fake_sched_lock);
