@@ -45,7 +45,8 @@
  *     queue, so a wait on what later work of the context would write may never be met (with
  *     one queue, =1, whatever the streams);
  *   - implicit synchronization, as the CUDA programming guide lists it: cuMemAlloc,
- *     cuMemAllocManaged, cuMemCreate, cuMemHostAlloc and cuMemHostRegister are barriers of
+ *     cuMemAllocManaged, cuMemCreate, cuMemHostAlloc and cuMemHostRegister (and cuStreamCreate,
+ *     which DESIGN.md counts among what can serialize the device) are barriers of
  *     their context (later work of every stream starts once all earlier work is done), the
  *     legacy NULL stream one for the context's blocking streams (not those made
  *     CU_STREAM_NON_BLOCKING); cuMemFree, cuMemFreeHost and cuMemHostUnregister also return
