@@ -998,3 +998,58 @@ ParameterizedTest(int *call, fake_cuda_sync, a_wait_met_in_time_only_delays_the_
     cr_assert_eq(gpu_cu.cuStreamSynchronize(s), CUDA_SUCCESS);
     cr_assert_eq(gpu_cu.cuStreamDestroy(s), CUDA_SUCCESS);
 }
+
+/* A synchronous command of the legacy NULL stream waits for the earlier work of the context's
+ * blocking streams: behind a wait nobody meets it stops the process with a complaint, and one
+ * met in time only delays it. */
+static CUstream
+waiting_blocking_stream(uint32_t *word)
+{
+    CUdeviceptr dev;
+    CUstream s;
+
+    cr_assert_eq(gpu_cu.cuMemHostGetDevicePointer(&dev, word, 0), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamCreate(&s, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+    cr_assert_eq(gpu_cu.cuStreamWaitValue32(s, dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+    return s;
+}
+
+Test(fake_cuda_sync, a_legacy_stream_command_behind_a_wait_never_met_stops_the_process,
+     .init = hang_soon, .fini = teardown, .exit_code = 42, .timeout = 20)
+{
+    uint32_t *word = registered(CU_MEMHOSTREGISTER_DEVICEMAP, NULL);
+    CUdeviceptr dev;
+
+    need_double();
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 64), CUDA_SUCCESS);
+    waiting_blocking_stream(word);
+    complaint_call = "a synchronous command of the legacy NULL stream (cuMemcpyHtoD, "
+                     "cuMemcpyDtoH, cuMemsetD8)";
+    complaints_to_file();
+    signal(SIGABRT, on_abort);
+    CUresult (*htod)(CUdeviceptr, const void *, size_t) = fake_fn("cuMemcpyHtoD_v2");
+    htod(dev, word, 4);
+    cr_assert_fail("cuMemcpyHtoD returned while a blocking stream waited on a word only this "
+                   "thread would write");
+}
+
+Test(fake_cuda_sync, a_legacy_stream_command_behind_a_wait_met_in_time_only_waits,
+     .init = setup, .fini = teardown)
+{
+    struct release_later r = {.word = registered(CU_MEMHOSTREGISTER_DEVICEMAP, NULL)};
+    CUdeviceptr dev;
+    pthread_t thread;
+
+    need_double();
+    cr_assert_eq(gpu_cu.cuMemAlloc(&dev, 64), CUDA_SUCCESS);
+    CUstream s = waiting_blocking_stream(r.word);
+    complaints_to_file();
+    cr_assert_eq(pthread_create(&thread, NULL, release_main, &r), 0);
+    CUresult (*memset8)(CUdeviceptr, unsigned char, size_t) = fake_fn("cuMemsetD8_v2");
+    cr_assert_eq(memset8(dev, 7, 64), CUDA_SUCCESS);
+    cr_assert_eq(__atomic_load_n(&r.released, __ATOMIC_ACQUIRE), 1,
+                 "cuMemsetD8 returned before the blocking stream's wait was met");
+    pthread_join(thread, NULL);
+    cr_assert(!complained("fake_cuda: ", NULL));
+    cr_assert_eq(gpu_cu.cuStreamDestroy(s), CUDA_SUCCESS);
+}

@@ -868,6 +868,21 @@ fake_sync_complain(struct CUctx_st *ctx, const char *call, const struct fake_op 
     pthread_mutex_lock(&fake_sched_lock);
 }
 
+/* Waits on fake_sched_cond (with fake_sched_lock) for at most a millisecond. */
+static void
+fake_sched_nap(void)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&fake_sched_cond, &fake_sched_lock, &until);
+}
+
 void
 fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block)
 {
@@ -895,15 +910,7 @@ fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block)
             said = true;
             continue;
         }
-        /* Words change without a signal: look again each millisecond. */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&fake_sched_cond, &fake_sched_lock, &until);
+        fake_sched_nap(); /* words change without a signal: look again each millisecond */
     }
     pthread_mutex_unlock(&fake_sched_lock);
 }
@@ -916,10 +923,29 @@ fake_null_stream_run(struct fake_op *op)
     struct CUstream_st *s = fake_stream(CU_STREAM_LEGACY);
     CUresult res = fake_enqueue(CU_STREAM_LEGACY, op);
 
-    if (res == CUDA_SUCCESS) {
-        fake_stream_wait_idle(s);
+    if (res != CUDA_SUCCESS) {
+        return res;
     }
-    return res;
+    /* As fake_ctx_sync: it waits for the earlier work of the context's blocking streams (and of
+     * its queue), so a stream memory wait among it still unmet after FAKE_CUDA_SYNC_HANG_MS is
+     * a complaint and an abort, where a GPU may hang for good. */
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    pthread_mutex_lock(&fake_sched_lock);
+    uint64_t target = s->enqueued, before = fake_sched(s->ctx)->ops + 1;
+    while (s->completed < target) {
+        int nwaiting;
+        const struct fake_op *wait = fake_ctx_unmet_wait(s->ctx, before, &nwaiting);
+        long waited = fake_ms_since(&start);
+        if (wait != NULL && waited >= fake_config()->sync_hang_ms) {
+            fake_sync_complain(s->ctx, "a synchronous command of the legacy NULL stream "
+                               "(cuMemcpyHtoD, cuMemcpyDtoH, cuMemsetD8)", wait, nwaiting,
+                               waited, true);
+        }
+        fake_sched_nap();
+    }
+    pthread_mutex_unlock(&fake_sched_lock);
+    return CUDA_SUCCESS;
 }
 
 CUresult
