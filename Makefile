@@ -277,9 +277,13 @@ run: deps
 
 # --- the GPU machine ------------------------------------------------------------------------
 # What tools/gpu-check needs there, built here (the GPU machine has no UCX headers) into a
-# folder of its own that travels to it: the library, the tools, the multi-process tests.
+# folder of its own that travels to it: the library, the tools, the multi-process tests, and
+# the driver's double, with which the same stages dry-run here (DRY_RUN=1). tools/gpu-check
+# prepare runs `make BUILD=build-gpu KERNEL_ARCHS=90 KERNELS_BUILD=build-gpu gpu-carry`: the
+# H200's kernels alone, in a fatbin of that folder's own, so the main build's fatbin of every
+# architecture is neither used nor replaced; then builds nccl-tests and packs it all in one file.
 .PHONY: gpu-carry
-gpu-carry: lib tools $(MP_BINS) $(BUILD)/test/netns/hostloss
+gpu-carry: lib tools $(MP_BINS) $(BUILD)/test/netns/hostloss $(FAKE_CUDA)
 
 # --- comparison -----------------------------------------------------------------------------
 # ncclshim's busbw beside Open MPI, MPICH and Gloo (when python3-torch is there), 2 and 4
