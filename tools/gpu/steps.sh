@@ -72,11 +72,24 @@ steps_progress() {
     fi
 }
 
+# steps_session PID: the session id of process PID, from /proc (no procps needed).
+steps_session() {
+    local line
+    read -r line 2>/dev/null <"/proc/$1/stat" || return 1
+    line=${line##*) } # after the command's name: state ppid pgrp session ...
+    read -r _ _ _ line _ <<<"$line"
+    echo "$line"
+}
+
 # steps_reap SID: kills by its session id whatever the step left running.
 steps_reap() {
-    local sid=$1
-    [[ $sid =~ ^[0-9]+$ ]] && ((sid > 1 && sid != $(ps -o sid= -p $$))) || return 0
-    pkill -KILL -s "$sid" 2>/dev/null
+    local sid=$1 stat pid
+    [[ $sid =~ ^[0-9]+$ ]] && ((sid > 1)) && [[ $sid != "$(steps_session $$)" ]] || return 0
+    for stat in /proc/[0-9]*/stat; do
+        pid=${stat#/proc/}
+        pid=${pid%/stat}
+        [[ $(steps_session "$pid") == "$sid" ]] && kill -KILL "$pid" 2>/dev/null
+    done
     return 0
 }
 
