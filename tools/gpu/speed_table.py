@@ -4,7 +4,7 @@
 Reads DIR/ncclshim-<collective>-n<ranks>[-<variant>].log (variant: "leaders", every rank
 leading its own share of the GPU, NCCLSHIM_RANK_LEADERS=1; none: the ranks share one leader)
 and prints a Markdown table, a row per collective, rank count and variant: the out-of-place
-time at 8 B, 256 KiB and 8 MiB, the bus bandwidth at the largest size (algbw at 1 rank, where
+time at 8 B, 256 KiB and 8 MiB (or the next size measured, named), the bus bandwidth at the largest size (algbw at 1 rank, where
 busbw is 0 for most collectives) and the memory limit on it at MEMORY GB/s (nccl_tests_table's
 bytes-moved model; --memory-gbs, by default an H200's device copy, 4300). Ends with one line,
 the 2- and 4-rank all_reduce figures, for the summary. Exits 1 when a log has no rows or a row
@@ -30,6 +30,15 @@ def limit(coll, n, memory_gbs):
         return None
     moved, factor = TRAFFIC[coll]
     return memory_gbs * factor(n) / moved(n)
+
+
+def cell(found, size):
+    """The time at size, or at the next size measured (nccl-tests rounds small sizes up to a
+    multiple of the rank count), naming it."""
+    near = min((s for s in found if s >= size), default=None)
+    if near is None or near > 4 * size:
+        return "-"
+    return f"{found[near][0]:g} us" + ("" if near == size else f" ({human(near)})")
 
 
 def main():
@@ -62,7 +71,7 @@ def main():
     for coll, n, variant, found in sorted(rows):
         top = max(found)
         bw = found[top][1] if n == 1 else found[top][2]
-        times = " | ".join(f"{found[s][0]:g} us" if s in found else "-" for s in SIZES)
+        times = " | ".join(cell(found, s) for s in SIZES)
         cap = limit(coll, n, memory_gbs)
         print(f"| {coll} | {n} | {variant} | {times} | {bw:g} at {human(top)}"
               f"{' (algbw)' if n == 1 else ''} | {f'{cap:.0f}' if cap else '-'} |")
