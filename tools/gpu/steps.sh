@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # steps_last, steps_failed: read by the caller
 #
 # tools/gpu/steps.sh: steps under one deadline, for the stages of tools/gpu-check that must fit
 # one call of the device tool (first, second). Sourced, not run.
@@ -27,10 +27,12 @@
 #                                                   invocation keeps it); PACK: the .tgz of LOGS
 #   steps_run NAME BUDGET COMMAND...                one step, its output in LOGS/NAME.log
 #   steps_left                                      seconds left before the deadline, margin off
+#   steps_last                                      the last step's word
 
 STEPS_SKIP=77
 STEPS_MIN=5 # fewer seconds than this left: the step is not started
 steps_failed=()
+steps_last= # the last step's word: PASS, FAIL, TIMEOUT, CUT or SKIP
 
 steps_init() {
     local seconds=$1
@@ -109,6 +111,7 @@ steps_run() {
     if ((left < STEPS_MIN)); then
         steps_line CUT "$name" "(0 s, budget $budget): not started, ${left} s left before the \
 deadline"
+        steps_last=CUT
         return 0
     fi
     limit=$((budget < left ? budget : left))
@@ -136,6 +139,7 @@ deadline"
         *) word=FAIL ;;
     esac
     [[ -n $detail ]] || detail="exit $rc; $(steps_progress "$log")"
+    steps_last=$word
     if ((limit < budget)); then
         steps_line "$word" "$name" "($took s of $limit, budget $budget): $detail"
     else
