@@ -4,11 +4,11 @@
 Reads DIR/ncclshim-<collective>-n<ranks>[-<variant>].log (variant: "leaders", every rank
 leading its own share of the GPU, NCCLSHIM_RANK_LEADERS=1; none: the ranks share one leader)
 and prints a Markdown table, a row per collective, rank count and variant: the out-of-place
-time at 8 B, 256 KiB and 8 MiB (or the next size measured, named), the bus bandwidth at the largest size (algbw at 1 rank, where
-busbw is 0 for most collectives) and the memory limit on it at MEMORY GB/s (nccl_tests_table's
-bytes-moved model; --memory-gbs, by default an H200's device copy, 4300). Ends with one line,
-the 2- and 4-rank all_reduce figures, for the summary. Exits 1 when a log has no rows or a row
-reports wrong elements.
+time at 8 B, 256 KiB and 8 MiB (or the next size measured, named), the bus bandwidth at the
+largest size (algbw at 1 rank, where busbw is 0 for most collectives) and the memory limit on
+it at MEMORY GB/s (nccl_tests_table's bytes-moved model; --memory-gbs, by default an H200's
+device copy, 4300). Ends with one line, the 2- and 4-rank all_reduce figures, for the
+summary. Exits 1 when a log has no rows or a row reports wrong elements.
 
 Usage: python3 speed_table.py [--memory-gbs GBS] DIR
 """
