@@ -312,7 +312,9 @@ chunk_case() {
 
 colls=allreduce,reduce,reducescatter,broadcast,allgather,alltoall,gather,scatter,sendrecv
 colls=$colls,groups,split
-dev=(LD_LIBRARY_PATH="$(cd "$BUILD" && pwd)/test/doubles")
+# The double without its mapping rule, as test/mp/run.sh says why (an open defect).
+dev=(LD_LIBRARY_PATH="$(cd "$BUILD" && pwd)/test/doubles"
+     FAKE_CUDA_SYNC_EXEMPT=cuMemMap,cuMemSetAccess,cuMemUnmap,cuIpcOpenMemHandle,cuIpcCloseMemHandle)
 if [[ ${NETNS_GPU:-0} == 1 ]]; then
     dev=()
 fi

@@ -136,6 +136,8 @@ struct fake_config {
     int sync_hang_ms;   /* FAKE_CUDA_SYNC_HANG_MS (default 5000): how long a synchronization
                            waits for a stream memory operation before it complains and stops
                            the process */
+    char sync_exempt[512]; /* FAKE_CUDA_SYNC_EXEMPT: calls, by name, whose synchronization
+                              is left out (a known defect of the program's, named where set) */
     bool host_visible;  /* FAKE_CUDA_HOST_VISIBLE=1: host code may touch device memory */
     bool no_peer;
     bool can_flush;     /* FAKE_CUDA_FLUSH_REMOTE_WRITES=1: CU_STREAM_WAIT_VALUE_FLUSH works */

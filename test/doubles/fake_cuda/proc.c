@@ -45,6 +45,8 @@ fake_setup(void)
     fake_cfg.queue_seed = (unsigned int)fake_env_int("FAKE_CUDA_QUEUE_SEED", 0);
     fake_cfg.sync_strict = fake_env_int("FAKE_CUDA_SYNC_STRICT", 0) != 0;
     fake_cfg.sync_hang_ms = fake_env_int("FAKE_CUDA_SYNC_HANG_MS", 5000);
+    const char *exempt = getenv("FAKE_CUDA_SYNC_EXEMPT");
+    snprintf(fake_cfg.sync_exempt, sizeof(fake_cfg.sync_exempt), "%s", exempt ? exempt : "");
     fake_cfg.host_visible = fake_env_int("FAKE_CUDA_HOST_VISIBLE", 0) != 0;
     fake_cfg.no_peer = fake_env_int("FAKE_CUDA_NO_PEER", 0) != 0;
     fake_cfg.can_flush = fake_env_int("FAKE_CUDA_FLUSH_REMOTE_WRITES", 0) != 0;

@@ -24,7 +24,10 @@
  * that another process or thread meets in time only delays it; one still unmet after
  * FAKE_CUDA_SYNC_HANG_MS (default 5000) is a complaint with the call's stack, and the process
  * stops (abort), where a GPU may hang for good; FAKE_CUDA_SYNC_STRICT=1 complains at once, for
- * programs that make no such call while their streams wait.
+ * programs that make no such call while their streams wait. FAKE_CUDA_SYNC_EXEMPT names calls
+ * (cuMemMap,cuMemSetAccess,...) whose synchronization is left out altogether: for a program
+ * whose known defect is making them while its streams wait, until it is fixed; whoever sets it
+ * says why there.
  *
  * Callbacks. Host functions (cuLaunchHostFunc) and user objects' destructors run on one
  * internal thread of the process, one at a time, in the order they became due ("executed
@@ -883,6 +886,23 @@ fake_sched_nap(void)
     pthread_cond_timedwait(&fake_sched_cond, &fake_sched_lock, &until);
 }
 
+/* Whether FAKE_CUDA_SYNC_EXEMPT names `call` (a list separated by commas or spaces). */
+static bool
+fake_sync_exempt(const char *call)
+{
+    const char *list = fake_config()->sync_exempt;
+    const size_t n = strlen(call);
+
+    for (const char *p = strstr(list, call); p != NULL; p = strstr(p + 1, call)) {
+        bool starts = p == list || p[-1] == ',' || p[-1] == ' ';
+        bool ends = p[n] == '\0' || p[n] == ',' || p[n] == ' ';
+        if (starts && ends) {
+            return true;
+        }
+    }
+    return false;
+}
+
 void
 fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block)
 {
@@ -890,7 +910,7 @@ fake_ctx_sync(struct CUctx_st *ctx, const char *call, bool block)
     struct timespec start;
     bool said = false;
 
-    if (ctx == NULL) {
+    if (ctx == NULL || fake_sync_exempt(call)) {
         return;
     }
     clock_gettime(CLOCK_MONOTONIC, &start);
