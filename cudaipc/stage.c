@@ -12,7 +12,7 @@
  * A buffer staged for one leader is staged for all that touch it: a copy out after done must
  * not overwrite what a leader wrote into the user's buffer itself; but what the rank's own
  * GPU's leader alone touches, in this process, stays where it is (own_part). An area grows as
- * needed; a new one replaces it, and old ones go once the operations that used them are done.
+ * needed; a new one replaces it, and old ones go with the next one's making, once quiet.
  * One staged group at a time per area: the next one's copies wait on an event after the last
  * one's.
  *
@@ -23,7 +23,8 @@
  * area) or later work of the context release, that stalls or hangs. So an area is made only
  * once this rank's streams wait on nothing (cipc_stage_quiet: every operation it posted done,
  * no host-posted group queued or held, its runner's streams idle), the call waiting on the
- * host for that; and host areas are cuMem allocations of pinned host memory
+ * host for that, and replaced areas go only then too (unmapping and unregistering may
+ * synchronize it as well); and host areas are cuMem allocations of pinned host memory
  * (gpu_host_cumem_alloc), which the leaders import, map and let go without page-locking
  * anything (cache.c), and which go without unregistering anything (cuMemHostUnregister
  * returns only once the context's earlier work is done). A driver without cuMem host memory
@@ -113,7 +114,7 @@ cipc_stage_seg_free(struct cipc_team *team, struct cipc_stage_seg *seg, bool tel
             res = cipc_forget(team, CIPC_BUF_STAGED, seg->gen);
         }
         if (seg->cumem.base != 0) {
-            gpu_mem_unimport(&seg->cumem); /* no synchronization */
+            gpu_mem_unimport(&seg->cumem); /* \note_sync: quiet, or the end */
         } else if (seg->dev != 0) {
             gpu_cu.cuMemHostUnregister(seg->host);
         }
@@ -234,14 +235,16 @@ cipc_stage_get(struct cipc_team *team, struct cipc_stage *st, size_t bytes,
     struct cipc_stage_seg *seg = NULL;
     ncclResult_t res;
 
-    SHIM_CHECK(cipc_stage_trim(team, st));
     if (st->segs != NULL && st->segs->size >= bytes) {
         *seg_out = st->segs;
         return ncclSuccess;
     }
     size_t size = st->segs != NULL ? 2 * st->segs->size : CIPC_STAGE_MIN;
     size = size > bytes ? size : bytes;
+    /* Unmapping, unregistering and allocating may synchronize the context: only once nothing
+     * of this rank's waits on the team do the replaced areas go and the new one come. */
     SHIM_CHECK(cipc_stage_quiet(team));
+    SHIM_CHECK(cipc_stage_trim(team, st));
     SHIM_CHECK(shim_calloc(&seg, 1));
     seg->size = (size + 4095) & ~(size_t)4095;
     seg->memfd = -1;
