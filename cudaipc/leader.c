@@ -36,6 +36,7 @@
 
 #include "base/check.h"
 #include "cache.h"
+#include "kernels/device.h"
 #include "internal.h"
 #include "runner.h"
 #include "tasks.h"
@@ -193,6 +194,7 @@ cipc_leader_activate(struct cipc_team *team)
         return ncclSuccess;
     }
     SHIM_CHECK_GOTO(gpu_device_get(team->device, &gpu), res, unlock);
+    kr_dev_preload(gpu); /* now, not at this leader's first launch (kernels/device.h) */
     SHIM_CHECK_GOTO(gpu_ctx_push(gpu->ctx), res, unlock);
     for (int r = 0; r < team->nranks; r++) {
         SHIM_CHECK_GOTO(cipc_ctrl_register(team, r), res, out);
