@@ -97,7 +97,8 @@
  *             copy), ncclCommDeregister and ncclMemFree meanwhile: they succeed, the result
  *             is right and the capture stays valid;
  *   capturelife  while this thread captures a blocking stream in global mode (PyTorch's
- *             default), the lifecycle: a split, an all-reduce on the child with rank 0 late (the
+ *             default), the lifecycle: a non-blocking init (the library's init thread), a
+ *             split, an all-reduce on the child with rank 0 late (the
  *             device team's thread looks at its device meanwhile, and may not touch the legacy
  *             stream, which the capture makes unusable), a communicator of one rank drained by
  *             a host call after a device one, destroys, and an abort from another thread (a
@@ -1277,8 +1278,17 @@ part_capturelife(struct mp_world *w)
     /* Blocking: while it is captured, the legacy stream is unusable to every thread. */
     MP_CU(&st_cu, stream_create(&captured, CU_STREAM_DEFAULT));
     float *x = st_buffer(ST_COUNT, (float)w->rank, 1, s);
-    MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &doomed, NULL));
+    ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
+    ncclUniqueId id;
+    nonblocking.blocking = 0;
+    MP_CHECK(ncclGetUniqueId(&id));
     MP_CU(&st_cu, stream_begin_capture(captured, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    /* Made by the library's init thread, then by this thread. */
+    ncclResult_t made = ncclCommInitRankConfig(&doomed, n, id, w->rank, &nonblocking);
+    MP_ASSERT(made == ncclSuccess || made == ncclInProgress, "a non-blocking init under a "
+              "global capture gave %s", ncclGetErrorString(made));
+    MP_EXPECT(mp_comm_wait(doomed, 30) == ncclSuccess, "a non-blocking init under a global "
+              "capture failed: \"%s\"", mp_last_error(doomed));
     MP_CHECK_COMM(w->comm, ncclCommSplit(w->comm, 0, w->rank, &child, NULL));
     if (w->rank == 0) {
         usleep(300 * 1000); /* the others' operations wait, and their threads look around */
