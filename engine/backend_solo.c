@@ -155,11 +155,17 @@ static ncclResult_t
 shim_solo_drain(struct ncclComm *comm)
 {
     const struct shim_dev_solo *solo = comm->backend_state;
+    ncclResult_t res = ncclSuccess;
 
     if (solo != NULL && solo->recorded) {
-        GPU_CU_CHECK(cuEventSynchronize(solo->last));
+        /* On the caller's thread (a host call drains first), which any thread's global-mode
+         * capture forbids a synchronization: relaxed. */
+        CUstreamCaptureMode mode = gpu_capture_relax();
+        GPU_CU_CHECK_GOTO(cuEventSynchronize(solo->last), res, out);
+    out:
+        gpu_capture_restore(mode);
     }
-    return ncclSuccess;
+    return res;
 }
 
 static bool

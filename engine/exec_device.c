@@ -273,12 +273,7 @@ shim_devexec_pending(const struct ncclComm *comm)
 ncclResult_t
 shim_devexec_drain(struct ncclComm *comm)
 {
-    /* A host call drains on the caller's thread, which may be under a global-mode capture of
-     * some thread (the drain synchronizes: events, the staged path's streams). */
-    CUstreamCaptureMode mode = gpu_capture_relax();
-    ncclResult_t res = shim_devexec_backend(comm)->drain(comm);
-    gpu_capture_restore(mode);
-    return res;
+    return shim_devexec_backend(comm)->drain(comm);
 }
 
 ncclResult_t
