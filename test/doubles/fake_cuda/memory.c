@@ -406,6 +406,23 @@ fake_mem_sync(unsigned devices, const char *call, bool block)
     }
 }
 
+/* The devices of the cuMem mapping at ptr, as a mask: the one its memory lives on, and with
+ * `granted` those it is open to; 0 where nothing is mapped there. */
+static unsigned
+fake_mapping_devices(CUdeviceptr ptr, bool granted)
+{
+    unsigned devices = 0;
+
+    pthread_mutex_lock(&fake_mem_lock);
+    const struct fake_range *m = fake_range_find((uintptr_t)ptr);
+    if (m != NULL && m->handle != NULL) {
+        devices = (granted ? m->access : 0) |
+                  (m->handle->device >= 0 ? 1u << m->handle->device : 0);
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return devices;
+}
+
 FAKE_API CUresult
 cuMemFree(CUdeviceptr dptr)
 {
@@ -1157,13 +1174,7 @@ cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     FAKE_CAPTURE_CHECK_UNSAFE();
     /* \note_sync: of the device it lives on and of those it was open to. */
-    pthread_mutex_lock(&fake_mem_lock);
-    struct fake_range *m = fake_range_find((uintptr_t)ptr);
-    unsigned devices = m != NULL && m->handle != NULL
-                           ? m->access | (m->handle->device >= 0 ? 1u << m->handle->device : 0)
-                           : 0;
-    pthread_mutex_unlock(&fake_mem_lock);
-    fake_mem_sync(devices, "cuMemUnmap", true);
+    fake_mem_sync(fake_mapping_devices(ptr, true), "cuMemUnmap", true);
     pthread_mutex_lock(&fake_mem_lock);
     struct fake_range *r = fake_range_find((uintptr_t)ptr);
     if (r == NULL || r->handle == NULL || r->base != (uintptr_t)ptr || r->size != size) {
@@ -1211,13 +1222,7 @@ cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t
         }
     }
     /* \note_sync: of the devices it opens or closes the range to, and the one it lives on. */
-    pthread_mutex_lock(&fake_mem_lock);
-    struct fake_range *m = fake_range_find((uintptr_t)ptr);
-    if (m != NULL && m->handle != NULL && m->handle->device >= 0) {
-        devices |= 1u << m->handle->device;
-    }
-    pthread_mutex_unlock(&fake_mem_lock);
-    fake_mem_sync(devices, "cuMemSetAccess", true);
+    fake_mem_sync(devices | fake_mapping_devices(ptr, false), "cuMemSetAccess", true);
     pthread_mutex_lock(&fake_mem_lock);
     for (uintptr_t p = (uintptr_t)ptr; p < (uintptr_t)ptr + size && res == CUDA_SUCCESS;) {
         struct fake_range *r = fake_range_find(p);

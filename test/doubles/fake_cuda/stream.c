@@ -720,6 +720,15 @@ fake_capturing_check(struct CUstream_st *s, const char *call)
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
+/* What no capture mode allows of a stream's query or synchronization: the legacy stream beside
+ * a blocking stream's capture, or the stream's own capture. */
+static CUresult
+fake_wait_check(CUstream handle, struct CUstream_st *s, const char *call)
+{
+    CUresult res = fake_legacy_check(handle, s, call, true);
+    return res != CUDA_SUCCESS ? res : fake_capturing_check(s, call);
+}
+
 static void
 fake_op_append(struct fake_op **head, struct fake_op **tail, struct fake_op *op)
 {
@@ -1047,10 +1056,7 @@ cuStreamSynchronize(CUstream handle)
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    CUresult res = fake_legacy_check(handle, s, __func__, true);
-    if (res == CUDA_SUCCESS) {
-        res = fake_capturing_check(s, __func__);
-    }
+    CUresult res = fake_wait_check(handle, s, __func__);
     if (res != CUDA_SUCCESS) {
         return res;
     }
@@ -1070,10 +1076,7 @@ cuStreamQuery(CUstream handle)
     if (s == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    CUresult res = fake_legacy_check(handle, s, __func__, true);
-    if (res == CUDA_SUCCESS) {
-        res = fake_capturing_check(s, __func__);
-    }
+    CUresult res = fake_wait_check(handle, s, __func__);
     if (res != CUDA_SUCCESS) {
         return res;
     }
