@@ -80,14 +80,10 @@ passed=0
 failed=0
 # The TCP cases: every message over UCX's TCP, none through shared memory.
 tcp=(UCX_TLS=tcp NCCL_SHM_DISABLE=1)
-# The device cases: the driver's test double stands in for libcuda.so.1 (not with MP_GPU=1).
-# Its one rule left out, an open defect (DRIVER-REVIEW risk 6): a GPU's leader maps and unmaps
-# the other ranks' memory on its thread while its own rank's stream waits on words that only
-# that thread writes; the double counts mapping and unmapping as synchronizing the context
-# (cuMemSetAccess and cuMemUnmap are \note_sync), which would hang there. The H200 ran these
-# paths, and NCCL's proxy maps while its kernels run; until no leader maps behind its own
-# waits, the double leaves these calls' synchronization out (its unit tests keep the rule).
-map_calls=cuMemMap,cuMemSetAccess,cuMemUnmap,cuIpcOpenMemHandle,cuIpcCloseMemHandle
+# The device cases: the driver's test double stands in for libcuda.so.1 (not with MP_GPU=1),
+# without its one rule the library is known to break (sync_exempt.sh says which and why).
+. "$here/../doubles/sync_exempt.sh"
+map_calls=$fake_cuda_map_calls
 dev=(LD_LIBRARY_PATH=$BUILD/test/doubles FAKE_CUDA_SYNC_EXEMPT=$map_calls)
 if ((gpu == 1)); then
     dev=()
@@ -266,8 +262,8 @@ device_cases() {
                 FAKE_CUDA_SYNC_STRICT=1 -- "$bindir/streams" -p staging -k "$kind"
         done
         # A driver without cuMem host memory: host staging is registered shared memory.
-        # Without cuMem host memory a leader maps a peer's host staging by page-locking it:
-        # the same open defect as the mapping calls (above, at dev=).
+        # Without cuMem host memory a leader maps a peer's host staging by page-locking it
+        # (sync_exempt.sh).
         run_case device-streams-staging-n3-3gpu-nohostcumem 3 60 "${dev[@]}" FAKE_CUDA_DEVICES=3 \
             FAKE_CUDA_NO_HOST_CUMEM=1 \
             FAKE_CUDA_SYNC_EXEMPT=$map_calls,cuMemHostRegister -- \
