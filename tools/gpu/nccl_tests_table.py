@@ -164,9 +164,9 @@ TRAFFIC = {  # (bytes moved / S, busbw factor), as functions of n
 }
 
 
-def memory_limit(coll, n):
+def memory_limit(coll, n, memory_gbs=MEMORY_GBS):
     moved, factor = TRAFFIC[coll]
-    return MEMORY_GBS * factor(n) / moved(n)
+    return memory_gbs * factor(n) / moved(n)
 
 
 def targets_issue14(results, mps_results):

@@ -19,7 +19,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nccl_tests_table import TRAFFIC, human, parse_rows  # noqa: E402
+from nccl_tests_table import TRAFFIC, human, memory_limit, parse_rows  # noqa: E402
 
 LOG_NAME = re.compile(r"^ncclshim-([a-z_]+)-n(\d+)(?:-([a-z]+))?\.log$")
 SIZES = (8, 256 << 10, 8 << 20)
@@ -28,8 +28,7 @@ SIZES = (8, 256 << 10, 8 << 20)
 def limit(coll, n, memory_gbs):
     if n == 1 or coll not in TRAFFIC:
         return None
-    moved, factor = TRAFFIC[coll]
-    return memory_gbs * factor(n) / moved(n)
+    return memory_limit(coll, n, memory_gbs)
 
 
 def cell(found, size):
